@@ -1,0 +1,42 @@
+# The two commands of the quick start: `make run` and `make test`. Everything else is a convenience.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench chaos lint typecheck migrate clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+run: $(STAMP)
+	PORT=$(PORT) $(PY) manage.py run_all --port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+chaos: $(STAMP)
+	$(PY) manage.py chaos --seeds $${SEEDS:-500}
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Audits: operator actions, recovery audits, scheduled audits and findings."""

@@ -1,0 +1,1 @@
+"""Journal intake: runs, branches, records and turns as stored."""

@@ -1,0 +1,13 @@
+"""The Celery app. Tasks live in each app's tasks.py and are discovered from INSTALLED_APPS."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
+
+app = Celery("loopx_site")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,194 @@
+"""One settings module for every environment, driven by environment variables with working defaults.
+
+Defaults give a newcomer a working `make run` on a bare machine: SQLite under var/ and kombu's
+filesystem broker (no server). Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and
+LOOPX_PRODUCTION=1 (docs/deployment.md lists them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("LOOPX_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+PRODUCTION = env_bool("LOOPX_PRODUCTION", False)
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+# The development key is only ever used when LOOPX_PRODUCTION is off; production refuses to start without one.
+SECRET_KEY = env_str("SECRET_KEY", "" if PRODUCTION else "dev-only-insecure-key-change-me-loopx-recovery-audit")
+if PRODUCTION and not SECRET_KEY:
+    raise RuntimeError("SECRET_KEY must be set when LOOPX_PRODUCTION=1")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "journals",
+    "recovery",
+    "audits",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "loopx_site.urls"
+WSGI_APPLICATION = "loopx_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'loopx.sqlite3'}"),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + a busy timeout let the web server and the worker share the embedded database.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+MEDIA_ROOT = VAR_DIR / "media"
+
+# --- Security headers (manage.py check --deploy is clean with LOOPX_PRODUCTION=1) ---
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+# --- REST framework ---
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_RATES": {"api_token": env_str("API_TOKEN_THROTTLE", "6000/min")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "LoopX Recovery Audit API",
+    "DESCRIPTION": "Turn journal ingest, recovery decisions and the recovery gate.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery ---
+# REDIS_URL (or CELERY_BROKER_URL) in CI and production; otherwise kombu's filesystem transport, which
+# needs no server and works between the web, worker and beat processes of one host (docs/celery.md).
+REDIS_URL = env_str("REDIS_URL", "")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+BROKER_DIR = VAR_DIR / "broker"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("out", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "out"),
+        "data_folder_out": str(BROKER_DIR / "out"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 600)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 540)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- LoopX limits (contract and issue defaults; each one a setting) ---
+LOOPX_INGEST_MAX_LINE_BYTES = env_int("LOOPX_INGEST_MAX_LINE_BYTES", 256 * 1024)
+LOOPX_INGEST_MAX_BATCH_BYTES = env_int("LOOPX_INGEST_MAX_BATCH_BYTES", 8 * 1024 * 1024)
+LOOPX_INGEST_MAX_BATCH_RECORDS = env_int("LOOPX_INGEST_MAX_BATCH_RECORDS", 10_000)
+LOOPX_MAX_RECOVERY_ATTEMPTS = env_int("LOOPX_MAX_RECOVERY_ATTEMPTS", 5)
+LOOPX_CLAIM_LEASE_SECONDS = env_int("LOOPX_CLAIM_LEASE_SECONDS", 300)
+LOOPX_PACKAGE_MAX_MEMBER_BYTES = env_int("LOOPX_PACKAGE_MAX_MEMBER_BYTES", 64 * 1024 * 1024)
+LOOPX_PACKAGE_MAX_TOTAL_BYTES = env_int("LOOPX_PACKAGE_MAX_TOTAL_BYTES", 512 * 1024 * 1024)
+LOOPX_PACKAGE_MAX_MEMBERS = env_int("LOOPX_PACKAGE_MAX_MEMBERS", 10_000)
+LOOPX_PACKAGE_MAX_RATIO = env_int("LOOPX_PACKAGE_MAX_RATIO", 200)
+LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages")))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

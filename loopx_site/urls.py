@@ -1,0 +1,12 @@
+"""Top-level URLs. Each app owns its own urls module; this file only mounts them."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
+]

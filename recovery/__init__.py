@@ -1,0 +1,1 @@
+"""Recovery: the pure engine, assessments, packages and the recovery gate."""

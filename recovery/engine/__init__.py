@@ -1,0 +1,51 @@
+"""The recovery engine: plain Python, no Django (tests/engine/test_purity.py enforces it).
+
+Records in, typed dataclasses out. Public API (docs/engine.md):
+
+- ``parse_line(bytes) -> ParsedLine``; ``canonical_bytes(obj)``; ``digest(obj)``
+- ``assess(source, *, expect=None, evidence=None) -> Assessment`` where ``source`` is a re-iterable of
+  lines (bytes, without newline) or a path; ``assess_path(path, ...)``
+- ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
+- ``redact(obj)``: section 8's public-safety projection
+"""
+
+from .canonical import ParsedLine, canonical_bytes, digest, parse_line
+from .secrets import REDACTED, is_secret_field, redact
+from .types import (
+    DEFAULT_PHASES,
+    EFFECT_INDETERMINATE,
+    RUN_LEVEL,
+    Assessment,
+    BranchView,
+    Code,
+    Decision,
+    EffectClass,
+    Evidence,
+    IntentView,
+    Resolution,
+    TurnDecision,
+    Violation,
+)
+
+__all__ = [
+    "DEFAULT_PHASES",
+    "EFFECT_INDETERMINATE",
+    "REDACTED",
+    "RUN_LEVEL",
+    "Assessment",
+    "BranchView",
+    "Code",
+    "Decision",
+    "EffectClass",
+    "Evidence",
+    "IntentView",
+    "ParsedLine",
+    "Resolution",
+    "TurnDecision",
+    "Violation",
+    "canonical_bytes",
+    "digest",
+    "is_secret_field",
+    "parse_line",
+    "redact",
+]

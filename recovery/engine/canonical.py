@@ -1,0 +1,149 @@
+"""Strict line parsing, canonical bytes and digests (journal-contract.md, section 1).
+
+Bytes in, never guessed. A line is classified as one of:
+- a complete JSON object (a *record*), possibly ``record_invalid`` (float, duplicate key, lone surrogate);
+- ``storage_corruption``: anything that is not one complete JSON object (torn write, bad UTF-8, NaN,
+  an empty line, a bare array or number).
+
+Speed: the common case is a writer that already emits canonical bytes. orjson parses that line and its
+canonical re-serialisation is compared with the raw bytes; equality proves there was no duplicate key and
+no out-of-range integer (orjson would have changed either). Everything else takes the strict stdlib path,
+which is slower but classifies precisely. Both paths give identical results (tests/engine/test_canonical.py
+checks the equivalence with Hypothesis).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+try:  # orjson is a dependency of the project; the engine still works (slower) without it.
+    import orjson
+
+    _HAVE_ORJSON = True
+except ImportError:  # pragma: no cover - exercised only on installs without orjson
+    _HAVE_ORJSON = False
+
+STORAGE_CORRUPTION = "storage_corruption"
+RECORD_INVALID = "record_invalid"
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """The contract's canonical form: sorted keys, no spaces, UTF-8 (not ASCII-escaped)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def digest(obj: Any) -> str:
+    """sha256 hex of the canonical bytes; the chain's ``prev`` and checkpoints' ``state_digest``."""
+    return hashlib.sha256(canonical_bytes(obj)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLine:
+    """One line of a journal. ``obj`` is set for every complete JSON object, valid or not."""
+
+    obj: dict[str, Any] | None
+    canonical: bytes | None
+    error: str | None = None  # STORAGE_CORRUPTION or RECORD_INVALID
+    detail: str = ""
+
+    @property
+    def digest(self) -> str | None:
+        return hashlib.sha256(self.canonical).hexdigest() if self.canonical is not None else None
+
+
+class _Invalid(Exception):
+    """Raised inside the strict parser for a complete object that breaks section 1's value rules."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _reject_float(text: str) -> Any:
+    raise _Invalid("a number that is not an integer")
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Invalid("a duplicate key in an object")
+        out[key] = value
+    return out
+
+
+def _has_float_or_surrogate(value: Any) -> str | None:
+    if isinstance(value, float):
+        return "a number that is not an integer"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone surrogate in a string"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = _has_float_or_surrogate(key) or _has_float_or_surrogate(item)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for item in value:
+            problem = _has_float_or_surrogate(item)
+            if problem:
+                return problem
+    return None
+
+
+def _strict(line: bytes) -> ParsedLine:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return ParsedLine(None, None, STORAGE_CORRUPTION, "not valid UTF-8")
+    if not text.strip():
+        return ParsedLine(None, None, STORAGE_CORRUPTION, "an empty line")
+    invalid: str | None = None
+    try:
+        obj = json.loads(
+            text, object_pairs_hook=_pairs, parse_float=_reject_float, parse_constant=_reject_constant
+        )
+    except _Invalid as exc:
+        invalid = str(exc)
+        # Re-read leniently so that the envelope (branch, lsn) of an invalid record is still known.
+        try:
+            obj = json.loads(text, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return ParsedLine(None, None, STORAGE_CORRUPTION, "not a complete JSON object")
+    except RecursionError:
+        return ParsedLine(None, None, RECORD_INVALID, "nested too deeply")
+    except ValueError:
+        return ParsedLine(None, None, STORAGE_CORRUPTION, "not a complete JSON object (torn or malformed)")
+    if not isinstance(obj, dict):
+        return ParsedLine(None, None, STORAGE_CORRUPTION, "a JSON value that is not an object")
+    if invalid is None:
+        invalid = _has_float_or_surrogate(obj)
+    if invalid is not None:
+        try:
+            canonical = canonical_bytes(obj) if "surrogate" not in invalid else None
+        except (ValueError, UnicodeEncodeError):  # pragma: no cover - defensive
+            canonical = None
+        return ParsedLine(obj, canonical, RECORD_INVALID, invalid)
+    return ParsedLine(obj, canonical_bytes(obj))
+
+
+def parse_line(line: bytes) -> ParsedLine:
+    """Classify one journal line (without its trailing newline)."""
+    if _HAVE_ORJSON and line[:1] == b"{":
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return _strict(line)
+        if isinstance(obj, dict):
+            canonical = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+            # Equal bytes prove: no duplicate key, no big integer turned float, nothing re-escaped.
+            if canonical == line and _has_float_or_surrogate(obj) is None:
+                return ParsedLine(obj, canonical)
+    return _strict(line)

@@ -1,0 +1,30 @@
+"""Shared fixtures: personas, service gates and helpers.
+
+Tests that need PostgreSQL or Redis run whenever DATABASE_URL / REDIS_URL point at them and say so
+plainly when skipped. With LOOPX_REQUIRE_SERVICES=1 (set by .ci/run) a skip becomes a failure, so CI
+skips nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+REQUIRE_SERVICES = os.environ.get("LOOPX_REQUIRE_SERVICES") == "1"
+
+
+def _gate(reason: str) -> None:
+    if REQUIRE_SERVICES:
+        pytest.fail(f"LOOPX_REQUIRE_SERVICES=1 but {reason}")
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("postgres"):
+        url = os.environ.get("DATABASE_URL", "")
+        if not url.startswith(("postgres://", "postgresql://")):
+            _gate("needs PostgreSQL: set DATABASE_URL=postgres://... to run it")
+    if item.get_closest_marker("redis"):
+        if not os.environ.get("REDIS_URL"):
+            _gate("needs Redis: set REDIS_URL=redis://... to run it")
