@@ -49,3 +49,23 @@ __all__ = [
     "parse_line",
     "redact",
 ]
+
+from .assess import (
+    ENGINE_VERSION,
+    JournalUnreadable,
+    assess,
+    assess_path,
+    fold_state,
+    rebuild_state,
+    state_digest,
+)
+
+__all__ += [
+    "ENGINE_VERSION",
+    "JournalUnreadable",
+    "assess",
+    "assess_path",
+    "fold_state",
+    "rebuild_state",
+    "state_digest",
+]

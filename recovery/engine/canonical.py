@@ -107,9 +107,7 @@ def _strict(line: bytes) -> ParsedLine:
         return ParsedLine(None, None, STORAGE_CORRUPTION, "an empty line")
     invalid: str | None = None
     try:
-        obj = json.loads(
-            text, object_pairs_hook=_pairs, parse_float=_reject_float, parse_constant=_reject_constant
-        )
+        obj = json.loads(text, object_pairs_hook=_pairs, parse_float=_reject_float, parse_constant=_reject_constant)
     except _Invalid as exc:
         invalid = str(exc)
         # Re-read leniently so that the envelope (branch, lsn) of an invalid record is still known.

@@ -108,7 +108,13 @@ class Violation:
     line: int  # 1-based line number in the journal; orders violations in file order
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "branch": self.branch, "lsn": self.lsn, "turn": self.turn, "detail": self.detail}
+        return {
+            "code": str(self.code),
+            "branch": self.branch,
+            "lsn": self.lsn,
+            "turn": self.turn,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +131,10 @@ class IntentView:
     def to_dict(self) -> dict[str, Any]:
         return {
             "intent": self.intent,
-            "effect_class": self.effect_class,
+            "effect_class": str(self.effect_class),
             "branch": self.branch,
             "live": self.live,
-            "resolution": self.resolution,
+            "resolution": str(self.resolution),
         }
 
 
