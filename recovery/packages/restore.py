@@ -1,0 +1,183 @@
+"""``restore_package``: verify completely, then unpack into a fresh hidden sibling and rename it into place.
+
+A SIGKILL at any moment leaves either no target or the complete target: the tree is built in
+``.<target>.loopx-restore.<pid>.<start>.<random>`` (files 0600, directories 0700, archive modes never
+applied), every file and directory is fsynced, and one rename publishes it. The next restore into the same
+parent removes such siblings whose process is gone. The unpacking pass reads the archive again through the
+same open file and must see exactly what verification saw (names, kinds, sizes, sha256); if anything differs
+the archive changed underneath us, and the temporary tree is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import hashlib
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from recovery.atomic import RESTORE_KIND, clean_stale_temporaries, failpoint, fsync_directory, temporary_sibling
+
+from . import report as codes
+from ._formats import DIR, FILE, Unsupported, open_archive
+from ._streams import MemberStop, PackageStop
+from .limits import Limits
+from .report import PackageReport
+from .verify import PackageUsageError, PlanEntry, StrPath, open_package, verify_open_file
+
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_CHANGED = "the archive changed between verification and unpacking"
+
+
+class _Changed(Exception):
+    def __init__(self, member: str | None, detail: str = _CHANGED) -> None:
+        super().__init__(detail)
+        self.member = member
+        self.detail = detail
+
+
+def restore_package(path: StrPath, into_dir: StrPath, limits: Limits | None = None) -> PackageReport:
+    """Verify the package at ``path`` and, when it is accepted and ``into_dir`` does not exist, unpack it there.
+
+    Raises PackageUsageError when the package cannot be opened or the parent of ``into_dir`` is missing, and
+    OSError when the restore itself cannot be written (disk full...), after removing what it wrote.
+    """
+    limits = limits or Limits()
+    target = Path(os.path.abspath(os.fspath(into_dir)))
+    parent = target.parent
+    if not parent.is_dir():
+        raise PackageUsageError(f"the parent directory of {os.fspath(into_dir)} does not exist")
+    with open_package(path) as fh:
+        clean_stale_temporaries(parent, (RESTORE_KIND,))
+        verification = verify_open_file(fh, limits)
+        report = verification.report
+        if os.path.lexists(target):
+            report.add(codes.TARGET_EXISTS, None, "the target directory already exists")
+        if not report.accepted:
+            return report
+        try:
+            _unpack(fh, limits, verification.plan, target)
+        except _Changed as exc:
+            report.add(codes.ARCHIVE_CORRUPT, exc.member, exc.detail)
+        except FileExistsError:
+            report.add(codes.TARGET_EXISTS, None, "the target directory appeared while unpacking")
+    return report
+
+
+def _unpack(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], target: Path) -> None:
+    tmp = temporary_sibling(target, RESTORE_KIND)
+    os.mkdir(tmp, 0o700)
+    try:
+        os.chmod(tmp, 0o700)  # the umask may have narrowed it; never widened
+        failpoint("restore.tmpdir")
+        directories = _write_tree(fh, limits, plan, tmp)
+        for directory in reversed(directories):  # deepest first, the temporary root last
+            fsync_directory(directory)
+        failpoint("restore.synced")
+        _rename_noreplace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    failpoint("restore.renamed")
+    fsync_directory(target.parent)
+
+
+def _write_tree(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], tmp: Path) -> list[Path]:
+    made: set[str] = set()
+    directories: list[Path] = [tmp]
+
+    def ensure(parts: list[str]) -> None:
+        for depth in range(1, len(parts) + 1):
+            rel = "/".join(parts[:depth])
+            if rel in made:
+                continue
+            where = tmp / rel
+            os.mkdir(where, 0o700)
+            os.chmod(where, 0o700)
+            made.add(rel)
+            directories.append(where)
+            failpoint("restore.mkdir")
+
+    index = 0
+    current: str | None = None
+    try:
+        opened = open_archive(fh, limits)
+        for m in opened.members:
+            current = m.name
+            if index >= len(plan):
+                raise _Changed(m.name)
+            entry = plan[index]
+            index += 1
+            if (m.name, m.kind) != (entry.name, entry.kind) or (m.kind == FILE and m.size != entry.size):
+                raise _Changed(m.name)
+            parts = entry.path.split("/")
+            if m.kind == DIR:
+                ensure(parts)
+                continue
+            ensure(parts[:-1])
+            _write_file(tmp / entry.path, m.chunks(), entry)
+        current = None
+    except (PackageStop, MemberStop, Unsupported):
+        raise _Changed(current) from None
+    if index != len(plan):
+        raise _Changed(None)
+    return directories
+
+
+def _write_file(where: Path, chunks: Iterator[bytes], entry: PlanEntry) -> None:
+    fd = os.open(where, _FILE_FLAGS, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        failpoint("restore.file_open")
+        digest = hashlib.sha256()
+        done = 0
+        for chunk in chunks:
+            done += len(chunk)
+            if done > entry.size:
+                raise _Changed(entry.name)
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        if done != entry.size or digest.hexdigest() != entry.sha256:
+            raise _Changed(entry.name)
+        failpoint("restore.file_written")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    failpoint("restore.file_synced")
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _renameat2() -> object | None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.renameat2
+    return None
+
+
+def _rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` in one step, failing (FileExistsError) if ``dst`` exists, even as an empty
+    directory, which plain rename(2) would silently replace."""
+    func = _renameat2()
+    if func is not None:
+        result = func(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)  # type: ignore[operator]
+        if result == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), os.fspath(dst))
+        if err not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), os.fspath(dst))
+    # No renameat2 here: check, then rename (a narrow race, documented in docs/packages.md).
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(dst))
+    os.rename(src, dst)
