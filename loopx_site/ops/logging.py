@@ -1,0 +1,147 @@
+"""Structured JSON logs with secrets scrubbed.
+
+One JSON object per line on stderr: ``time``, ``level``, ``logger``, ``message`` (and ``event`` when the
+caller names one), ``run``, ``turn``, ``request_id``, ``task_id``, any other ``extra`` fields, and ``exc``
+for a traceback. settings.LOGGING installs :class:`JsonFormatter` with :class:`RedactingFilter` on the
+console handler, so every logger that propagates to the root (Django's, Celery's, ours) is covered.
+
+Redaction (journal-contract.md section 8 applies to log lines too):
+
+- an ``extra`` field whose name is secret (``is_secret_field``: token, password, ``*_key``...) is replaced
+  by ``"[redacted]"``; dict and list values are redacted at any depth with the engine's ``redact``;
+- text (the message, string extras, tracebacks) is scrubbed of ``Authorization``/``Bearer`` values,
+  anything shaped like an API token (``lxr_...``), and ``name=value`` / ``"name": "value"`` pairs whose
+  name is secret.
+
+The formatter scrubs again on its own, so a handler that forgot the filter still never prints a token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import traceback
+from datetime import UTC, datetime
+from typing import Any
+
+from recovery.engine.secrets import REDACTED, is_secret_field, redact
+
+from . import context
+
+# The store's token format (journals.services.TOKEN_PREFIX + token_urlsafe): matched wherever it appears.
+_API_TOKEN_RE = re.compile(r"lxr_[A-Za-z0-9_\-]{8,}")
+_BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}")
+_AUTH_HEADER_RE = re.compile(r"(?i)((?:http_)?authorization['\"]?\s*[:=]\s*)(['\"]?)[^'\"\n,}]*\2")
+# name=value, name: value, "name": "value", 'name': 'value' where the name is secret (checked in _sub_pair).
+_PAIR_RE = re.compile(
+    r"""(?P<q>["']?)(?P<name>[A-Za-z][A-Za-z0-9_\-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&}\])]+)"""
+)
+
+# Attributes every LogRecord has; anything else on a record came from ``extra``.
+_STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+_CONTEXT_FIELDS = ("run", "turn", "request_id", "task_id")
+
+
+def _sub_pair(match: re.Match[str]) -> str:
+    name = match.group("name").replace("-", "_")
+    if not is_secret_field(name):
+        return match.group(0)
+    value = match.group("value")
+    quote = value[0] if value[:1] in {'"', "'"} else ""
+    return f"{match.group('q')}{match.group('name')}{match.group('q')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+def scrub(text: str) -> str:
+    """Text with every token-like value and secret-named pair replaced by ``[redacted]``."""
+    if not text:
+        return text
+    text = _AUTH_HEADER_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}", text)
+    text = _BEARER_RE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _API_TOKEN_RE.sub(REDACTED, text)
+    return _PAIR_RE.sub(_sub_pair, text)
+
+
+def scrub_value(value: Any) -> Any:
+    """A JSON-ready copy of an ``extra`` value: secret fields redacted at any depth, strings scrubbed."""
+    if isinstance(value, dict):
+        return {str(k): scrub_value(v) for k, v in redact(value).items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [scrub_value(v) for v in redact(list(value))]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, bytes):
+        # Bytes in a log line are never quoted (they may be an unparsable record line).
+        return f"<{len(value)} bytes>"
+    return scrub(str(value))
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record in place so that no handler downstream can print a secret. Never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string must not lose the line: keep the template alone
+            message = str(record.msg)
+        record.msg = scrub(message)
+        record.args = None
+        for key, value in _extras(record).items():
+            if is_secret_field(key):
+                setattr(record, key, REDACTED)
+            elif isinstance(value, str | dict | list | tuple | bytes):
+                setattr(record, key, scrub_value(value))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line. Context (run, turn, request id, task id) comes from ``extra`` or, when
+    absent there, from :mod:`loopx_site.ops.context`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": scrub(message),
+        }
+        ctx = context.current()
+        extras = _extras(record)
+        request = extras.pop("request", None)
+        if request is not None:
+            # django.request / django.server pass the HttpRequest (or a socket): log what it was, not its
+            # repr, and take its request id (those lines are written after the middleware has returned).
+            if extras.get("request_id") is None and getattr(request, "request_id", None):
+                extras["request_id"] = request.request_id
+            method, path = getattr(request, "method", None), getattr(request, "path", None)
+            if isinstance(path, str):
+                extras.setdefault("method", method)
+                extras.setdefault("path", path)
+        for name in _CONTEXT_FIELDS:
+            value = extras.pop(name, None)
+            out[name] = scrub_value(value if value is not None else ctx[name])
+        for key, value in extras.items():
+            out[key] = REDACTED if is_secret_field(key) else scrub_value(value)
+        exc_text = record.exc_text
+        if record.exc_info and not exc_text:
+            exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        if exc_text:
+            out["exc"] = scrub(exc_text)
+        if record.stack_info:
+            out["stack"] = scrub(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str, separators=(",", ":"))

@@ -1,0 +1,105 @@
+"""API for webhooks (admins) and deliveries (viewers read, operators resend). People only: a runtime's
+API token is refused here, it has no business with notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import generics, serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from loopx_site.access import can_administer, can_operate, can_view
+
+from . import delivery
+from .admin import url_without_credentials
+from .models import EVENTS, Webhook, WebhookDelivery
+
+
+class IsAdminRole(BasePermission):
+    message = "You need the admin role to manage webhooks."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return can_administer(request.user)
+
+
+class CanViewDeliveries(BasePermission):
+    message = "You need the viewer role to read deliveries (operator to resend)."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return can_operate(request.user) if request.method == "POST" else can_view(request.user)
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    # write_only: accepted on create/update, never in any response.
+    secret = serializers.CharField(write_only=True, min_length=16, max_length=200, required=False)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=EVENTS), allow_empty=True)
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "name", "url", "secret", "events", "active", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if self.instance is None and not attrs.get("secret"):
+            raise serializers.ValidationError({"secret": "A new webhook needs a secret."})
+        return attrs
+
+    def to_representation(self, instance: Webhook) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["url"] = url_without_credentials(instance.url)
+        return data
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id", "webhook", "event", "idempotency_key", "status", "attempts", "attempt_limit", "next_attempt_at",
+            "last_status_code", "last_error", "created_at", "delivered_at",
+        ]
+        read_only_fields = fields
+
+
+class WebhookList(generics.ListCreateAPIView):
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [IsAdminRole]
+    serializer_class = WebhookSerializer
+    queryset = Webhook.objects.all()
+
+
+class WebhookDetail(generics.RetrieveUpdateDestroyAPIView):
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [IsAdminRole]
+    serializer_class = WebhookSerializer
+    queryset = Webhook.objects.all()
+
+
+class DeliveryList(generics.ListAPIView):
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [CanViewDeliveries]
+    serializer_class = DeliverySerializer
+    filterset_fields = ["status", "event", "webhook"]
+
+    def get_queryset(self) -> QuerySet[WebhookDelivery]:
+        return WebhookDelivery.objects.all()
+
+
+class DeliveryResend(APIView):
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [CanViewDeliveries]
+
+    def post(self, request: Request, pk: int) -> Response:
+        if not WebhookDelivery.objects.filter(pk=pk).exists():
+            return Response({"error": "not_found", "detail": "No such delivery.", "line": None}, status=404)
+        count = delivery.resend([pk])
+        if not count:
+            return Response(
+                {"error": "delivery_busy", "detail": "The delivery is being attempted right now.", "line": None},
+                status=409,
+            )
+        return Response(DeliverySerializer(WebhookDelivery.objects.get(pk=pk)).data, status=202)

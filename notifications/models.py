@@ -1,0 +1,96 @@
+"""Webhooks (configured by admins) and their deliveries (what was sent, how often, and how it went).
+
+A delivery row is the unit of work and of truth: its body is fixed when the event happens (so every
+attempt and every resend sends the same bytes, the same signature and the same idempotency key), and its
+``status`` moves only by compare-and-set updates (notifications.delivery), so two workers that get the
+same task (acks_late redelivery, the sweep) never both send it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+EVENTS = ("turn.blocked", "finding.opened", "crash_loop.parked", "package.rejected")
+DELIVERY_STATUSES = ("pending", "delivering", "delivered", "failed")
+
+
+def _event_choices() -> list[tuple[str, str]]:
+    return [(e, e.replace(".", " ").replace("_", " ")) for e in EVENTS]
+
+
+class Webhook(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    url = models.URLField(max_length=2000, help_text="Receives a POST with a JSON body for each subscribed event.")
+    # Needed in clear to sign (HMAC) every delivery, so it cannot be hashed; it is write-only everywhere
+    # it is edited (admin form, API) and never listed, logged or put in a payload.
+    secret = models.CharField(max_length=200, help_text="Signs each delivery. Write-only: never shown again.")
+    events = models.JSONField(default=list, help_text="Subscribed events.")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def subscribes(self, event: str) -> bool:
+        return self.active and isinstance(self.events, list) and event in self.events
+
+
+class WebhookDelivery(models.Model):
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=32, choices=_event_choices())
+    # Sent as `Idempotency-Key`: the same event never makes two deliveries to one webhook, and a receiver
+    # that sees a key twice (a retry after a lost response, a resend) knows it is the same event.
+    idempotency_key = models.CharField(max_length=120)
+    body = models.TextField(help_text="The exact JSON sent (redacted when it was made).")
+    status = models.CharField(
+        max_length=16, choices=[(s, s) for s in DELIVERY_STATUSES], default="pending", db_index=True
+    )
+    attempts = models.IntegerField(default=0)
+    # Attempts allowed before giving up; a resend raises it by the configured maximum.
+    attempt_limit = models.IntegerField(default=8)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # While `delivering`: the claim's end. A worker that died mid-request leaves a claim that expires.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    request_id = models.CharField(max_length=128, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["webhook", "idempotency_key"], name="webhookdelivery_unique_key"),
+            models.CheckConstraint(condition=Q(status__in=DELIVERY_STATUSES), name="webhookdelivery_status_valid"),
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="webhookdelivery_attempts_gte_0"),
+        ]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhookdelivery_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.webhook_id} ({self.status})"
+
+
+class WebhookAttempt(models.Model):
+    """One HTTP attempt of a delivery: when, how long, and what came back (never the response body)."""
+
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_rows")
+    number = models.IntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.FloatField(default=0)
+    status_code = models.IntegerField(null=True, blank=True)
+    ok = models.BooleanField(default=False)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="webhookattempt_unique_number"),
+        ]

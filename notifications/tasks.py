@@ -1,0 +1,31 @@
+"""Celery tasks of the notifications app (and retention, which is loopx_site.ops's but needs a task)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from . import delivery
+
+
+@shared_task(name="notifications.deliver_webhook", acks_late=True, ignore_result=True)
+def deliver_webhook(delivery_id: int) -> str:
+    """One attempt. Idempotent: the compare-and-set claim makes a redelivered message a no-op."""
+    return delivery.attempt(delivery_id)
+
+
+@shared_task(name="notifications.deliver_due", acks_late=True, ignore_result=True)
+def deliver_due() -> int:
+    """Beat sweep: publish every due delivery (those whose publish failed, or whose retry message was lost)."""
+    ids = delivery.due_deliveries()
+    delivery.publish(ids)
+    return len(ids)
+
+
+@shared_task(name="ops.retention_sweep", acks_late=True, ignore_result=True)
+def retention_sweep() -> dict[str, Any]:
+    """Beat task: export and remove old completed runs. Does nothing unless LOOPX_RETENTION_DAYS is set."""
+    from loopx_site.ops import retention
+
+    return retention.sweep().as_dict()
