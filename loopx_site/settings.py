@@ -41,9 +41,13 @@ INSTALLED_APPS = [
     "journals",
     "recovery",
     "audits",
+    # Webhooks, and the wiring of loopx_site/ops (metrics, JSON logs, retention): issue 8.
+    "notifications",
 ]
 
 MIDDLEWARE = [
+    # First, so that every later log line carries the request id (loopx_site/ops/middleware.py).
+    "loopx_site.ops.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -186,9 +190,38 @@ LOOPX_PACKAGE_MAX_MEMBERS = env_int("LOOPX_PACKAGE_MAX_MEMBERS", 10_000)
 LOOPX_PACKAGE_MAX_RATIO = env_int("LOOPX_PACKAGE_MAX_RATIO", 200)
 LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages")))
 
+# --- Operability (loopx_site/ops, notifications; docs/deployment.md) ---
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_ALLOW_IPS = env_list("METRICS_ALLOW_IPS", [])
+LOOPX_READYZ_REQUIRE_BEAT = env_bool("LOOPX_READYZ_REQUIRE_BEAT", True)
+LOOPX_READYZ_BEAT_MAX_AGE = env_int("LOOPX_READYZ_BEAT_MAX_AGE", 300)
+LOOPX_WEBHOOK_TIMEOUT_SECONDS = env_int("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)
+LOOPX_WEBHOOK_MAX_ATTEMPTS = env_int("LOOPX_WEBHOOK_MAX_ATTEMPTS", 8)
+LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)
+# 0 (unset) = retention off: nothing is ever removed.
+LOOPX_RETENTION_DAYS = env_int("LOOPX_RETENTION_DAYS", 0)
+LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retention")))
+# Celery keeps its hands off the root logger, so the worker and beat log JSON through LOGGING too.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# JSON lines on stderr, secrets scrubbed (loopx_site/ops/logging.py).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"redact": {"()": "loopx_site.ops.logging.RedactingFilter"}},
+    "formatters": {"json": {"()": "loopx_site.ops.logging.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+            "formatter": "json",
+            "filters": ["redact"],
+        }
+    },
+    # Django's own default handlers would print a second, plain and unscrubbed copy: replace them.
+    "loggers": {
+        "django": {"handlers": [], "level": env_str("LOG_LEVEL", "INFO"), "propagate": True},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }

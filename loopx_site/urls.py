@@ -9,4 +9,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
+    # Operability (issue 8): /healthz, /readyz, /metrics at the root; webhooks under the API.
+    path("", include("loopx_site.ops.urls")),
+    path("api/v1/", include("notifications.urls")),
 ]
