@@ -148,6 +148,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Turn journal ingest, recovery decisions and the recovery gate.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Three different "kind" vocabularies share a field name; each gets its own enum component.
+    "ENUM_NAME_OVERRIDES": {
+        "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",
+        "RecoveryActionKindEnum": "audits.models.ACTION_KINDS",
+        "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
+    },
 }
 
 # --- Celery ---

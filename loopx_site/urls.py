@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("api/v1/", include("loopx_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
     # Operability (issue 8): /healthz, /readyz, /metrics at the root; webhooks under the API.

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from tests.personas import *  # noqa: F403 - the named personas (operator, viewer, outsider, admin, runtime)
+
 REQUIRE_SERVICES = os.environ.get("LOOPX_REQUIRE_SERVICES") == "1"
 
 

@@ -1,0 +1,167 @@
+"""Writes of the audit trail: operator actions, and recovery audits (plan, actual actions, divergences).
+
+A recovery audit is opened under a claim's fencing token with the gate's plan; the runtime reports each
+action it actually takes and closes the audit; differences become typed divergences:
+`unplanned_action` (done, not planned), `repeated_action` (planned, done twice), `planned_action_missing`
+(planned, not reported by the close).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from audits.models import (
+    ACTION_KINDS,
+    OperatorAction,
+    RecoveryAudit,
+    RecoveryAuditAction,
+    RecoveryAuditClosure,
+    RecoveryDivergence,
+)
+from journals.models import Run, Turn
+from journals.storable import storable
+from recovery.engine.secrets import redact
+from recovery.selectors import DONE, HOLD
+from recovery.services import GateError, claim_require, turn_decision, turn_park
+
+
+def operator_action_record(
+    *,
+    actor: Any,
+    kind: str,
+    reason: str,
+    run: Run | None = None,
+    turn: Turn | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> OperatorAction:
+    """Append one audit row. ``actor`` None is the system (the gate itself); before/after are redacted."""
+    name = actor.get_username() if actor is not None and hasattr(actor, "get_username") else "recovery-gate"
+    return OperatorAction.objects.create(
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_name=str(name)[:150],
+        kind=kind,
+        run=run,
+        turn=turn,
+        reason=reason,
+        before=storable(redact(before or {})),
+        after=storable(redact(after or {})),
+    )
+
+
+def recovery_audit_open(*, turn: Turn, fencing_token: int) -> RecoveryAudit:
+    """Open a recovery of ``turn`` under the current claim: the audit's plan is the gate's decision.
+
+    Refused (409) with a stale token, when the gate holds or there is nothing to recover, and when the
+    turn has had LOOPX_MAX_RECOVERY_ATTEMPTS recoveries without progress: then the gate parks the turn
+    (`recovery_attempts_exceeded`) until an operator approves. The parking is committed even though the
+    request is refused.
+    """
+    parked: GateError | None = None
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
+        claim = claim_require(turn=locked, fencing_token=fencing_token)
+        view = turn_decision(turn=locked)
+        if view.state == HOLD:
+            raise GateError(409, "turn_blocked", "the gate holds this turn", reason=view.reason)
+        if view.state == DONE:
+            raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)
+        if view.attempts >= view.max_attempts:
+            turn_park(turn=locked, view=view)
+            parked = GateError(
+                409,
+                "recovery_attempts_exceeded",
+                "too many recoveries without progress: the turn is blocked until an operator approves",
+                attempts=view.attempts,
+                max_attempts=settings.LOOPX_MAX_RECOVERY_ATTEMPTS,
+            )
+        else:
+            return RecoveryAudit.objects.create(
+                run=locked.run,
+                turn=locked,
+                claim=claim,
+                fencing_token=claim.fencing_token,
+                worker_id=claim.worker_id,
+                assessment=view.assessment,
+                decision=view.decision,
+                resume_from=view.resume_from,
+                progress_key=view.progress_key,
+                attempt=view.attempts + 1,
+                planned=storable(view.planned),
+            )
+    raise parked
+
+
+def _closure(audit: RecoveryAudit) -> RecoveryAuditClosure | None:
+    return RecoveryAuditClosure.objects.filter(audit=audit).first()
+
+
+def _lock_for_audit(audit: RecoveryAudit, fencing_token: int) -> None:
+    Turn.objects.select_for_update().get(pk=audit.turn_id)  # serialises reports of one turn
+    if _closure(audit) is not None:
+        raise GateError(409, "audit_closed", "this recovery audit is closed")
+    if not isinstance(fencing_token, int) or isinstance(fencing_token, bool) or fencing_token != audit.fencing_token:
+        raise GateError(409, "stale_token", "the fencing token is not the one this audit was opened with")
+    claim_require(turn=audit.turn, fencing_token=fencing_token)
+
+
+def recovery_audit_action_report(
+    *, audit: RecoveryAudit, fencing_token: int, kind: str, target: str, detail: dict[str, Any] | None = None
+) -> RecoveryAuditAction:
+    """Record an action the runtime actually took; a divergence when it was not planned or repeated."""
+    if kind not in ACTION_KINDS:
+        raise GateError(400, "action_invalid", f"kind must be one of {', '.join(ACTION_KINDS)}")
+    if not isinstance(target, str) or not target or len(target) > 200:
+        raise GateError(400, "action_invalid", "target must be a string of 1 to 200 characters")
+    if detail is not None and not isinstance(detail, dict):
+        raise GateError(400, "action_invalid", "detail must be an object")
+    target = storable(target)
+    with transaction.atomic():
+        _lock_for_audit(audit, fencing_token)
+        previous = list(audit.actions.order_by("position").values_list("kind", "target"))
+        planned = {(a["kind"], a["target"]) for a in audit.planned}
+        action = RecoveryAuditAction.objects.create(
+            audit=audit,
+            position=len(previous) + 1,
+            kind=kind,
+            target=target,
+            # Runtimes may echo arguments: secret fields never reach the store's projections.
+            detail=storable(redact(detail or {})),
+            planned=(kind, target) in planned,
+        )
+        if (kind, target) not in planned:
+            code, text = "unplanned_action", f"{kind} {target!r} was done but not planned"
+        elif (kind, target) in previous:
+            code, text = "repeated_action", f"{kind} {target!r} was done more than once"
+        else:
+            return action
+        RecoveryDivergence.objects.create(audit=audit, code=code, kind=kind, target=target, action=action, detail=text)
+        return action
+
+
+def recovery_audit_close(*, audit: RecoveryAudit, fencing_token: int, note: str = "") -> RecoveryAuditClosure:
+    """Close the audit: every planned action never reported becomes `planned_action_missing`."""
+    if not isinstance(note, str) or len(note) > 4000:
+        raise GateError(400, "note_invalid", "note must be a string of at most 4000 characters")
+    with transaction.atomic():
+        _lock_for_audit(audit, fencing_token)
+        done = set(audit.actions.values_list("kind", "target"))
+        missing = [a for a in audit.planned if (a["kind"], a["target"]) not in done]
+        RecoveryDivergence.objects.bulk_create(
+            [
+                RecoveryDivergence(
+                    audit=audit,
+                    code="planned_action_missing",
+                    kind=a["kind"],
+                    target=a["target"],
+                    detail=f"{a['kind']} {a['target']!r} was planned but not reported before the close",
+                )
+                for a in missing
+            ]
+        )
+        return RecoveryAuditClosure.objects.create(
+            audit=audit, note=storable(note), divergence_count=audit.divergences.count()
+        )

@@ -1,0 +1,255 @@
+"""The journal store: runs, their branches and turns, and the append-only records as received.
+
+JournalRecord is the evidence: the exact bytes of every line, in the order they arrived (``seq``), never
+updated or deleted. Everything else here (Run counters, Branch cursors and lineage, Turn, Phase, Intent)
+is a projection that ingest and assessments keep current for fast reads; it can always be rebuilt from the
+records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from loopx_site.appendonly import AppendOnlyModel
+
+EMPTY_PREFIX_DIGEST = hashlib.sha256(b"").hexdigest()
+
+DECISIONS = ("complete", "finalize", "resume", "blocked", "discarded")
+TURN_STATUSES = ("open", "completed", "failed", "cancelled")
+# Identifier columns are indexed; ingest refuses longer ids (`identifier_too_long`) so an index never
+# overflows and no id is silently truncated.
+ID_MAX = 200
+
+
+def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v.replace("_", " ")) for v in values]
+
+
+def _in(field: str, values: tuple[str, ...], *, null: bool = False) -> Q:
+    q = Q(**{f"{field}__in": values})
+    return q | Q(**{f"{field}__isnull": True}) if null else q
+
+
+class ApiToken(models.Model):
+    """A runtime's credential. Only the sha256 of the token is stored; the token is shown once."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    run_prefix = models.CharField(
+        max_length=ID_MAX,
+        blank=True,
+        default="",
+        help_text="When set, the token may only touch runs whose id starts with it.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    def allows_run(self, run_id: str) -> bool:
+        return run_id.startswith(self.run_prefix)
+
+
+class Run(models.Model):
+    run_id = models.CharField(max_length=ID_MAX, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The committed prefix's identity: how many records, the last seq, and a running digest over the
+    # record digests in seq order (sha256(previous prefix digest + record digest)).
+    record_count = models.BigIntegerField(default=0)
+    last_seq = models.BigIntegerField(default=0)
+    prefix_digest = models.CharField(max_length=64, default=EMPTY_PREFIX_DIGEST)
+    # From the latest assessment (null until one ran).
+    live_branch = models.IntegerField(null=True, blank=True)
+    blocked_reason = models.CharField(max_length=64, null=True, blank=True)
+    assessed_seq = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(record_count__gte=0), name="run_record_count_gte_0"),
+            models.CheckConstraint(condition=Q(last_seq__gte=0), name="run_last_seq_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+    @property
+    def prefix_key(self) -> str:
+        return f"{self.record_count}:{self.last_seq}:{self.prefix_digest}"
+
+
+class Branch(models.Model):
+    """One branch of a run. Cursors come from ingest; lineage from the latest assessment."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="branches")
+    number = models.IntegerField()
+    # Highest lsn stored, and the ack cursor: highest lsn n such that lsns 0..n are all stored (-1: none).
+    last_lsn = models.BigIntegerField(default=-1)
+    committed_lsn = models.BigIntegerField(default=-1)
+    record_count = models.BigIntegerField(default=0)
+    parent = models.IntegerField(null=True, blank=True)
+    from_lsn = models.BigIntegerField(null=True, blank=True)
+    fork_lsn = models.BigIntegerField(null=True, blank=True)
+    discarded_from = models.BigIntegerField(null=True, blank=True)
+    live = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="branch_unique_per_run"),
+            models.CheckConstraint(condition=Q(number__gte=0), name="branch_number_gte_0"),
+            models.CheckConstraint(condition=Q(committed_lsn__lte=models.F("last_lsn")), name="branch_cursor_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.number}"
+
+
+class Turn(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns")
+    turn_id = models.CharField(max_length=ID_MAX)
+    lineage = models.TextField(null=True, blank=True)
+    branch = models.IntegerField(default=0)
+    plan = models.JSONField(default=list)
+    first_seq = models.BigIntegerField(default=0)
+    # Denormalised from the latest assessment so that lists filter without touching it.
+    status = models.CharField(max_length=16, choices=_choices(TURN_STATUSES), default="open")
+    decision = models.CharField(max_length=16, choices=_choices(DECISIONS), null=True, blank=True)
+    reason = models.CharField(max_length=64, null=True, blank=True)
+    resume_from = models.TextField(null=True, blank=True)
+    completed_phases = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Digest of the latest assessment's picture of this turn: a refresh rewrites only turns that changed.
+    assessed_digest = models.CharField(max_length=64, blank=True, default="")
+    # The fencing counter of the recovery gate: only ever grows (recovery.services.turn_claim).
+    fencing_counter = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "first_seq", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "turn_id"], name="turn_unique_per_run"),
+            models.CheckConstraint(condition=_in("status", TURN_STATUSES), name="turn_status_valid"),
+            models.CheckConstraint(condition=_in("decision", DECISIONS, null=True), name="turn_decision_valid"),
+            models.CheckConstraint(condition=Q(fencing_counter__gte=0), name="turn_fencing_gte_0"),
+        ]
+        indexes = [
+            models.Index(fields=["decision", "-updated_at"], name="turn_decision_updated"),
+            models.Index(fields=["reason", "-updated_at"], name="turn_reason_updated"),
+            models.Index(fields=["-updated_at", "-id"], name="turn_updated_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.turn_id}"
+
+
+class Phase(models.Model):
+    """A planned phase of a turn, and the live record that committed it (null while uncommitted)."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="phases")
+    position = models.IntegerField()
+    name = models.TextField()
+    committed = models.BooleanField(default=False)
+    record = models.ForeignKey("JournalRecord", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    # The committing record's `at`: informational, as the writer stated it (never used for ordering).
+    committed_at = models.TextField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["turn", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "position"], name="phase_unique_position"),
+            models.CheckConstraint(condition=Q(position__gte=0), name="phase_position_gte_0"),
+        ]
+
+
+EFFECT_CLASSES = ("safe", "idempotent", "unsafe")
+RESOLUTIONS = ("settled", "replay", "reissue", "indeterminate")
+OUTCOMES = ("succeeded", "failed", "unknown")
+
+
+class Intent(models.Model):
+    """An intent of a turn as the latest assessment sees it (described by its latest dispatch)."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="intents")
+    intent_id = models.CharField(max_length=ID_MAX)
+    effect_class = models.CharField(max_length=16, choices=_choices(EFFECT_CLASSES))
+    idempotency_key = models.TextField(null=True, blank=True)
+    resolution = models.CharField(max_length=16, choices=_choices(RESOLUTIONS))
+    branch = models.IntegerField(default=0)
+    live = models.BooleanField(default=True)
+    dispatches = models.IntegerField(default=1)
+    outcome = models.CharField(max_length=16, choices=_choices(OUTCOMES), null=True, blank=True)
+    position = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["turn", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "intent_id"], name="intent_unique_per_turn"),
+            models.CheckConstraint(condition=_in("effect_class", EFFECT_CLASSES), name="intent_effect_class_valid"),
+            models.CheckConstraint(condition=_in("resolution", RESOLUTIONS), name="intent_resolution_valid"),
+            models.CheckConstraint(condition=_in("outcome", OUTCOMES, null=True), name="intent_outcome_valid"),
+        ]
+
+
+class JournalRecord(AppendOnlyModel):
+    """One line of a run's journal, exactly as received. Append-only (also enforced by a trigger)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="records")
+    # Per-run ingest order (1, 2, 3, ...): file order across branches, which the engine depends on.
+    seq = models.BigIntegerField()
+    branch = models.IntegerField()
+    lsn = models.BigIntegerField()
+    # Envelope fields copied out for queries; null when the record's own value is absent or unusable
+    # (the bytes still say what it was, and the assessment reports it).
+    kind = models.CharField(max_length=64, null=True, blank=True)
+    v = models.IntegerField(null=True, blank=True)
+    turn = models.CharField(max_length=ID_MAX, null=True, blank=True)
+    digest = models.CharField(max_length=64)
+    line = models.BinaryField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="record_unique_seq"),
+            models.UniqueConstraint(fields=["run", "branch", "lsn"], name="record_unique_branch_lsn"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="record_seq_gte_1"),
+            models.CheckConstraint(condition=Q(branch__gte=0), name="record_branch_gte_0"),
+            models.CheckConstraint(condition=Q(lsn__gte=0), name="record_lsn_gte_0"),
+        ]
+        indexes = [models.Index(fields=["run", "turn", "seq"], name="record_run_turn_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} ({self.branch}:{self.lsn})"
+
+
+class Checkpoint(models.Model):
+    """A checkpoint record's claims (checked by the assessment: `checkpoint_mismatch`)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    record = models.OneToOneField(JournalRecord, on_delete=models.PROTECT, related_name="checkpoint")
+    branch = models.IntegerField()
+    lsn = models.BigIntegerField()
+    covers_lsn = models.BigIntegerField(null=True, blank=True)
+    state_digest = models.CharField(max_length=64, null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "branch", "lsn"]

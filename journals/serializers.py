@@ -1,0 +1,163 @@
+"""Shapes of the journal API. Record content reaches them only through selectors.record_public
+(redacted, contract section 8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from journals.models import Branch, Intent, Phase, Run, Turn
+from journals.services import IngestResult
+
+
+class IngestBranchSerializer(serializers.Serializer):
+    branch = serializers.IntegerField()
+    committed_lsn = serializers.IntegerField(help_text="Ack cursor: every lsn 0..committed_lsn is stored (-1: none).")
+    last_lsn = serializers.IntegerField(help_text="Highest lsn stored on the branch (-1: none).")
+
+
+class IngestResultSerializer(serializers.Serializer):
+    run = serializers.CharField()
+    stored = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    first_seq = serializers.IntegerField(allow_null=True)
+    last_seq = serializers.IntegerField()
+    branches = IngestBranchSerializer(many=True)
+
+    def to_representation(self, instance: IngestResult) -> dict[str, Any]:
+        return {
+            "run": instance.run.run_id,
+            "stored": instance.stored,
+            "duplicates": instance.duplicates,
+            "first_seq": instance.first_seq,
+            "last_seq": instance.last_seq,
+            "branches": [
+                {"branch": b.number, "committed_lsn": b.committed_lsn, "last_lsn": b.last_lsn}
+                for b in instance.branches
+            ],
+        }
+
+
+class LsnConflictSerializer(serializers.Serializer):
+    error = serializers.CharField()
+    detail = serializers.CharField()
+    line = serializers.IntegerField(allow_null=True)
+    branch = serializers.IntegerField()
+    lsn = serializers.IntegerField()
+    stored_digest = serializers.CharField()
+    received_digest = serializers.CharField()
+
+
+class RunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Run
+        fields = [
+            "run_id",
+            "created_at",
+            "updated_at",
+            "record_count",
+            "last_seq",
+            "prefix_digest",
+            "live_branch",
+            "blocked_reason",
+            "assessed_seq",
+        ]
+
+
+class BranchSerializer(serializers.ModelSerializer):
+    branch = serializers.IntegerField(source="number")
+
+    class Meta:
+        model = Branch
+        fields = [
+            "branch",
+            "parent",
+            "from_lsn",
+            "fork_lsn",
+            "discarded_from",
+            "last_lsn",
+            "committed_lsn",
+            "record_count",
+            "live",
+        ]
+
+
+class RunDetailSerializer(RunSerializer):
+    branches = BranchSerializer(many=True, read_only=True)
+    decisions = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "branches", "decisions"]
+
+    def get_decisions(self, run: Run) -> dict[str, int]:
+        return dict(self.context.get("decisions", {}))
+
+
+class TurnSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.run_id")
+    turn = serializers.CharField(source="turn_id")
+    plan = serializers.ListField(child=serializers.CharField())
+    completed_phases = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        model = Turn
+        fields = [
+            "run",
+            "turn",
+            "lineage",
+            "branch",
+            "plan",
+            "status",
+            "decision",
+            "reason",
+            "resume_from",
+            "completed_phases",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class RecordRefSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    branch = serializers.IntegerField()
+    lsn = serializers.IntegerField()
+
+
+class PhaseSerializer(serializers.ModelSerializer):
+    record = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Phase
+        fields = ["position", "name", "committed", "committed_at", "record"]
+
+    def get_record(self, phase: Phase) -> dict[str, int] | None:
+        record = phase.record
+        return None if record is None else {"seq": record.seq, "branch": record.branch, "lsn": record.lsn}
+
+
+class IntentSerializer(serializers.ModelSerializer):
+    intent = serializers.CharField(source="intent_id")
+
+    class Meta:
+        model = Intent
+        fields = ["intent", "effect_class", "idempotency_key", "resolution", "branch", "live", "dispatches", "outcome"]
+
+
+class TurnDetailSerializer(TurnSerializer):
+    phases = PhaseSerializer(many=True, read_only=True)
+    intents = IntentSerializer(many=True, read_only=True)
+
+    class Meta(TurnSerializer.Meta):
+        fields = [*TurnSerializer.Meta.fields, "phases", "intents"]
+
+
+class RecordSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    branch = serializers.IntegerField()
+    lsn = serializers.IntegerField()
+    kind = serializers.CharField(allow_null=True)
+    v = serializers.IntegerField(allow_null=True)
+    turn = serializers.CharField(allow_null=True)
+    digest = serializers.CharField()
+    record = serializers.JSONField(allow_null=True, help_text="The record with secret fields redacted.")

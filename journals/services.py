@@ -1,0 +1,412 @@
+"""Writes of the journal store: API tokens and record ingest.
+
+Ingest (`records_ingest`) is the receipt layer of the contract: a batch is validated as a whole, then
+committed in one transaction or not at all. Only *malformed input* is refused (not one JSON object, a
+bad envelope, limits); a well-formed record that breaks the contract is stored, because it is evidence
+and the assessment blocks on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from journals.models import (
+    ID_MAX,
+    ApiToken,
+    Branch,
+    Checkpoint,
+    JournalRecord,
+    Run,
+    Turn,
+)
+from journals.storable import is_storable, storable
+from loopx_site.errors import ServiceError
+from recovery.engine.canonical import canonical_bytes, parse_line
+from recovery.engine.types import DEFAULT_PHASES
+
+TOKEN_PREFIX = "lxr_"
+_MAX_BRANCH = 2**31 - 1
+_MAX_LSN = 2**63 - 1
+_MAX_V = 2**31 - 1
+# Writers we know (the JSONL family); a JSON array is accepted too and re-serialised canonically.
+JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
+JSON_TYPES = ("application/json",)
+
+
+# --- API tokens -------------------------------------------------------------------------------------
+
+
+def api_token_create(*, name: str, run_prefix: str = "") -> tuple[ApiToken, str]:
+    """Create a token; the raw token is returned once and only its sha256 is stored."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(name=name, run_prefix=run_prefix, token_hash=ApiToken.hash(raw))
+    return token, raw
+
+
+def api_token_revoke(*, token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def api_token_touch(*, token: ApiToken) -> None:
+    """Note the token's use, at most once a minute, so that a busy runtime does not write on every call."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > timedelta(seconds=60):
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+
+
+# --- Ingest -----------------------------------------------------------------------------------------
+
+
+class IngestError(ServiceError):
+    """A batch refused as a whole (nothing of it stored)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    line_no: int
+    raw: bytes
+    branch: int
+    lsn: int
+    digest: str
+    kind: str | None
+    v: int | None
+    turn: str | None
+    obj: dict[str, Any]
+
+
+@dataclass
+class IngestResult:
+    run: Run
+    stored: int
+    duplicates: int
+    first_seq: int | None
+    last_seq: int
+    branches: list[Branch] = field(default_factory=list)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _split(body: bytes, content_type: str) -> list[bytes]:
+    max_line = settings.LOOPX_INGEST_MAX_LINE_BYTES
+    max_records = settings.LOOPX_INGEST_MAX_BATCH_RECORDS
+    if len(body) > settings.LOOPX_INGEST_MAX_BATCH_BYTES:
+        raise IngestError(413, "batch_too_large", f"the batch exceeds {settings.LOOPX_INGEST_MAX_BATCH_BYTES} bytes")
+    if not body.strip():
+        raise IngestError(400, "empty_batch", "the batch holds no record")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in JSON_TYPES:
+        return _split_array(body, max_line, max_records)
+    lines = body.split(b"\n")
+    if lines[-1] == b"":  # one final newline ends the last line; it is not an empty line
+        lines.pop()
+    if len(lines) > max_records:
+        raise IngestError(413, "too_many_records", f"the batch holds more than {max_records} records")
+    for number, raw in enumerate(lines, start=1):
+        if len(raw) > max_line:
+            raise IngestError(413, "line_too_large", f"the line exceeds {max_line} bytes", number)
+    return lines
+
+
+def _split_array(body: bytes, max_line: int, max_records: int) -> list[bytes]:
+    def _refuse_constant(name: str) -> Any:
+        raise ValueError("non-finite number")
+
+    try:
+        items = json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise IngestError(400, "not_json", "the body is not a JSON array of records", 1) from None
+    if not isinstance(items, list):
+        raise IngestError(400, "not_json", "the body is not a JSON array of records", 1)
+    if not items:
+        raise IngestError(400, "empty_batch", "the batch holds no record")
+    if len(items) > max_records:
+        raise IngestError(413, "too_many_records", f"the batch holds more than {max_records} records")
+    lines: list[bytes] = []
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise IngestError(400, "not_json", "the element is not a JSON object", number)
+        try:
+            # The array form has no line bytes of its own: a record is stored as its canonical bytes.
+            raw = canonical_bytes(item)
+        except (ValueError, UnicodeEncodeError, RecursionError):
+            raise IngestError(400, "not_json", "the element cannot be serialised as UTF-8 JSON", number) from None
+        if len(raw) > max_line:
+            raise IngestError(413, "line_too_large", f"the record exceeds {max_line} bytes", number)
+        lines.append(raw)
+    return lines
+
+
+def _check_identifier(value: Any, name: str, number: int) -> str | None:
+    """Turn and intent ids become indexed columns: they must fit and be storable text."""
+    if not isinstance(value, str):
+        return None
+    if len(value) > ID_MAX:
+        raise IngestError(400, "identifier_too_long", f"the {name} id is longer than {ID_MAX} characters", number)
+    if "\x00" in value:
+        raise IngestError(400, "identifier_invalid", f"the {name} id contains a NUL character", number)
+    # A lone surrogate makes the record `record_invalid` (stored as evidence); the id is not a usable key.
+    return value if is_storable(value) else None
+
+
+def _prepare(number: int, raw: bytes, run_id: str) -> _Prepared:
+    parsed = parse_line(raw)
+    obj = parsed.obj
+    if obj is None:
+        # parse_line's detail says what kind of damage, never what the bytes were.
+        raise IngestError(400, "not_json", f"the line is not one complete JSON object ({parsed.detail})", number)
+    run = obj.get("run")
+    if not isinstance(run, str):
+        raise IngestError(400, "envelope_invalid", "the record has no string `run`", number)
+    if run != run_id:
+        raise IngestError(400, "run_mismatch", "the record belongs to another run than the URL names", number)
+    branch, lsn = obj.get("branch"), obj.get("lsn")
+    if not _is_int(branch) or not 0 <= branch <= _MAX_BRANCH:
+        raise IngestError(400, "envelope_invalid", "`branch` must be an integer >= 0", number)
+    if not _is_int(lsn) or not 0 <= lsn <= _MAX_LSN:
+        raise IngestError(400, "envelope_invalid", "`lsn` must be an integer >= 0 (64-bit)", number)
+    turn = _check_identifier(obj.get("turn"), "turn", number)
+    _check_identifier(obj.get("intent"), "intent", number)
+    kind = obj.get("kind")
+    v = obj.get("v")
+    # A record with a lone surrogate has no canonical bytes; its raw bytes identify it instead.
+    digest = parsed.digest or hashlib.sha256(raw).hexdigest()
+    return _Prepared(
+        line_no=number,
+        raw=raw,
+        branch=branch,
+        lsn=lsn,
+        digest=digest,
+        kind=kind if isinstance(kind, str) and len(kind) <= 64 and is_storable(kind) else None,
+        v=v if _is_int(v) and -_MAX_V <= v <= _MAX_V else None,
+        turn=turn,
+        obj=obj,
+    )
+
+
+def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
+    return IngestError(
+        409,
+        "lsn_conflict",
+        f"branch {rec.branch} lsn {rec.lsn} is already stored with other bytes",
+        rec.line_no,
+        branch=rec.branch,
+        lsn=rec.lsn,
+        stored_digest=stored_digest,
+        received_digest=rec.digest,
+    )
+
+
+def _lock_run(run_id: str) -> Run:
+    run, _ = Run.objects.get_or_create(run_id=run_id)
+    # Serialises ingest (seq assignment, cursors) per run; SQLite's IMMEDIATE transactions already do.
+    return Run.objects.select_for_update().get(pk=run.pk)
+
+
+def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiToken | None) -> IngestResult:
+    """Validate a batch and store it atomically. Raises IngestError (nothing stored) on refusal."""
+    if token is not None and not token.allows_run(run_id):
+        raise IngestError(403, "run_forbidden", "this token may not write to this run")
+    if not run_id or len(run_id) > ID_MAX:
+        raise IngestError(400, "identifier_too_long", f"the run id must have 1 to {ID_MAX} characters")
+    if not is_storable(run_id):
+        raise IngestError(400, "identifier_invalid", "the run id contains a NUL or a lone surrogate")
+    prepared = [_prepare(number, raw, run_id) for number, raw in enumerate(_split(body, content_type), start=1)]
+
+    # Within the batch: a repeat of the same bytes is a duplicate, other bytes at the same place a conflict.
+    fresh: dict[tuple[int, int], _Prepared] = {}
+    batch_duplicates = 0
+    for rec in prepared:
+        seen = fresh.get((rec.branch, rec.lsn))
+        if seen is None:
+            fresh[(rec.branch, rec.lsn)] = rec
+        elif seen.digest == rec.digest:
+            batch_duplicates += 1
+        else:
+            raise _conflict(rec, seen.digest)
+
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        branches = {b.number: b for b in Branch.objects.filter(run=run)}
+        duplicates = batch_duplicates + _drop_stored(run, branches, fresh)
+        new = list(fresh.values())  # dicts keep insertion order: file order of the batch
+        now = timezone.now()
+        first_seq = run.last_seq + 1 if new else None
+        if new:
+            _insert(run, new, now)
+            _advance_branches(run, branches, new)
+            _project_turns_and_checkpoints(run, new, first_seq or 0)
+            run.updated_at = now
+            run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
+    return IngestResult(
+        run=run,
+        stored=len(new),
+        duplicates=duplicates,
+        first_seq=first_seq,
+        last_seq=run.last_seq,
+        branches=sorted(branches.values(), key=lambda b: b.number),
+    )
+
+
+def _drop_stored(run: Run, branches: dict[int, Branch], fresh: dict[tuple[int, int], _Prepared]) -> int:
+    """Remove records already stored (same digest: duplicate) from ``fresh``; raise on a conflict."""
+    candidates: dict[int, list[int]] = {}
+    for branch, lsn in fresh:
+        known = branches.get(branch)
+        # Only lsns at or below the branch's highest stored lsn can already be there.
+        if known is not None and lsn <= known.last_lsn:
+            candidates.setdefault(branch, []).append(lsn)
+    duplicates = 0
+    for branch, lsns in candidates.items():
+        for start in range(0, len(lsns), 5000):
+            chunk = lsns[start : start + 5000]
+            stored = JournalRecord.objects.filter(run=run, branch=branch, lsn__in=chunk).values_list("lsn", "digest")
+            for lsn, digest in stored:
+                rec = fresh[(branch, lsn)]
+                if digest != rec.digest:
+                    raise _conflict(rec, digest)
+                del fresh[(branch, lsn)]
+                duplicates += 1
+    return duplicates
+
+
+def _insert(run: Run, new: list[_Prepared], now: Any) -> None:
+    prefix = run.prefix_digest
+    seq = run.last_seq
+    rows: list[tuple[Any, ...]] = []
+    for rec in new:
+        seq += 1
+        prefix = hashlib.sha256((prefix + rec.digest).encode()).hexdigest()
+        rows.append((run.pk, seq, rec.branch, rec.lsn, rec.kind, rec.v, rec.turn, rec.digest, rec.raw, now))
+    if connection.vendor == "postgresql":
+        _copy_rows(rows)
+    else:
+        JournalRecord.objects.bulk_create(
+            [
+                JournalRecord(
+                    run_id=r[0],
+                    seq=r[1],
+                    branch=r[2],
+                    lsn=r[3],
+                    kind=r[4],
+                    v=r[5],
+                    turn=r[6],
+                    digest=r[7],
+                    line=r[8],
+                    received_at=r[9],
+                )
+                for r in rows
+            ],
+            batch_size=500,
+        )
+    run.record_count += len(new)
+    run.last_seq = seq
+    run.prefix_digest = prefix
+
+
+_COLUMNS = ("run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "line", "received_at")
+
+
+def _copy_rows(rows: Iterable[tuple[Any, ...]]) -> None:
+    """PostgreSQL: COPY is several times faster than INSERT for a batch (benchmarks/bench_ingest.py)."""
+    table = JournalRecord._meta.db_table
+    with connection.cursor() as cursor:
+        raw_cursor = cursor.cursor  # the psycopg 3 cursor inside Django's wrapper, same transaction
+        with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> None:
+    by_branch: dict[int, set[int]] = {}
+    for rec in new:
+        by_branch.setdefault(rec.branch, set()).add(rec.lsn)
+    created: list[Branch] = []
+    changed: list[Branch] = []
+    for number, lsns in by_branch.items():
+        branch = branches.get(number)
+        if branch is None:
+            branch = Branch(run=run, number=number)
+            branches[number] = branch
+            created.append(branch)
+        else:
+            changed.append(branch)
+            if branch.last_lsn > branch.committed_lsn:
+                # Records stored beyond a gap earlier: they count once the gap is filled.
+                lsns |= set(
+                    JournalRecord.objects.filter(run=run, branch=number, lsn__gt=branch.committed_lsn).values_list(
+                        "lsn", flat=True
+                    )
+                )
+        committed = branch.committed_lsn
+        while committed + 1 in lsns:
+            committed += 1
+        branch.committed_lsn = committed
+        branch.last_lsn = max(branch.last_lsn, max(lsns))
+        branch.record_count += len(by_branch[number])
+    if created:
+        Branch.objects.bulk_create(created)
+    if changed:
+        Branch.objects.bulk_update(changed, ["committed_lsn", "last_lsn", "record_count"])
+
+
+def _plan_of(obj: dict[str, Any]) -> list[str]:
+    plan = obj.get("phases", obj.get("stages"))
+    if isinstance(plan, list) and plan and all(isinstance(p, str) for p in plan):
+        return plan
+    return list(DEFAULT_PHASES)
+
+
+def _project_turns_and_checkpoints(run: Run, new: list[_Prepared], first_seq: int) -> None:
+    """Turns become listable as soon as they are planned; the assessment fills in their decision."""
+    turns: dict[str, Turn] = {}
+    checkpoints: list[tuple[int, _Prepared]] = []
+    for offset, rec in enumerate(new):
+        if rec.kind == "turn_planned" and rec.turn is not None and rec.turn not in turns:
+            lineage = rec.obj.get("lineage")
+            turns[rec.turn] = Turn(
+                run=run,
+                turn_id=rec.turn,
+                lineage=storable(lineage) if isinstance(lineage, str) else None,
+                branch=rec.branch,
+                plan=storable(_plan_of(rec.obj)),
+                first_seq=first_seq + offset,
+            )
+        elif rec.kind == "checkpoint":
+            checkpoints.append((first_seq + offset, rec))
+    if turns:
+        # The first planning wins; a later one (another lineage) is the assessment's business.
+        Turn.objects.bulk_create(list(turns.values()), ignore_conflicts=True)
+    if checkpoints:
+        ids = dict(JournalRecord.objects.filter(run=run, seq__in=[s for s, _ in checkpoints]).values_list("seq", "pk"))
+        rows = []
+        for seq, rec in checkpoints:
+            covers, state_digest = rec.obj.get("covers_lsn"), rec.obj.get("state_digest")
+            rows.append(
+                Checkpoint(
+                    run=run,
+                    record_id=ids[seq],
+                    branch=rec.branch,
+                    lsn=rec.lsn,
+                    covers_lsn=covers if _is_int(covers) and abs(covers) <= _MAX_LSN else None,
+                    state_digest=(
+                        storable(state_digest) if isinstance(state_digest, str) and len(state_digest) <= 64 else None
+                    ),
+                )
+            )
+        Checkpoint.objects.bulk_create(rows)

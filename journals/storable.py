@@ -1,0 +1,27 @@
+"""Values copied out of records into columns must be storable everywhere: PostgreSQL text and jsonb
+refuse NUL characters, and no UTF-8 column takes a lone surrogate (both are legal inside a JSON string
+and may sit in a record; the record's own bytes keep them, untouched, in a binary column).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def is_storable(text: str) -> bool:
+    return _UNSTORABLE.search(text) is None
+
+
+def storable(value: Any) -> Any:
+    """A copy of ``value`` with NUL and lone surrogates replaced by U+FFFD in every string and key."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub(REPLACEMENT, value)
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value

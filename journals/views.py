@@ -1,0 +1,211 @@
+"""Journal API: ingest (the receipt layer) and reads (runs, branches, turns with their timeline,
+records). Views parse, call a service or selector, and respond."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from journals.filters import TurnFilter
+from journals.models import Branch, Intent, JournalRecord, Run, Turn
+from journals.selectors import (
+    branches_list,
+    record_public,
+    runs_list,
+    turn_records,
+    turn_with_timeline,
+    turns_list,
+)
+from journals.serializers import (
+    BranchSerializer,
+    IngestResultSerializer,
+    IntentSerializer,
+    LsnConflictSerializer,
+    RecordSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    TurnDetailSerializer,
+    TurnSerializer,
+)
+from journals.services import IngestError, records_ingest
+from loopx_site.access import CanRunRecovery, runtime_token
+from loopx_site.api import ErrorSerializer, LoopxView
+
+
+class _RawBatchParser(BaseParser):
+    """Hands the body to the ingest service as bytes, reading at most one byte past the batch limit
+    (the service then answers 413) so that an oversized body is never held in memory whole."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+        if stream is None:
+            return b""
+        return stream.read(settings.LOOPX_INGEST_MAX_BATCH_BYTES + 1)
+
+
+class NdjsonParser(_RawBatchParser):
+    media_type = "application/x-ndjson"
+
+
+class JsonlParser(_RawBatchParser):
+    media_type = "application/jsonl"
+
+
+class PlainTextParser(_RawBatchParser):
+    media_type = "text/plain"
+
+
+class JsonArrayParser(_RawBatchParser):
+    media_type = "application/json"
+
+
+_JSONL_BODY = {"type": "string", "description": "One JSON record per line (JSONL), in file order."}
+_ARRAY_BODY = {"type": "array", "items": {"type": "object", "additionalProperties": True}}
+_ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Malformed input; nothing stored."),
+    401: OpenApiResponse(ErrorSerializer, description="No or invalid credentials."),
+    403: OpenApiResponse(ErrorSerializer, description="Not allowed (role or token run prefix)."),
+    404: OpenApiResponse(ErrorSerializer, description="No such run or turn."),
+}
+
+
+class RecordsView(LoopxView):
+    """POST: ingest a batch (atomic, idempotent on redelivery). GET: the run's records, redacted."""
+
+    queryset = JournalRecord.objects.none()
+    parser_classes = [NdjsonParser, JsonlParser, PlainTextParser, JsonArrayParser]
+    permission_classes = [CanRunRecovery]
+    serializer_class = RecordSerializer
+
+    @extend_schema(
+        operation_id="records_ingest",
+        request={
+            "application/x-ndjson": _JSONL_BODY,
+            "application/jsonl": _JSONL_BODY,
+            "text/plain": _JSONL_BODY,
+            "application/json": _ARRAY_BODY,
+        },
+        responses={
+            200: IngestResultSerializer,
+            409: OpenApiResponse(LsnConflictSerializer, description="Same (branch, lsn), other bytes."),
+            413: OpenApiResponse(ErrorSerializer, description="A line, the batch or the record count is too large."),
+            **_ERRORS,
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        self.check_run_allowed(request, run_id)
+        declared = request.META.get("CONTENT_LENGTH") or "0"
+        if declared.isdigit() and int(declared) > settings.LOOPX_INGEST_MAX_BATCH_BYTES:
+            # Refused before reading a byte of it.
+            error = IngestError(413, "batch_too_large", "the batch exceeds the size limit")
+            return Response(error.as_dict(), status=413)
+        result = records_ingest(
+            run_id=run_id, body=request.data, content_type=request.content_type, token=runtime_token(request)
+        )
+        return Response(IngestResultSerializer(result).data)
+
+    @extend_schema(operation_id="records_list", responses={200: RecordSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        page = self.paginate_queryset(run.records.order_by("seq"))
+        return self.get_paginated_response(RecordSerializer([record_public(r) for r in page], many=True).data)
+
+
+class RunListView(LoopxView):
+    serializer_class = RunSerializer
+
+    def get_queryset(self) -> QuerySet[Run]:
+        return runs_list(run_prefix=self.token_prefix())
+
+    @extend_schema(operation_id="runs_list", responses={200: RunSerializer(many=True), **_ERRORS})
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(RunSerializer(page, many=True).data)
+
+
+class RunDetailView(LoopxView):
+    serializer_class = RunDetailSerializer
+    queryset = Run.objects.none()
+
+    @extend_schema(operation_id="runs_retrieve", responses={200: RunDetailSerializer, **_ERRORS})
+    def get(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        decisions = {
+            row["decision"] or "unassessed": row["n"]
+            for row in Turn.objects.filter(run=run).values("decision").annotate(n=Count("id")).order_by()
+        }
+        return Response(RunDetailSerializer(run, context={"decisions": decisions}).data)
+
+
+class BranchListView(LoopxView):
+    serializer_class = BranchSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[Branch]:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no run
+            return Branch.objects.none()
+        return branches_list(run=self.get_run(self.request, self.kwargs["run_id"]))
+
+    @extend_schema(operation_id="branches_list", responses={200: BranchSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(BranchSerializer(self.get_queryset(), many=True).data)
+
+
+class TurnListView(LoopxView):
+    """Turns, newest change first; filters: decision, reason, status, run, time. Fixed query count."""
+
+    serializer_class = TurnSerializer
+    filterset_class = TurnFilter
+
+    def get_queryset(self) -> QuerySet[Turn]:
+        turns = turns_list(run_prefix=self.token_prefix())
+        if "run_id" in self.kwargs:
+            turns = turns.filter(run=self.get_run(self.request, self.kwargs["run_id"]))
+        return turns
+
+    @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str | None = None) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(TurnSerializer(page, many=True).data)
+
+
+class RunTurnListView(TurnListView):
+    @extend_schema(operation_id="run_turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str | None = None) -> Response:
+        return super().get(request, run_id)
+
+
+class TurnDetailView(LoopxView):
+    serializer_class = TurnDetailSerializer
+    queryset = Turn.objects.none()
+
+    @extend_schema(operation_id="turns_retrieve", responses={200: TurnDetailSerializer, **_ERRORS})
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = turn_with_timeline(turn=self.get_turn(request, run_id, turn_id))
+        return Response(TurnDetailSerializer(turn).data)
+
+
+class TurnIntentListView(LoopxView):
+    serializer_class = IntentSerializer
+    queryset = Intent.objects.none()  # for the schema: path parameters and model
+    pagination_class = None
+
+    @extend_schema(operation_id="turn_intents_list", responses={200: IntentSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        return Response(IntentSerializer(turn.intents.order_by("position"), many=True).data)
+
+
+class TurnRecordListView(LoopxView):
+    serializer_class = RecordSerializer
+    queryset = JournalRecord.objects.none()
+
+    @extend_schema(operation_id="turn_records_list", responses={200: RecordSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        page = self.paginate_queryset(turn_records(turn=self.get_turn(request, run_id, turn_id)))
+        return self.get_paginated_response(RecordSerializer([record_public(r) for r in page], many=True).data)

@@ -1,0 +1,68 @@
+"""The API's shared base: authentication (runtime tokens, sessions), the per-token throttle, typed
+service errors, and run lookups that respect a token's run prefix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
+from journals.models import Run, Turn
+from journals.selectors import run_find, turn_find
+from loopx_site.access import CanView, runtime_token
+from loopx_site.errors import ServiceError
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every refusal of a service: a stable code, one line of words, and the 1-based line when a
+    record of a batch was at fault. Some codes add fields (e.g. `lsn_conflict`: branch, lsn, digests)."""
+
+    error = serializers.CharField()
+    detail = serializers.CharField()
+    line = serializers.IntegerField(allow_null=True)
+
+
+class LoopxView(GenericAPIView):
+    authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
+    throttle_classes = [ApiTokenRateThrottle]
+    permission_classes = [CanView]
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ServiceError):
+            return Response(exc.as_dict(), status=exc.status)
+        if isinstance(exc, ValidationError):
+            # Same shape as every other refusal, with the per-field messages beside it.
+            body = {"error": "invalid_request", "detail": "the request body is invalid", "line": None}
+            return Response({**body, "fields": exc.detail}, status=400)
+        return super().handle_exception(exc)
+
+    def check_run_allowed(self, request: Request, run_id: str) -> None:
+        token = runtime_token(request)
+        if token is not None and not token.allows_run(run_id):
+            raise PermissionDenied("This token may not access this run.")
+
+    def get_run(self, request: Request, run_id: str) -> Run:
+        self.check_run_allowed(request, run_id)
+        run = run_find(run_id=run_id)
+        if run is None:
+            raise NotFound("No such run.")
+        return run
+
+    def get_turn(self, request: Request, run_id: str, turn_id: str) -> Turn:
+        turn = turn_find(run=self.get_run(request, run_id), turn_id=turn_id)
+        if turn is None:
+            raise NotFound("No such turn.")
+        return turn
+
+    def token_prefix(self) -> str:
+        token = runtime_token(self.request)
+        return token.run_prefix if token is not None else ""
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "view": self}

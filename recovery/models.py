@@ -1,0 +1,147 @@
+"""Recovery state: stored assessments, per-turn decisions, claims (leases with fencing tokens), operator
+evidence and the operator's approvals and blocks (and the gate's own parking of crash loops).
+
+The engine (recovery/engine/) is pure; these models remember what it said about which prefix, and what
+people decided about it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from journals.models import DECISIONS, ID_MAX, Run, Turn
+from loopx_site.appendonly import AppendOnlyModel
+
+
+def _in(field: str, values: tuple[str, ...], *, null: bool = False) -> Q:
+    q = Q(**{f"{field}__in": values})
+    return q | Q(**{f"{field}__isnull": True}) if null else q
+
+
+class Assessment(models.Model):
+    """The engine's output for one committed prefix of a run, one engine version and one set of evidence.
+
+    Identity: (run, prefix_key, evidence_digest, engine_version, projection_version) is unique, so the
+    same inputs are never assessed into two rows. Operator evidence is an input of the engine (contract
+    section 6), hence part of the identity.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="assessments")
+    prefix_records = models.BigIntegerField()
+    prefix_last_seq = models.BigIntegerField()
+    prefix_digest = models.CharField(max_length=64)
+    prefix_key = models.CharField(max_length=120)
+    evidence_digest = models.CharField(max_length=64)
+    engine_version = models.CharField(max_length=40)
+    projection_version = models.CharField(max_length=40)
+    output = models.JSONField()
+    live_branch = models.IntegerField(default=0)
+    blocked_reason = models.CharField(max_length=64, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["run", "-prefix_last_seq", "-id"]
+        get_latest_by = "id"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "prefix_key", "evidence_digest", "engine_version", "projection_version"],
+                name="assessment_unique_identity",
+            ),
+        ]
+
+
+class TurnAssessment(models.Model):
+    """One turn's decision inside an assessment, as rows so that lists filter on them."""
+
+    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="turn_rows")
+    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="assessments")
+    decision = models.CharField(max_length=16)
+    reason = models.CharField(max_length=64, null=True, blank=True)
+    resume_from = models.TextField(null=True, blank=True)
+    completed_phases = models.JSONField(default=list)
+    reason_line = models.BigIntegerField(null=True, blank=True)
+    terminal = models.CharField(max_length=16, null=True, blank=True)
+
+    class Meta:
+        ordering = ["assessment", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["assessment", "turn"], name="turnassessment_unique"),
+            models.CheckConstraint(condition=_in("decision", DECISIONS), name="turnassessment_decision_valid"),
+        ]
+        indexes = [models.Index(fields=["turn", "-assessment"], name="turnassessment_turn_latest")]
+
+
+class TurnClaim(models.Model):
+    """A lease on a turn for one worker. The fencing token only grows per turn (Turn.fencing_counter)."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="claims")
+    worker_id = models.CharField(max_length=ID_MAX)
+    fencing_token = models.BigIntegerField()
+    acquired_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["turn", "-fencing_token"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "fencing_token"], name="claim_unique_token"),
+            models.CheckConstraint(condition=Q(fencing_token__gte=1), name="claim_token_gte_1"),
+        ]
+
+    def holds(self, now: timezone.datetime | None = None) -> bool:
+        now = now or timezone.now()
+        return self.released_at is None and self.expires_at > now
+
+
+FINDINGS = ("happened", "not_happened")
+
+
+class OperatorEvidence(AppendOnlyModel):
+    """An operator's finding about an intent (contract section 6). The latest per intent is in force."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="evidence")
+    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="evidence")
+    intent_id = models.CharField(max_length=ID_MAX)
+    finding = models.CharField(max_length=16, choices=[(f, f.replace("_", " ")) for f in FINDINGS])
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["turn", "intent_id", "-id"]
+        constraints = [models.CheckConstraint(condition=_in("finding", FINDINGS), name="evidence_finding_valid")]
+
+
+GATE_KINDS = ("approve", "block", "park")
+
+
+class GateDecision(AppendOnlyModel):
+    """An approval or block by an operator, or the gate parking a crash loop. The latest one is in force.
+
+    An approval records the engine's blocking reason and the turn's violations at the time, and covers
+    exactly those facts: any further violation of the turn later needs a new approval (fail-closed).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="gate_decisions")
+    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="gate_decisions")
+    kind = models.CharField(max_length=16, choices=[(k, k) for k in GATE_KINDS])
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    assessment = models.ForeignKey(Assessment, null=True, on_delete=models.PROTECT, related_name="+")
+    engine_decision = models.CharField(max_length=16, null=True, blank=True)
+    engine_reason = models.CharField(max_length=64, null=True, blank=True)
+    engine_reason_line = models.BigIntegerField(null=True, blank=True)
+    # The turn's violations (code, branch, lsn) when approved: an approval covers exactly these facts.
+    engine_facts = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["turn", "-id"]
+        constraints = [models.CheckConstraint(condition=_in("kind", GATE_KINDS), name="gatedecision_kind_valid")]
+
+

@@ -1,0 +1,213 @@
+"""Reads of the recovery state, and the gate: what a runtime may do with a turn right now.
+
+The gate combines three things, in this order of precedence:
+1. the operator: a block in force holds the turn; the gate's own parking (crash loop) holds it too;
+2. the engine's decision for the committed prefix (with the operator evidence in force);
+3. an operator's approval, which lets a blocked turn proceed while the engine's blocking fact is the one
+   that was approved (same reason, same journal line). Run-level violations are never approvable: the
+   journal must be repaired (fail-closed: an unverifiable prefix is unknown, and unknown blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from journals.models import Intent, Run, Turn
+from recovery.engine.types import RUN_LEVEL
+from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+
+PROCEED, HOLD, DONE = "proceed", "hold", "done"
+OPERATOR_BLOCKED = "operator_blocked"
+RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
+RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
+
+
+@dataclass
+class GateView:
+    turn: Turn
+    assessment: Assessment
+    row: TurnAssessment
+    operator: GateDecision | None
+    claim: TurnClaim | None
+    attempts: int
+    max_attempts: int
+    state: str
+    decision: str
+    reason: str | None
+    resume_from: str | None
+    approved: bool
+    intents: list[Intent] = field(default_factory=list)
+
+    @property
+    def progress_key(self) -> str:
+        return progress_key(self.row)
+
+    @property
+    def planned(self) -> list[dict[str, Any]]:
+        return planned_actions(self.turn, self.row, self.intents) if self.state == PROCEED else []
+
+    def summary(self) -> dict[str, Any]:
+        """A compact, JSON-safe picture of the gate (OperatorAction before/after)."""
+        return {
+            "state": self.state,
+            "decision": self.decision,
+            "reason": self.reason,
+            "resume_from": self.resume_from,
+            "engine_decision": self.row.decision,
+            "engine_reason": self.row.reason,
+            "operator": self.operator.kind if self.operator else None,
+            "attempts": self.attempts,
+            "assessment": self.assessment.pk,
+        }
+
+
+def progress_key(row: TurnAssessment) -> str:
+    """The turn's committed progress on the live timeline: attempts that do not move it are a loop."""
+    return f"{len(row.completed_phases)}|{row.terminal or ''}"
+
+
+def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> list[dict[str, Any]]:
+    """What a recovery of this turn should do: its missing phases, its live unsettled intents, the end."""
+    plan = list(turn.plan)
+    actions: list[dict[str, Any]] = [{"kind": "phase", "target": p} for p in plan[len(row.completed_phases) :]]
+    for intent in intents:
+        if intent.live and intent.resolution in ("replay", "reissue"):
+            action = {
+                "kind": "intent",
+                "target": intent.intent_id,
+                "resolution": intent.resolution,
+                "effect_class": intent.effect_class,
+            }
+            if intent.resolution == "reissue":
+                action["idempotency_key"] = intent.idempotency_key
+            actions.append(action)
+    if row.terminal is None:
+        actions.append({"kind": "terminal", "target": "turn_terminal"})
+    return actions
+
+
+def operator_in_force(*, turn: Turn) -> GateDecision | None:
+    return GateDecision.objects.filter(turn=turn).select_related("actor").order_by("-id").first()
+
+
+def claim_current(*, turn: Turn) -> TurnClaim | None:
+    """The claim whose lease holds now, if any."""
+    return (
+        TurnClaim.objects.filter(turn=turn, released_at__isnull=True, expires_at__gt=timezone.now())
+        .order_by("-fencing_token")
+        .first()
+    )
+
+
+def attempts_without_progress(*, turn: Turn, key: str, since: GateDecision | None) -> int:
+    """Recovery audits opened in a row (newest first) at the turn's current progress, after the latest
+    approval. An approval resets the count; progress breaks the run of equal keys."""
+    from audits.models import RecoveryAudit  # audits depends on recovery, not the other way round
+
+    audits = RecoveryAudit.objects.filter(turn=turn)
+    if since is not None:
+        audits = audits.filter(opened_at__gte=since.created_at)
+    count = 0
+    for audit_key in audits.order_by("-id").values_list("progress_key", flat=True).iterator():
+        if audit_key != key:
+            break
+        count += 1
+    return count
+
+
+def latest_approval(*, turn: Turn) -> GateDecision | None:
+    return GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").first()
+
+
+def turn_facts(assessment: Assessment, turn_id: str) -> list[list[Any]]:
+    """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers."""
+    return [
+        [v.get("code"), v.get("branch"), v.get("lsn")]
+        for v in assessment.output.get("violations", [])
+        if v.get("turn") == turn_id
+    ]
+
+
+def approval_covers(approval: GateDecision, row: TurnAssessment, assessment: Assessment, turn_id: str) -> bool:
+    if row.reason in RUN_LEVEL_CODES:
+        return False
+    return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id)
+
+
+def gate_view(*, turn: Turn, assessment: Assessment) -> GateView:
+    """The gate for ``turn`` under ``assessment`` (which the caller refreshed)."""
+    row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
+    operator = operator_in_force(turn=turn)
+    key = progress_key(row)
+    attempts = attempts_without_progress(turn=turn, key=key, since=latest_approval(turn=turn))
+    intents = list(Intent.objects.filter(turn=turn).order_by("position"))
+    covered = (
+        operator is not None and operator.kind == "approve" and approval_covers(operator, row, assessment, turn.turn_id)
+    )
+    state, decision, reason, resume_from, approved = _effective(turn, row, operator, covered)
+    return GateView(
+        turn=turn,
+        assessment=assessment,
+        row=row,
+        operator=operator,
+        claim=claim_current(turn=turn),
+        attempts=attempts,
+        max_attempts=settings.LOOPX_MAX_RECOVERY_ATTEMPTS,
+        state=state,
+        decision=decision,
+        reason=reason,
+        resume_from=resume_from,
+        approved=approved,
+        intents=intents,
+    )
+
+
+def _effective(
+    turn: Turn, row: TurnAssessment, operator: GateDecision | None, covered: bool
+) -> tuple[str, str, str | None, str | None, bool]:
+    if operator is not None and operator.kind == "block":
+        return HOLD, "blocked", OPERATOR_BLOCKED, None, False
+    if operator is not None and operator.kind == "park":
+        return HOLD, "blocked", RECOVERY_ATTEMPTS_EXCEEDED, None, False
+    if row.decision in ("complete", "discarded"):
+        return DONE, row.decision, row.reason, None, False
+    if row.decision == "blocked":
+        if covered:
+            # The approved fact stays visible as the reason; the turn goes on after its committed phases.
+            plan = list(turn.plan)
+            done = len(row.completed_phases)
+            if done >= len(plan):
+                return PROCEED, "finalize", row.reason, None, True
+            return PROCEED, "resume", row.reason, plan[done], True
+        return HOLD, "blocked", row.reason, None, False
+    return PROCEED, row.decision, row.reason, row.resume_from, operator is not None and operator.kind == "approve"
+
+
+def assessments_list(*, run: Run) -> QuerySet[Assessment]:
+    return Assessment.objects.filter(run=run).order_by("-id")
+
+
+def assessment_latest(*, run: Run) -> Assessment | None:
+    return Assessment.objects.filter(run=run).order_by("-id").first()
+
+
+def evidence_in_force(*, run: Run) -> dict[tuple[str, str], str]:
+    """The latest finding per (turn, intent): the engine's `evidence` argument."""
+    found: dict[tuple[str, str], str] = {}
+    rows = OperatorEvidence.objects.filter(run=run).order_by("id").values_list("turn__turn_id", "intent_id", "finding")
+    for turn_id, intent_id, finding in rows:
+        found[(turn_id, intent_id)] = finding
+    return found
+
+
+def evidence_list(*, turn: Turn) -> QuerySet[OperatorEvidence]:
+    return OperatorEvidence.objects.filter(turn=turn).order_by("-id")
+
+
+def gate_decisions_list(*, turn: Turn) -> QuerySet[GateDecision]:
+    return GateDecision.objects.filter(turn=turn).order_by("-id")

@@ -1,0 +1,200 @@
+"""Shapes of the recovery API: assessments, the gate's decision, claims, approvals and evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnClaim
+from recovery.selectors import GateView
+
+
+class AssessmentSummarySerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.run_id")
+
+    class Meta:
+        model = Assessment
+        fields = [
+            "id",
+            "run",
+            "prefix_records",
+            "prefix_last_seq",
+            "prefix_digest",
+            "evidence_digest",
+            "engine_version",
+            "projection_version",
+            "live_branch",
+            "blocked_reason",
+            "created_at",
+        ]
+
+
+class AssessmentSerializer(AssessmentSummarySerializer):
+    output = serializers.JSONField(help_text="The engine's stable JSON (assess_journal --json shape).")
+
+    class Meta(AssessmentSummarySerializer.Meta):
+        fields = [*AssessmentSummarySerializer.Meta.fields, "output"]
+
+
+class GateOperatorSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["approve", "block", "park"])
+    actor = serializers.CharField()
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class GateEngineSerializer(serializers.Serializer):
+    decision = serializers.CharField()
+    reason = serializers.CharField(allow_null=True)
+    reason_line = serializers.IntegerField(allow_null=True)
+    resume_from = serializers.CharField(allow_null=True)
+    completed_phases = serializers.ListField(child=serializers.CharField())
+    terminal = serializers.CharField(allow_null=True)
+
+
+class GateClaimSerializer(serializers.Serializer):
+    worker_id = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class GateRecoverySerializer(serializers.Serializer):
+    attempts = serializers.IntegerField(help_text="Recoveries opened in a row without the turn's progress moving.")
+    max_attempts = serializers.IntegerField()
+    parked = serializers.BooleanField()
+
+
+class GateIntentSerializer(serializers.Serializer):
+    intent = serializers.CharField()
+    effect_class = serializers.CharField()
+    resolution = serializers.CharField()
+    live = serializers.BooleanField()
+    branch = serializers.IntegerField()
+    outcome = serializers.CharField(allow_null=True)
+
+
+class PlannedActionSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["phase", "intent", "terminal"])
+    target = serializers.CharField()
+    resolution = serializers.CharField(required=False)
+    effect_class = serializers.CharField(required=False)
+    idempotency_key = serializers.CharField(required=False, allow_null=True)
+
+
+class GateSerializer(serializers.Serializer):
+    """The gate: `state` is what a runtime may do now (`proceed`, `hold`, or `done`: nothing to do)."""
+
+    run = serializers.CharField()
+    turn = serializers.CharField()
+    state = serializers.ChoiceField(choices=["proceed", "hold", "done"])
+    decision = serializers.CharField()
+    reason = serializers.CharField(allow_null=True)
+    resume_from = serializers.CharField(allow_null=True)
+    approved = serializers.BooleanField()
+    engine = GateEngineSerializer()
+    operator = GateOperatorSerializer(allow_null=True)
+    claim = GateClaimSerializer(allow_null=True)
+    recovery = GateRecoverySerializer()
+    planned = PlannedActionSerializer(many=True)
+    intents = GateIntentSerializer(many=True)
+    assessment = AssessmentSummarySerializer()
+
+    def to_representation(self, view: GateView) -> dict[str, Any]:
+        row, op, claim = view.row, view.operator, view.claim
+        return {
+            "run": view.turn.run.run_id,
+            "turn": view.turn.turn_id,
+            "state": view.state,
+            "decision": view.decision,
+            "reason": view.reason,
+            "resume_from": view.resume_from,
+            "approved": view.approved,
+            "engine": {
+                "decision": row.decision,
+                "reason": row.reason,
+                "reason_line": row.reason_line,
+                "resume_from": row.resume_from,
+                "completed_phases": list(row.completed_phases),
+                "terminal": row.terminal,
+            },
+            "operator": None
+            if op is None
+            else {"kind": op.kind, "actor": op.actor_name, "reason": op.reason, "at": op.created_at.isoformat()},
+            # Never the holder's fencing token: it is handed to the claimer alone.
+            "claim": None
+            if claim is None
+            else {"worker_id": claim.worker_id, "expires_at": claim.expires_at.isoformat()},
+            "recovery": {
+                "attempts": view.attempts,
+                "max_attempts": view.max_attempts,
+                "parked": op is not None and op.kind == "park",
+            },
+            "planned": view.planned,
+            "intents": [
+                {
+                    "intent": i.intent_id,
+                    "effect_class": i.effect_class,
+                    "resolution": i.resolution,
+                    "live": i.live,
+                    "branch": i.branch,
+                    "outcome": i.outcome,
+                }
+                for i in view.intents
+            ],
+            "assessment": AssessmentSummarySerializer(view.assessment).data,
+        }
+
+
+class ClaimRequestSerializer(serializers.Serializer):
+    worker_id = serializers.CharField(max_length=200)
+
+
+class ClaimSerializer(serializers.ModelSerializer):
+    turn = serializers.CharField(source="turn.turn_id")
+
+    class Meta:
+        model = TurnClaim
+        fields = ["turn", "worker_id", "fencing_token", "acquired_at", "expires_at", "released_at"]
+
+
+class FencingRequestSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
+class ApproveRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000)
+    evidence = serializers.DictField(
+        child=serializers.ChoiceField(choices=list(FINDINGS)),
+        required=False,
+        help_text="Intent id -> happened / not_happened (needed for an indeterminate unsafe effect).",
+    )
+
+
+class BlockRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000)
+
+
+class EvidenceSerializer(serializers.ModelSerializer):
+    intent = serializers.CharField(source="intent_id")
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = OperatorEvidence
+        fields = ["intent", "finding", "actor", "reason", "created_at"]
+
+
+class GateDecisionSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = GateDecision
+        fields = [
+            "id",
+            "kind",
+            "actor",
+            "reason",
+            "engine_decision",
+            "engine_reason",
+            "engine_reason_line",
+            "created_at",
+        ]

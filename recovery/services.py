@@ -1,0 +1,523 @@
+"""Writes of the recovery state: assessments, claims, approvals, blocks and evidence.
+
+Each transition is written once, here, and called from the API (and later the pages, admin and Celery).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from journals.models import Branch, Intent, JournalRecord, Phase, Run, Turn
+from journals.storable import storable
+from loopx_site.errors import ServiceError
+from recovery import engine
+from recovery.engine import assess
+from recovery.engine.canonical import canonical_bytes, parse_line
+from recovery.engine.secrets import redact
+from recovery.engine.types import Assessment as EngineAssessment
+from recovery.engine.types import BranchView, TurnDecision
+from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.selectors import (
+    HOLD,
+    RUN_LEVEL_CODES,
+    GateView,
+    claim_current,
+    evidence_in_force,
+    gate_view,
+    turn_facts,
+)
+
+ENGINE_VERSION: str = engine.ENGINE_VERSION
+# The engine's projection (fold) version when it publishes one; until then the fold is versioned with the
+# engine itself, which is bumped whenever an output for the same input could change.
+PROJECTION_VERSION: str = str(getattr(engine, "PROJECTION_VERSION", ENGINE_VERSION))
+_MAX_BRANCH = 2**31 - 1
+
+
+class GateError(ServiceError):
+    """A gate transition refused (409 for state conflicts, 400 for bad arguments)."""
+
+
+# --- Assessments ------------------------------------------------------------------------------------
+
+
+def _evidence_digest(evidence: Mapping[tuple[str, str], str]) -> str:
+    return hashlib.sha256(canonical_bytes(sorted([t, i, f] for (t, i), f in evidence.items()))).hexdigest()
+
+
+def _lines_through(run_pk: int, last_seq: int) -> Iterator[bytes]:
+    """The run's lines in seq order up to ``last_seq``, streamed in chunks (memory stays flat)."""
+    after = 0
+    while after < last_seq:
+        rows = list(
+            JournalRecord.objects.filter(run_id=run_pk, seq__gt=after, seq__lte=last_seq)
+            .order_by("seq")
+            .values_list("seq", "line")[:5000]
+        )
+        if not rows:
+            return
+        for seq, line in rows:
+            after = seq
+            yield bytes(line)
+
+
+def assessment_refresh(*, run: Run) -> Assessment:
+    """The assessment of the run's committed prefix with the evidence in force; computed only when no
+    assessment with the same identity exists (same prefix, evidence, engine and projection version)."""
+    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    evidence = evidence_in_force(run=run)
+    identity = {
+        "run": run,
+        "prefix_key": run.prefix_key,
+        "evidence_digest": _evidence_digest(evidence),
+        "engine_version": ENGINE_VERSION,
+        "projection_version": PROJECTION_VERSION,
+    }
+    existing = Assessment.objects.filter(**identity).first()
+    if existing is not None:
+        return existing
+    last_seq = run.last_seq
+    result = assess(lambda: _lines_through(run.pk, last_seq), evidence=evidence)
+    blocked = result.run_blocked
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                stored = Assessment.objects.create(
+                    **identity,
+                    prefix_records=run.record_count,
+                    prefix_last_seq=last_seq,
+                    prefix_digest=run.prefix_digest,
+                    output=storable(redact(result.to_dict())),
+                    live_branch=result.live_branch,
+                    blocked_reason=blocked.code if blocked else None,
+                )
+        except IntegrityError:
+            # Another worker assessed the same identity first: theirs is the same answer.
+            return Assessment.objects.get(**identity)
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        turns = _project_turns(locked, result, last_seq)
+        TurnAssessment.objects.bulk_create(
+            [
+                TurnAssessment(
+                    assessment=stored,
+                    turn=turns[td.turn],
+                    decision=td.decision.value,
+                    reason=td.reason,
+                    resume_from=storable(td.resume_from),
+                    completed_phases=storable(list(td.completed_phases)),
+                    reason_line=td.reason_line,
+                    terminal=td.terminal,
+                )
+                for td in result.turns
+                if td.turn in turns
+            ],
+            batch_size=2000,
+        )
+        # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
+        if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
+            _project_branches(locked, result.branches)
+            locked.live_branch = result.live_branch
+            locked.blocked_reason = stored.blocked_reason
+            locked.assessed_seq = last_seq
+            locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
+    return stored
+
+
+def _turn_key(td: TurnDecision) -> str | None:
+    return storable(td.turn) if isinstance(td.turn, str) and 0 < len(td.turn) <= 200 else None
+
+
+def _project_turns(run: Run, result: EngineAssessment, last_seq: int) -> dict[str, Turn]:
+    """Turn, Phase and Intent rows from the engine's decisions; only turns whose picture changed are
+    rewritten. Returns engine turn id -> Turn."""
+    keys = {td.turn: key for td in result.turns if (key := _turn_key(td)) is not None}
+    existing = {t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=list(keys.values()))}
+    missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
+    if missing:
+        Turn.objects.bulk_create(missing, ignore_conflicts=True)
+        existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
+    now = timezone.now()
+    changed: list[tuple[Turn, TurnDecision]] = []
+    for td in result.turns:
+        key = keys.get(td.turn)
+        if key is None:
+            continue
+        turn = existing[key]
+        fields = {
+            "lineage": storable(td.lineage),
+            "branch": td.branch,
+            "plan": storable(list(td.phases)),
+            "status": td.terminal if td.terminal in ("completed", "failed", "cancelled") else "open",
+            "decision": td.decision.value,
+            "reason": td.reason,
+            "resume_from": storable(td.resume_from),
+            "completed_phases": storable(list(td.completed_phases)),
+        }
+        intents = [
+            [i.intent, i.effect_class, i.idempotency_key, i.resolution, i.branch, i.live, i.dispatches, i.outcome]
+            for i in td.intents
+        ]
+        # One digest of everything the turn's rows show (the live branch too: a fork moves committing
+        # records) so that unchanged turns cost nothing on a refresh.
+        signature = hashlib.sha256(
+            canonical_bytes(storable([fields, intents, td.terminal, result.live_branch]))
+        ).hexdigest()
+        if turn.assessed_digest != signature:
+            for k, v in fields.items():
+                setattr(turn, k, v)
+            turn.assessed_digest = signature
+            turn.updated_at = now
+            changed.append((turn, td))
+    if changed:
+        Turn.objects.bulk_update(
+            [t for t, _ in changed],
+            [
+                "lineage",
+                "branch",
+                "plan",
+                "status",
+                "decision",
+                "reason",
+                "resume_from",
+                "completed_phases",
+                "updated_at",
+                "assessed_digest",
+            ],
+            batch_size=2000,
+        )
+        _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
+    return {engine_id: existing[key] for engine_id, key in keys.items()}
+
+
+def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int, float]:
+    """branch -> the last lsn of it on the live timeline (inf for the live branch itself)."""
+    views = {b.branch: b for b in branches}
+    cutoffs: dict[int, float] = {live_branch: float("inf")}
+    current = views.get(live_branch)
+    while current is not None and current.parent is not None:
+        keep = current.from_lsn if current.from_lsn is not None else -1
+        cutoffs[current.parent] = min(cutoffs.get(current.parent, float("inf")), keep)
+        current = views.get(current.parent)
+    return cutoffs
+
+
+def _rewrite_timelines(
+    run: Run,
+    branches: Iterable[BranchView],
+    live_branch: int,
+    changed: list[tuple[Turn, TurnDecision]],
+    last_seq: int,
+) -> None:
+    cutoffs = _live_cutoffs(branches, live_branch)
+    turn_ids = [t.turn_id for t, _ in changed]
+    # The first live phase_committed record of each (turn, phase): the committing record.
+    committing: dict[tuple[str, str], tuple[int, str | None]] = {}
+    for start in range(0, len(turn_ids), 1000):
+        rows = (
+            JournalRecord.objects.filter(
+                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
+            )
+            .order_by("seq")
+            .values_list("pk", "branch", "lsn", "turn", "line")
+        )
+        for pk, branch, lsn, turn_id, line in rows.iterator(chunk_size=2000):
+            if lsn > cutoffs.get(branch, -1):
+                continue
+            obj = parse_line(bytes(line)).obj or {}
+            phase, at = obj.get("phase"), obj.get("at")
+            if isinstance(phase, str):
+                committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
+    turns = [t for t, _ in changed]
+    Phase.objects.filter(turn__in=turns).delete()
+    Intent.objects.filter(turn__in=turns).delete()
+    phases: list[Phase] = []
+    intents: list[Intent] = []
+    for turn, td in changed:
+        done = set(turn.completed_phases)
+        for position, name in enumerate(turn.plan):
+            record = committing.get((turn.turn_id, name)) if name in done else None
+            phases.append(
+                Phase(
+                    turn=turn,
+                    position=position,
+                    name=name,
+                    committed=name in done,
+                    record_id=record[0] if record else None,
+                    committed_at=record[1] if record else None,
+                )
+            )
+        seen: set[str] = set()
+        for position, iv in enumerate(td.intents):
+            intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
+            if intent_id is None or intent_id in seen or len(intent_id) > 200:
+                continue
+            seen.add(intent_id)
+            intents.append(
+                Intent(
+                    turn=turn,
+                    intent_id=intent_id,
+                    effect_class=iv.effect_class,
+                    idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
+                    resolution=iv.resolution,
+                    branch=iv.branch,
+                    live=iv.live,
+                    dispatches=iv.dispatches,
+                    outcome=iv.outcome,
+                    position=position,
+                )
+            )
+    Phase.objects.bulk_create(phases, batch_size=2000)
+    Intent.objects.bulk_create(intents, batch_size=2000)
+
+
+def _project_branches(run: Run, views: Iterable[BranchView]) -> None:
+    existing = {b.number: b for b in Branch.objects.filter(run=run)}
+    create: list[Branch] = []
+    update: list[Branch] = []
+    for view in views:
+        if not 0 <= view.branch <= _MAX_BRANCH:
+            continue
+        branch = existing.get(view.branch)
+        if branch is None:
+            branch = Branch(run=run, number=view.branch)  # a fork whose new branch has no record yet
+            create.append(branch)
+        else:
+            update.append(branch)
+        branch.parent = view.parent
+        branch.from_lsn = view.from_lsn
+        branch.fork_lsn = view.fork_lsn
+        branch.discarded_from = view.discarded_from
+        branch.live = view.live
+    if create:
+        Branch.objects.bulk_create(create)
+    if update:
+        Branch.objects.bulk_update(update, ["parent", "from_lsn", "fork_lsn", "discarded_from", "live"])
+
+
+# --- The gate ---------------------------------------------------------------------------------------
+
+
+def turn_decision(*, turn: Turn) -> GateView:
+    """The gate for a turn under the current committed prefix (the assessment refreshed if it moved)."""
+    assessment = assessment_refresh(run=turn.run)
+    return gate_view(turn=Turn.objects.select_related("run").get(pk=turn.pk), assessment=assessment)
+
+
+def _worker(worker_id: Any) -> str:
+    if not isinstance(worker_id, str) or not worker_id.strip() or len(worker_id) > 200 or "\x00" in worker_id:
+        raise GateError(400, "worker_invalid", "worker_id must be a non-empty string of at most 200 characters")
+    return storable(worker_id)
+
+
+def _lock_turn(turn: Turn) -> Turn:
+    # One owner at a time: every gate transition of a turn serialises on its row.
+    return Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
+
+
+def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
+    """Claim the turn for a worker: a lease and a fencing token that only grows. A claim by the holder
+    renews the lease and keeps its token; anyone else gets 409 while the lease holds."""
+    worker = _worker(worker_id)
+    now = timezone.now()
+    lease = timedelta(seconds=settings.LOOPX_CLAIM_LEASE_SECONDS)
+    with transaction.atomic():
+        locked = _lock_turn(turn)
+        current = claim_current(turn=locked)
+        if current is not None:
+            if current.worker_id != worker:
+                raise GateError(
+                    409,
+                    "claim_held",
+                    "another worker holds the lease on this turn",
+                    holder=current.worker_id,
+                    expires_at=current.expires_at.isoformat(),
+                )
+            current.expires_at = now + lease
+            current.save(update_fields=["expires_at"])
+            return current
+        locked.fencing_counter += 1
+        locked.save(update_fields=["fencing_counter"])
+        return TurnClaim.objects.create(
+            turn=locked, worker_id=worker, fencing_token=locked.fencing_counter, acquired_at=now, expires_at=now + lease
+        )
+
+
+def claim_require(*, turn: Turn, fencing_token: Any) -> TurnClaim:
+    """The current claim, if ``fencing_token`` is its token; otherwise 409 `stale_token`."""
+    if not isinstance(fencing_token, int) or isinstance(fencing_token, bool):
+        raise GateError(400, "fencing_token_invalid", "fencing_token must be an integer")
+    current = claim_current(turn=turn)
+    if current is None or current.fencing_token != fencing_token:
+        raise GateError(
+            409,
+            "stale_token",
+            "the fencing token is not the current claim's token (lease lost, released or taken over)",
+            holder=current.worker_id if current else None,
+        )
+    return current
+
+
+def turn_release(*, turn: Turn, fencing_token: int) -> TurnClaim:
+    with transaction.atomic():
+        locked = _lock_turn(turn)
+        claim = claim_require(turn=locked, fencing_token=fencing_token)
+        claim.released_at = timezone.now()
+        claim.save(update_fields=["released_at"])
+        return claim
+
+
+def _actor_name(actor: Any) -> str:
+    return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
+
+
+def _reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise GateError(400, "reason_required", "a reason is required")
+    if len(reason) > 4000:
+        raise GateError(400, "reason_too_long", "the reason is longer than 4000 characters")
+    return storable(reason.strip())
+
+
+def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
+    """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
+    (intent id -> happened / not_happened) is recorded and read by the engine; approval is refused while
+    an effect is still indeterminate, for a discarded turn, and for run-level violations (those need a
+    repaired journal, not a decision)."""
+    from audits.services import operator_action_record  # audits builds on recovery
+
+    reason = _reason(reason)
+    findings = dict(evidence or {})
+    with transaction.atomic():
+        locked = _lock_turn(turn)
+        before = turn_decision(turn=locked)
+        if before.state != HOLD:
+            raise GateError(409, "nothing_to_approve", "the turn is not held: there is nothing to approve")
+        known = {i.intent_id for i in before.intents}
+        for intent_id, finding in findings.items():
+            if intent_id not in known:
+                raise GateError(400, "evidence_invalid", "evidence names an intent this turn does not have")
+            if finding not in FINDINGS:
+                raise GateError(400, "evidence_invalid", "evidence must be `happened` or `not_happened`")
+        for intent_id, finding in sorted(findings.items()):
+            OperatorEvidence.objects.create(
+                run=locked.run,
+                turn=locked,
+                intent_id=intent_id,
+                finding=finding,
+                actor=actor,
+                actor_name=_actor_name(actor),
+                reason=reason,
+            )
+        current = turn_decision(turn=locked) if findings else before
+        row = current.row
+        if row.decision == "discarded":
+            raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
+        if row.decision == "blocked" and row.reason in RUN_LEVEL_CODES:
+            raise GateError(
+                409,
+                "run_level_violation",
+                "a run-level violation is repaired in the journal, not approved",
+                violation=row.reason,
+            )
+        if row.decision == "blocked" and row.reason == "effect_indeterminate":
+            raise GateError(
+                409,
+                "evidence_required",
+                "an unsafe effect is indeterminate: give evidence (happened / not_happened) for it",
+                intents=[i.intent_id for i in current.intents if i.live and i.resolution == "indeterminate"],
+            )
+        GateDecision.objects.create(
+            run=locked.run,
+            turn=locked,
+            kind="approve",
+            actor=actor,
+            actor_name=_actor_name(actor),
+            reason=reason,
+            assessment=current.assessment,
+            engine_decision=row.decision,
+            engine_reason=row.reason,
+            engine_reason_line=row.reason_line,
+            engine_facts=turn_facts(current.assessment, locked.turn_id),
+        )
+        after = gate_view(turn=locked, assessment=current.assessment)
+        operator_action_record(
+            actor=actor,
+            kind="turn_approve",
+            run=locked.run,
+            turn=locked,
+            reason=reason,
+            before=before.summary(),
+            after={**after.summary(), "evidence": dict(sorted(findings.items()))},
+        )
+    return after
+
+
+def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
+    """An operator holds a turn until someone approves it."""
+    from audits.services import operator_action_record
+
+    reason = _reason(reason)
+    with transaction.atomic():
+        locked = _lock_turn(turn)
+        before = turn_decision(turn=locked)
+        GateDecision.objects.create(
+            run=locked.run,
+            turn=locked,
+            kind="block",
+            actor=actor,
+            actor_name=_actor_name(actor),
+            reason=reason,
+            assessment=before.assessment,
+            engine_decision=before.row.decision,
+            engine_reason=before.row.reason,
+            engine_reason_line=before.row.reason_line,
+        )
+        after = gate_view(turn=locked, assessment=before.assessment)
+        operator_action_record(
+            actor=actor,
+            kind="turn_block",
+            run=locked.run,
+            turn=locked,
+            reason=reason,
+            before=before.summary(),
+            after=after.summary(),
+        )
+    return after
+
+
+def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
+    """The gate parks a crash loop (too many recoveries without progress) until an operator approves."""
+    from audits.services import operator_action_record
+
+    reason = (
+        f"{view.attempts} recovery attempts without the turn's committed progress advancing (limit {view.max_attempts})"
+    )
+    decision = GateDecision.objects.create(
+        run=turn.run,
+        turn=turn,
+        kind="park",
+        actor=None,
+        actor_name="recovery-gate",
+        reason=reason,
+        assessment=view.assessment,
+        engine_decision=view.row.decision,
+        engine_reason=view.row.reason,
+        engine_reason_line=view.row.reason_line,
+    )
+    operator_action_record(
+        actor=None,
+        kind="turn_park",
+        run=turn.run,
+        turn=turn,
+        reason=reason,
+        before=view.summary(),
+        after={**view.summary(), "state": HOLD, "operator": "park"},
+    )
+    return decision

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from recovery import views
+
+T = "runs/<str:run_id>/turns/<str:turn_id>"
+
+urlpatterns = [
+    path("runs/<str:run_id>/assessments", views.AssessmentListView.as_view(), name="api-assessments"),
+    path(
+        "runs/<str:run_id>/assessments/<int:assessment_id>", views.AssessmentDetailView.as_view(), name="api-assessment"
+    ),
+    path(f"{T}/decision", views.DecisionView.as_view(), name="api-turn-decision"),
+    path(f"{T}/claim", views.ClaimView.as_view(), name="api-turn-claim"),
+    path(f"{T}/release", views.ReleaseView.as_view(), name="api-turn-release"),
+    path(f"{T}/approve", views.ApproveView.as_view(), name="api-turn-approve"),
+    path(f"{T}/block", views.BlockView.as_view(), name="api-turn-block"),
+    path(f"{T}/evidence", views.EvidenceListView.as_view(), name="api-turn-evidence"),
+    path(f"{T}/gate-decisions", views.GateDecisionListView.as_view(), name="api-turn-gate-decisions"),
+]

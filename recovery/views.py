@@ -1,0 +1,177 @@
+"""The recovery API: assessments, and the gate (decision, claim, release, approve, block)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from journals.models import Turn
+from journals.views import _ERRORS
+from loopx_site.access import CanOperate, CanRunRecovery
+from loopx_site.api import ErrorSerializer, LoopxView
+from recovery.models import Assessment, GateDecision, OperatorEvidence
+from recovery.selectors import assessments_list, evidence_list, gate_decisions_list
+from recovery.serializers import (
+    ApproveRequestSerializer,
+    AssessmentSerializer,
+    AssessmentSummarySerializer,
+    BlockRequestSerializer,
+    ClaimRequestSerializer,
+    ClaimSerializer,
+    EvidenceSerializer,
+    FencingRequestSerializer,
+    GateDecisionSerializer,
+    GateSerializer,
+)
+from recovery.services import (
+    assessment_refresh,
+    turn_approve,
+    turn_block,
+    turn_claim,
+    turn_decision,
+    turn_release,
+)
+
+_CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Refused by the gate's state.")}
+
+
+class AssessmentListView(LoopxView):
+    serializer_class = AssessmentSummarySerializer
+    permission_classes = [CanRunRecovery]
+
+    def get_queryset(self) -> QuerySet[Assessment]:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no request, no run
+            return Assessment.objects.none()
+        return assessments_list(run=self.get_run(self.request, self.kwargs["run_id"])).select_related("run")
+
+    @extend_schema(operation_id="assessments_list", responses={200: AssessmentSummarySerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(AssessmentSummarySerializer(page, many=True).data)
+
+    @extend_schema(operation_id="assessments_refresh", request=None, responses={200: AssessmentSerializer, **_ERRORS})
+    def post(self, request: Request, run_id: str) -> Response:
+        assessment = assessment_refresh(run=self.get_run(request, run_id))
+        return Response(AssessmentSerializer(assessment).data)
+
+
+class AssessmentDetailView(LoopxView):
+    serializer_class = AssessmentSerializer
+    queryset = Assessment.objects.none()
+
+    @extend_schema(operation_id="assessments_retrieve", responses={200: AssessmentSerializer, **_ERRORS})
+    def get(self, request: Request, run_id: str, assessment_id: int) -> Response:
+        assessment = assessments_list(run=self.get_run(request, run_id)).filter(pk=assessment_id).first()
+        if assessment is None:
+            raise NotFound("No such assessment.")
+        return Response(AssessmentSerializer(assessment).data)
+
+
+class DecisionView(LoopxView):
+    """The current decision for the committed prefix, with the operator's approval or block."""
+
+    serializer_class = GateSerializer
+    queryset = Turn.objects.none()
+
+    @extend_schema(operation_id="turn_decision", responses={200: GateSerializer, **_ERRORS})
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        return Response(GateSerializer(turn_decision(turn=self.get_turn(request, run_id, turn_id))).data)
+
+
+class ClaimView(LoopxView):
+    serializer_class = ClaimSerializer
+    permission_classes = [CanRunRecovery]
+
+    @extend_schema(
+        operation_id="turn_claim",
+        request=ClaimRequestSerializer,
+        responses={200: ClaimSerializer, **_ERRORS, **_CONFLICT},
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = ClaimRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(ClaimSerializer(turn_claim(turn=turn, worker_id=body.validated_data["worker_id"])).data)
+
+
+class ReleaseView(LoopxView):
+    serializer_class = ClaimSerializer
+    permission_classes = [CanRunRecovery]
+
+    @extend_schema(
+        operation_id="turn_release",
+        request=FencingRequestSerializer,
+        responses={200: ClaimSerializer, **_ERRORS, **_CONFLICT},
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = FencingRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(
+            ClaimSerializer(turn_release(turn=turn, fencing_token=body.validated_data["fencing_token"])).data
+        )
+
+
+class ApproveView(LoopxView):
+    serializer_class = GateSerializer
+    permission_classes = [CanOperate]
+
+    @extend_schema(
+        operation_id="turn_approve",
+        request=ApproveRequestSerializer,
+        responses={200: GateSerializer, **_ERRORS, **_CONFLICT},
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = ApproveRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        view = turn_approve(
+            turn=turn,
+            actor=request.user,
+            reason=body.validated_data["reason"],
+            evidence=body.validated_data.get("evidence"),
+        )
+        return Response(GateSerializer(view).data)
+
+
+class BlockView(LoopxView):
+    serializer_class = GateSerializer
+    permission_classes = [CanOperate]
+
+    @extend_schema(
+        operation_id="turn_block", request=BlockRequestSerializer, responses={200: GateSerializer, **_ERRORS}
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = BlockRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(
+            GateSerializer(turn_block(turn=turn, actor=request.user, reason=body.validated_data["reason"])).data
+        )
+
+
+class EvidenceListView(LoopxView):
+    serializer_class = EvidenceSerializer
+    queryset = OperatorEvidence.objects.none()
+    pagination_class = None
+
+    @extend_schema(operation_id="turn_evidence_list", responses={200: EvidenceSerializer(many=True), **_ERRORS})
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        return Response(EvidenceSerializer(evidence_list(turn=turn), many=True).data)
+
+
+class GateDecisionListView(LoopxView):
+    serializer_class = GateDecisionSerializer
+    queryset = GateDecision.objects.none()
+    pagination_class = None
+
+    @extend_schema(
+        operation_id="turn_gate_decisions_list", responses={200: GateDecisionSerializer(many=True), **_ERRORS}
+    )
+    def get(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        return Response(GateDecisionSerializer(gate_decisions_list(turn=turn), many=True).data)

@@ -1,0 +1,193 @@
+"""The store's invariants: append-only evidence (model guards and the PostgreSQL trigger), uniqueness
+and enum checks in the database, roles, tokens, and byte-for-byte export."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import DatabaseError, IntegrityError, connection, transaction
+
+from audits.models import OperatorAction, RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
+from audits.services import operator_action_record
+from journals.models import ApiToken, Intent, JournalRecord, Run, Turn
+from journals.selectors import api_token_find, journal_bytes
+from journals.services import records_ingest
+from loopx_site.appendonly import AppendOnlyError
+from recovery.models import GateDecision, OperatorEvidence
+from tests.journal_builder import JournalBuilder
+
+pytestmark = pytest.mark.django_db
+
+
+def _ingest(builder: JournalBuilder, body: bytes | None = None) -> Run:
+    result = records_ingest(
+        run_id=builder.run,
+        body=builder.body() if body is None else body,
+        content_type="application/x-ndjson",
+        token=None,
+    )
+    return result.run
+
+
+def _record() -> JournalRecord:
+    b = JournalBuilder()
+    b.plan("t1")
+    run = _ingest(b)
+    return JournalRecord.objects.get(run=run)
+
+
+def test_record_refuses_update_and_delete_through_every_orm_path():
+    record = _record()
+    record.kind = "fork"
+    with pytest.raises(AppendOnlyError):
+        record.save()
+    with pytest.raises(AppendOnlyError):
+        record.delete()
+    with pytest.raises(AppendOnlyError):
+        JournalRecord.objects.filter(pk=record.pk).update(kind="fork")
+    with pytest.raises(AppendOnlyError):
+        JournalRecord.objects.filter(pk=record.pk).delete()
+    with pytest.raises(AppendOnlyError):
+        JournalRecord.objects.bulk_update([record], ["kind"])
+    assert JournalRecord.objects.get(pk=record.pk).kind == "turn_planned"
+
+
+def test_operator_action_refuses_update_and_delete(operator):
+    action = operator_action_record(actor=operator, kind="turn_block", reason="why", before={}, after={})
+    action.reason = "rewritten"
+    with pytest.raises(AppendOnlyError):
+        action.save()
+    with pytest.raises(AppendOnlyError):
+        action.delete()
+    with pytest.raises(AppendOnlyError):
+        OperatorAction.objects.all().update(reason="rewritten")
+    assert OperatorAction.objects.get(pk=action.pk).reason == "why"
+
+
+APPEND_ONLY_TABLES = [
+    JournalRecord,
+    OperatorAction,
+    RecoveryAudit,
+    RecoveryAuditAction,
+    RecoveryDivergence,
+    RecoveryAuditClosure,
+    OperatorEvidence,
+    GateDecision,
+]
+
+
+@pytest.mark.parametrize("model", APPEND_ONLY_TABLES, ids=lambda m: m.__name__)
+def test_append_only_models_are_guarded(model):
+    assert isinstance(model.objects.all(), type(JournalRecord.objects.all()))
+    with pytest.raises(AppendOnlyError):
+        model.objects.all().update(id=1)
+    with pytest.raises(AppendOnlyError):
+        model.objects.all().delete()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("model", APPEND_ONLY_TABLES, ids=lambda m: m.__name__)
+def test_postgres_trigger_refuses_raw_update_and_delete(model):
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = %s AND NOT tgisinternal", [f"{table}_append_only"]
+        )
+        assert cursor.fetchone()[0] == 1
+    record = _record()
+    for sql in (
+        "UPDATE journals_journalrecord SET kind = 'fork' WHERE id = %s",
+        "DELETE FROM journals_journalrecord WHERE id = %s",
+    ):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [record.pk])
+    assert JournalRecord.objects.get(pk=record.pk).kind == "turn_planned"
+
+
+@pytest.mark.postgres
+def test_postgres_trigger_protects_the_audit_trail(operator):
+    action = operator_action_record(actor=operator, kind="turn_block", reason="why")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE audits_operatoraction SET reason = 'x' WHERE id = %s", [action.pk])
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM audits_operatoraction WHERE id = %s", [action.pk])
+
+
+def test_unique_branch_lsn_per_run():
+    record = _record()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        JournalRecord.objects.create(
+            run=record.run, seq=99, branch=record.branch, lsn=record.lsn, digest="0" * 64, line=b"{}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "value"),
+    [
+        (Turn, "decision", "maybe"),
+        (Turn, "status", "paused"),
+        (Intent, "effect_class", "risky"),
+        (Intent, "resolution", "guess"),
+        (Intent, "outcome", "perhaps"),
+    ],
+)
+def test_enum_check_constraints(model, field, value):
+    b = JournalBuilder()
+    b.plan("t1")
+    b.dispatch("t1", "i1")
+    run = _ingest(b)
+    turn = Turn.objects.get(run=run)
+    target = (
+        turn
+        if model is Turn
+        else Intent.objects.create(turn=turn, intent_id="i1", effect_class="safe", resolution="replay")
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        model.objects.filter(pk=target.pk).update(**{field: value})
+
+
+def test_check_constraints_on_append_only_enums(operator):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        OperatorAction.objects.create(actor=operator, actor_name="x", kind="rewrite_history", reason="r")
+
+
+def test_roles_exist_with_graded_permissions():
+    perms = {g.name: set(g.permissions.values_list("codename", flat=True)) for g in Group.objects.all()}
+    assert {"viewer", "operator", "admin"} <= set(perms)
+    assert "view_turn" in perms["viewer"] and "add_gatedecision" not in perms["viewer"]
+    assert "view_apitoken" not in perms["viewer"]
+    assert {"view_turn", "add_gatedecision", "add_operatorevidence"} <= perms["operator"]
+    assert perms["operator"] < perms["admin"]
+    assert "add_apitoken" in perms["admin"]
+
+
+def test_export_reproduces_the_journal_byte_for_byte():
+    b = JournalBuilder("run-x")
+    b.plan("t1", note="caf\u00e9 \u2603")
+    b.commit("t1", "plan", "envelope")
+    b.fork(from_lsn=1)
+    b.commit("t1", "envelope")
+    lines = list(b.lines)
+    # A non-canonical writer (spaces, key order, escapes): its bytes are kept as received.
+    lines.insert(2, b'{ "v": 2, "run": "run-x", "branch": 0, "lsn": 99, "kind": "note", "text": "\\u00e9" }')
+    body = b"".join(line + b"\n" for line in lines)
+    run = _ingest(b, body=body[: len(body) // 2].rsplit(b"\n", 1)[0] + b"\n")
+    run = _ingest(b, body=body)  # redelivery of the first half plus the rest
+    assert journal_bytes(run=run) == body
+    assert list(JournalRecord.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == list(
+        range(1, len(lines) + 1)
+    )
+
+
+def test_create_api_token_prints_the_token_once_and_stores_its_hash():
+    out, err = io.StringIO(), io.StringIO()
+    call_command("create_api_token", "runtime-7", "--run-prefix", "prod-", stdout=out, stderr=err)
+    raw = out.getvalue().strip()
+    assert out.getvalue().count("\n") == 1 and raw.startswith("lxr_")
+    token = ApiToken.objects.get(name="runtime-7")
+    assert token.run_prefix == "prod-" and token.token_hash == ApiToken.hash(raw) and raw not in token.token_hash
+    assert api_token_find(raw=raw) == token
+    assert raw not in err.getvalue()
