@@ -423,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime = Runtime(
             FileGateway(args.dir, args.run), ledger, args.run, args.version, Failpoint(args.crash_at, args.trace),
-            f"{args.worker}-{os.getpid()}",
+            # A stable worker id: the service's claim is a lease, and a restarted runtime must be able to
+            # take its own turn back at once instead of waiting for the dead incarnation's lease to expire.
+            f"{args.worker}:{args.run}",
             naive=args.naive,
         )
         return runtime.run_to_end()

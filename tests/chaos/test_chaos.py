@@ -102,3 +102,38 @@ def test_ledger_dedupes_idempotent_effects_only(tmp_path: Path) -> None:
         assert ledger.effect_counts("r")["t/f"] == 1
     finally:
         ledger.close()
+
+
+def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path: Path) -> None:
+    """Evidence names an intent, not a dispatch. The runtime journals an operator finding as a readback
+    citing it; after that, the same finding must not settle a *new* dispatch of the unsafe intent."""
+    from recovery.chaos.store import FileGateway
+    from recovery.engine.writer import JournalWriter
+
+    gw = FileGateway(tmp_path, "r")
+    w = JournalWriter("r")
+    w.plan("t", "job")
+    w.commit("t", "plan")
+    w.dispatch("t", "u", "unsafe")
+    gw.ingest(list(w.lines))
+    assert gw.decision("t").reason == "effect_indeterminate"
+    row = gw.approve(turn="t", intent="u", actor="op", reason="ledger has no row", evidence="not_happened")
+    assert gw.decision("t").decision.value == "resume"
+    readback = w.observe("t", "u", "failed")
+    w.lines.pop()
+    readback.update(source="operator_evidence", evidence_id=row.id)
+    gw.ingest([canonical_bytes(readback)])
+    w2 = JournalWriter("r")
+    for line in gw.lines():
+        w2.write_raw(json.loads(line))
+    w2.dispatch("t", "u", "unsafe")  # the one retry the finding allowed, left without readback
+    gw.ingest([w2.lines[-1]])
+    decision = gw.decision("t")
+    assert decision.decision.value == "blocked" and decision.reason == "effect_indeterminate"
+    assert not gw.assessment().violations
+    # Why the rule: handed to the engine as "latest finding per intent", the old finding binds to the new
+    # dispatch and lets the turn resume although the world may have seen that dispatch.
+    from recovery.engine import Evidence, assess
+
+    stale = assess(gw.lines(), evidence={("t", "u"): Evidence.NOT_HAPPENED})
+    assert [t.decision.value for t in stale.turns] == ["resume"]
