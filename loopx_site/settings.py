@@ -43,6 +43,8 @@ INSTALLED_APPS = [
     "audits",
     # Webhooks, and the wiring of loopx_site/ops (metrics, JSON logs, retention): issue 8.
     "notifications",
+    # The operator console (issue 6): pages, template tags and the admin registrations.
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -54,6 +56,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Dates on pages in the operator's own zone (a session setting; TIME_ZONE otherwise).
+    "console.middleware.OperatorTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

@@ -1,0 +1,170 @@
+"""The operator's decisions: approve, block, and both in bulk over a filter. POST only, operator only.
+
+Every decision goes through the store's services (recovery.services.turn_approve / turn_block), which
+record who, when, what, why and the gate's state before and after as an OperatorAction.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from journals.models import Intent, Turn
+from loopx_site.errors import ServiceError
+from recovery import services
+
+from . import selectors
+from .forms import BULK_ACTIONS, ApproveForm, BulkForm, ReasonForm, TurnFilterForm
+from .permissions import operator_required
+from .turn_detail import turn_page
+
+
+def _next_url(request: HttpRequest, turn: Turn) -> str:
+    target = request.POST.get("next", "")
+    if target.startswith("/") and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return reverse("console:turn", args=[turn.pk]) + "#gate-state"
+
+
+def _indeterminate(turn: Turn) -> list[str]:
+    return list(
+        Intent.objects.filter(turn=turn, live=True, resolution="indeterminate")
+        .order_by("position")
+        .values_list("intent_id", flat=True)
+    )
+
+
+def _rerender(
+    request: HttpRequest,
+    turn: Turn,
+    *,
+    approve: ApproveForm | None = None,
+    block: ReasonForm | None = None,
+    status: int = 400,
+) -> HttpResponse:
+    page = turn_page(turn)
+    from .views import _role_context
+
+    context = {
+        "p": page,
+        "turn": page.turn,
+        "approve_form": approve or ApproveForm(indeterminate=page.indeterminate),
+        "block_form": block or ReasonForm(),
+        "nav": "turns",
+        "back": reverse("console:turns"),
+        **_role_context(request),
+    }
+    return render(request, "console/turn_detail.html", context, status=status)
+
+
+@operator_required
+@require_POST
+def approve(request: HttpRequest, pk: int) -> HttpResponse:
+    turn = get_object_or_404(Turn.objects.select_related("run"), pk=pk)
+    form = ApproveForm(request.POST, indeterminate=_indeterminate(turn))
+    if not form.is_valid():
+        return _rerender(request, turn, approve=form)
+    try:
+        services.turn_approve(
+            turn=turn, actor=request.user, reason=form.cleaned_data["reason"], evidence=form.evidence() or None
+        )
+    except ServiceError as err:
+        form.add_error(None, err.detail)
+        return _rerender(request, turn, approve=form, status=err.status)
+    messages.success(request, f"Approved turn {turn.turn_id}.")
+    return HttpResponseRedirect(_next_url(request, turn))
+
+
+@operator_required
+@require_POST
+def block(request: HttpRequest, pk: int) -> HttpResponse:
+    turn = get_object_or_404(Turn.objects.select_related("run"), pk=pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        return _rerender(request, turn, block=form)
+    try:
+        services.turn_block(turn=turn, actor=request.user, reason=form.cleaned_data["reason"])
+    except ServiceError as err:
+        form.add_error(None, err.detail)
+        return _rerender(request, turn, block=form, status=err.status)
+    messages.success(request, f"Blocked turn {turn.turn_id}.")
+    return HttpResponseRedirect(_next_url(request, turn))
+
+
+def _filter_params(data: object) -> dict[str, str]:
+    """The filter part of a request (the names TurnFilterForm reads), to carry it through the confirm page."""
+    names = (*TurnFilterForm.FILTER_FIELDS, "sort")
+    return {n: data.get(n) for n in names if data.get(n)}  # type: ignore[attr-defined]
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def bulk(request: HttpRequest) -> HttpResponse:
+    data = request.POST if request.method == "POST" else request.GET
+    filter_form = TurnFilterForm(data)
+    filters = {k: v for k, v in filter_form.cleaned().items() if k in TurnFilterForm.FILTER_FIELDS}
+    action = data.get("action", "")
+    if action not in dict(BULK_ACTIONS):
+        messages.error(request, "Choose approve or block.")
+        return HttpResponseRedirect(reverse("console:turns"))
+    if not filters:
+        # A bulk decision over every turn of every run is never what an operator means: ask for a filter.
+        messages.error(request, "Filter the turns first: a bulk decision applies to a filter, never to everything.")
+        return HttpResponseRedirect(reverse("console:turns"))
+    candidates = selectors.bulk_candidates(filters, action)
+    count, capped = selectors.capped_count(candidates, cap=selectors.BULK_MAX)
+    matching, matching_capped = selectors.capped_count(selectors.turns_filtered(filters))
+    form = BulkForm(data if request.method == "POST" else None, initial={"action": action, "expected": count})
+    stale = False
+    if request.method == "POST" and form.is_valid() and not capped:
+        if form.cleaned_data["expected"] != count:
+            stale = True  # the filter's turns changed since the operator read the number: ask again
+        else:
+            return _bulk_apply(request, candidates, action, form.cleaned_data["reason"], filters)
+    context = {
+        "form": form,
+        "action": action,
+        "action_label": dict(BULK_ACTIONS)[action],
+        "count": count,
+        "capped": capped,
+        "bulk_max": selectors.BULK_MAX,
+        "matching": matching,
+        "matching_capped": matching_capped,
+        "preview": list(candidates[:10]),
+        "params": _filter_params(data),
+        "filters": filters,
+        "stale": stale,
+        "nav": "turns",
+    }
+    from .views import _role_context
+
+    context.update(_role_context(request))
+    return render(request, "console/bulk_confirm.html", context, status=409 if stale else 200)
+
+
+def _bulk_apply(
+    request: HttpRequest, candidates: object, action: str, reason: str, filters: dict[str, str]
+) -> HttpResponse:
+    done, refused = 0, []
+    for turn in list(candidates.select_related("run")[: selectors.BULK_MAX]):  # type: ignore[attr-defined]
+        try:
+            if action == "approve":
+                services.turn_approve(turn=turn, actor=request.user, reason=reason)
+            else:
+                services.turn_block(turn=turn, actor=request.user, reason=reason)
+            done += 1
+        except ServiceError as err:
+            # One turn refusing (e.g. it changed meanwhile) never undoes the others: each is its own decision.
+            refused.append(f"{turn.turn_id}: {err.detail}")
+    verb = "Approved" if action == "approve" else "Blocked"
+    messages.success(request, f"{verb} {done} turn{'s' if done != 1 else ''}.")
+    if refused:
+        shown = "; ".join(refused[:5]) + (" …" if len(refused) > 5 else "")
+        messages.error(request, f"{len(refused)} refused: {shown}")
+    from urllib.parse import urlencode
+
+    return HttpResponseRedirect(reverse("console:turns") + "?" + urlencode(filters))

@@ -1,0 +1,93 @@
+"""Findings of the scheduled audits: list (viewer), acknowledge and resolve with a reason (operator).
+
+Transitions go through the tasks side's services (audits.finding_services), which keep who/when/why.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from audits import finding_services
+from audits.findings import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
+from loopx_site.errors import ServiceError
+
+from . import selectors
+from .forms import ReasonForm
+from .permissions import operator_required, viewer_required
+
+
+def _list_url(request: HttpRequest) -> str:
+    back = request.POST.get("next", "")
+    return back if back.startswith("/findings/") else reverse("console:findings")
+
+
+@viewer_required
+def findings(request: HttpRequest) -> HttpResponse:
+    state = request.GET.get("state", "unresolved")
+    kind = request.GET.get("kind", "")
+    qs = Finding.objects.select_related("run", "turn").order_by("-last_seen", "-id")
+    if state == "unresolved":
+        qs = qs.filter(state__in=UNRESOLVED)
+    elif state in FINDING_STATES:
+        qs = qs.filter(state=state)
+    if kind in FINDING_KINDS:
+        qs = qs.filter(kind=kind)
+    try:
+        number = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        number = 1
+    page = selectors.page_of(qs, number, 50)
+    from .views import _role_context
+
+    return render(
+        request,
+        "console/findings.html",
+        {
+            "page": page,
+            "state": state,
+            "kind": kind,
+            "states": ["unresolved", *FINDING_STATES, "all"],
+            "kinds": FINDING_KINDS,
+            "reason_form": ReasonForm(),
+            "nav": "findings",
+            **_role_context(request),
+        },
+    )
+
+
+@operator_required
+@require_POST
+def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
+    finding = get_object_or_404(Finding, pk=pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Acknowledging needs a reason of a few words.")
+        return HttpResponseRedirect(_list_url(request))
+    try:
+        finding_services.finding_acknowledge(finding=finding, actor=request.user, reason=form.cleaned_data["reason"])
+    except ServiceError as err:
+        messages.error(request, err.detail)
+    else:
+        messages.success(request, f"Acknowledged finding {finding.pk} ({finding.kind.replace('_', ' ')}).")
+    return HttpResponseRedirect(_list_url(request))
+
+
+@operator_required
+@require_POST
+def resolve(request: HttpRequest, pk: int) -> HttpResponse:
+    finding = get_object_or_404(Finding, pk=pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Resolving needs a reason of a few words.")
+        return HttpResponseRedirect(_list_url(request))
+    try:
+        finding_services.finding_resolve(finding=finding, actor=request.user, reason=form.cleaned_data["reason"])
+    except ServiceError as err:
+        messages.error(request, err.detail)
+    else:
+        messages.success(request, f"Resolved finding {finding.pk} ({finding.kind.replace('_', ' ')}).")
+    return HttpResponseRedirect(_list_url(request))

@@ -1,0 +1,157 @@
+"""Forms of the console: list filters (GET, kept in the URL) and the operator's decisions (POST)."""
+
+from __future__ import annotations
+
+import zoneinfo
+from typing import Any
+
+from django import forms
+
+from journals.models import DECISIONS, TURN_STATUSES
+from recovery.engine.types import EFFECT_INDETERMINATE, Code
+
+UNASSESSED = "unassessed"
+DECISION_CHOICES = [("", "any decision")] + [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")]
+REASON_CHOICES = [("", "any reason")] + sorted(
+    [(c.value, c.value.replace("_", " ")) for c in Code] + [(EFFECT_INDETERMINATE, "effect indeterminate")]
+)
+STATUS_CHOICES = [("", "any status")] + [(s, s) for s in TURN_STATUSES]
+# Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
+AGE_CHOICES = [
+    ("", "any age"),
+    ("lt1h", "changed in the last hour"),
+    ("lt24h", "changed in the last 24 hours"),
+    ("lt7d", "changed in the last 7 days"),
+    ("gt1h", "unchanged for over an hour"),
+    ("gt24h", "unchanged for over 24 hours"),
+    ("gt7d", "unchanged for over 7 days"),
+]
+TURN_SORTS = {
+    "-updated": ("-updated_at", "-id"),
+    "updated": ("updated_at", "id"),
+    "-created": ("-created_at", "-id"),
+    "created": ("created_at", "id"),
+    "turn": ("turn_id", "id"),
+    "run": ("run__run_id", "first_seq", "id"),
+    "decision": ("decision", "-updated_at", "-id"),
+}
+TURN_SORT_CHOICES = [
+    ("-updated", "latest change first"),
+    ("updated", "oldest change first"),
+    ("-created", "newest turn first"),
+    ("created", "oldest turn first"),
+    ("turn", "turn id"),
+    ("run", "run, then journal order"),
+    ("decision", "decision"),
+]
+RUN_SORTS = {
+    "-updated": ("-updated_at", "-id"),
+    "updated": ("updated_at", "id"),
+    "run": ("run_id",),
+    "-records": ("-record_count", "-id"),
+}
+RUN_SORT_CHOICES = [
+    ("-updated", "latest change first"),
+    ("updated", "oldest change first"),
+    ("run", "run id"),
+    ("-records", "most records first"),
+]
+RUN_STATE_CHOICES = [
+    ("", "any state"),
+    ("blocked", "blocked"),
+    ("clear", "not blocked"),
+    (UNASSESSED, "not yet assessed"),
+]
+PAGE_SIZES = (25, 50, 100)
+DEFAULT_PAGE_SIZE = 50
+# The default size is the empty choice, so that an unchanged form leaves no `per_page` in the URL.
+PAGE_CHOICES = [("", str(DEFAULT_PAGE_SIZE))] + [(n, str(n)) for n in PAGE_SIZES if n != DEFAULT_PAGE_SIZE]
+
+
+class _GetForm(forms.Form):
+    """A filter form: every field optional, an invalid value is dropped rather than failing the page."""
+
+    def cleaned(self) -> dict[str, Any]:
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return {k: v for k, v in data.items() if v not in (None, "")}
+
+
+class TurnFilterForm(_GetForm):
+    q = forms.CharField(required=False, max_length=200, label="Search", help_text="Turn, run or lineage contains")
+    decision = forms.ChoiceField(required=False, choices=DECISION_CHOICES)
+    reason = forms.ChoiceField(required=False, choices=REASON_CHOICES)
+    status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
+    run = forms.CharField(required=False, max_length=200, label="Run id")
+    age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
+    sort = forms.ChoiceField(required=False, choices=TURN_SORT_CHOICES)
+    per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
+
+    FILTER_FIELDS = ("q", "decision", "reason", "status", "run", "age")
+
+
+class RunFilterForm(_GetForm):
+    q = forms.CharField(required=False, max_length=200, label="Search", help_text="Run id contains")
+    state = forms.ChoiceField(required=False, choices=RUN_STATE_CHOICES)
+    reason = forms.ChoiceField(required=False, choices=REASON_CHOICES)
+    age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
+    sort = forms.ChoiceField(required=False, choices=RUN_SORT_CHOICES)
+    per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
+
+
+REASON_MAX = 2000
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        max_length=REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why: recorded with your name in the turn's history.",
+    )
+
+    def clean_reason(self) -> str:
+        reason = self.cleaned_data["reason"].strip()
+        if len(reason) < 3:
+            raise forms.ValidationError("Say why in a few words.")
+        return reason
+
+
+EVIDENCE_CHOICES = [("happened", "it happened"), ("not_happened", "it did not happen")]
+
+
+class ApproveForm(ReasonForm):
+    """An approval; one evidence field per indeterminate intent (named ``evidence__<intent id>``)."""
+
+    def __init__(self, *args: Any, indeterminate: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.indeterminate = list(indeterminate or [])
+        for index, intent in enumerate(self.indeterminate):
+            self.fields[f"evidence_{index}"] = forms.ChoiceField(
+                choices=EVIDENCE_CHOICES,
+                widget=forms.RadioSelect,
+                label=intent,
+                help_text="Required: an unsafe effect with no readback cannot be approved without your finding.",
+            )
+
+    def evidence(self) -> dict[str, str]:
+        return {intent: self.cleaned_data[f"evidence_{i}"] for i, intent in enumerate(self.indeterminate)}
+
+    def evidence_fields(self) -> list[forms.BoundField]:
+        return [self[f"evidence_{i}"] for i in range(len(self.indeterminate))]
+
+
+BULK_ACTIONS = (("approve", "Approve"), ("block", "Block"))
+
+
+class BulkForm(ReasonForm):
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    # The count the operator confirmed: if the filter now matches another number, ask again.
+    expected = forms.IntegerField(min_value=0)
+
+
+def _zone_choices() -> list[tuple[str, str]]:
+    return [(z, z.replace("_", " ")) for z in sorted(zoneinfo.available_timezones()) if "/" in z or z == "UTC"]
+
+
+class TimezoneForm(forms.Form):
+    zone = forms.ChoiceField(label="Time zone", choices=_zone_choices)

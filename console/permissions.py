@@ -1,0 +1,39 @@
+"""Page-level guards on top of loopx_site.access (the one place roles are decided).
+
+Anonymous visitors are sent to the login page; a signed-in person without the role gets a 403 (never a
+login loop, never a silent no-op), so a forged POST from a viewer changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from loopx_site import access
+
+View = Callable[..., HttpResponse]
+
+
+def _guard(check: Callable[[Any], bool]) -> Callable[[View], View]:
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not check(request.user):
+                raise PermissionDenied("Your role does not allow this.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+viewer_required = _guard(access.can_view)
+operator_required = _guard(access.can_operate)
+admin_required = _guard(access.can_administer)

@@ -1,0 +1,99 @@
+"""Small presentation helpers: decision badges with icon and word, URLs that keep the filter, local times."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django import template
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
+
+from console import vocabulary
+from recovery.engine import redact
+
+register = template.Library()
+
+
+@register.simple_tag
+def decision_badge(decision: str | None, reason: str | None = None) -> str:
+    """Colour plus a glyph plus the word: never colour alone."""
+    key = decision or "unassessed"
+    icon = vocabulary.DECISION_ICONS.get(key, "…")
+    word = decision or "not assessed"
+    if reason and key == "blocked":
+        return format_html(
+            '<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span> <code class="reason">{}</code>',
+            key,
+            icon,
+            word,
+            reason,
+        )
+    return format_html('<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span>', key, icon, word)
+
+
+@register.filter
+def reason_words(code: str | None) -> str:
+    return vocabulary.reason_words(code)
+
+
+@register.filter
+def decision_words(decision: str | None) -> str:
+    return vocabulary.DECISIONS.get(decision or "", "Not assessed yet.")
+
+
+@register.filter
+def resolution_words(resolution: str | None) -> str:
+    return vocabulary.RESOLUTIONS.get(resolution or "", "")
+
+
+@register.filter
+def spaced(code: str | None) -> str:
+    return (code or "").replace("_", " ")
+
+
+@register.simple_tag(takes_context=True)
+def url_with(context: dict[str, Any], **changes: Any) -> str:
+    """The current query string with some parameters changed (None or "" drops one): shareable filters."""
+    params: QueryDict = context["request"].GET.copy()
+    for key, value in changes.items():
+        if value in (None, ""):
+            params.pop(key, None)
+        else:
+            params[key] = str(value)
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"
+
+
+@register.simple_tag
+def query_string(params: dict[str, Any]) -> str:
+    return urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+@register.filter
+def stated_time(value: str | None) -> str:
+    """A record's RFC 3339 `at` shown in the operator's zone; as written when it does not parse."""
+    if not value:
+        return ""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        return value
+    if timezone.is_naive(parsed):
+        return value
+    return date_format(timezone.localtime(parsed), "Y-m-d H:i:s T")
+
+
+@register.filter
+def redacted_json(value: Any) -> str:
+    """JSON for display, secret fields replaced (contract section 8), whatever the source."""
+    return json.dumps(redact(value), indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def pct(share: float) -> str:
+    return f"{max(0.0, min(1.0, float(share))) * 100:.1f}"

@@ -1,0 +1,297 @@
+"""Everything the turn page shows, gathered in a fixed number of queries and shaped for the templates.
+
+The timeline is the plan's phases in order with what committed each one; the fork tree is drawn from the
+run's branches (discarded parts greyed, never hidden); the blocking reason is tied to the record that
+caused it. Anything taken from a record goes through the store's `record_public` (secrets redacted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from audits.models import OperatorAction, RecoveryAudit
+from journals.models import Branch, Checkpoint, JournalRecord, Turn
+from journals.selectors import record_public, turn_with_timeline
+from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
+from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
+
+from . import vocabulary
+
+
+@dataclass
+class PhaseStep:
+    position: int
+    name: str
+    committed: bool
+    branch: int | None = None
+    lsn: int | None = None
+    seq: int | None = None
+    at: str | None = None
+    is_resume_point: bool = False
+    state: str = "missing"  # committed | resume | missing
+
+    @property
+    def state_words(self) -> str:
+        return {"committed": "committed", "resume": "resume here", "missing": "not committed"}[self.state]
+
+
+@dataclass
+class BlockingFact:
+    code: str
+    words: str
+    run_level: bool
+    detail: str | None = None
+    line: int | None = None
+    branch: int | None = None
+    lsn: int | None = None
+    kind: str | None = None
+    record: dict[str, Any] | None = None
+
+
+@dataclass
+class TreeLane:
+    number: int
+    parent: int | None
+    live: bool
+    y: int
+    x0: float
+    x_keep: float  # end of the part that is on a timeline
+    x1: float  # end of everything written on the branch
+    discarded: bool
+    from_lsn: int | None
+    fork_lsn: int | None
+    last_lsn: int
+    discarded_from: int | None
+    parent_y: int | None = None
+    parent_x: float | None = None
+    label: str = ""
+
+
+@dataclass
+class ForkTree:
+    lanes: list[TreeLane]
+    width: int
+    height: int
+    marker: tuple[float, int] | None = None  # (x, y) of the blocking record
+    turn_lane: int | None = None
+
+
+@dataclass
+class AuditView:
+    audit: RecoveryAudit
+    rows: list[dict[str, Any]]
+    divergences: list[Any]
+    closed_at: Any = None
+
+
+@dataclass
+class TurnPage:
+    turn: Turn
+    steps: list[PhaseStep]
+    intents: list[Any]
+    indeterminate: list[str]
+    blocking: BlockingFact | None
+    tree: ForkTree
+    checkpoints: list[Checkpoint]
+    audits: list[AuditView]
+    history: list[OperatorAction]
+    gate: GateDecision | None
+    evidence: dict[str, list[OperatorEvidence]] = field(default_factory=dict)
+    assessment_row: TurnAssessment | None = None
+
+    @property
+    def approval_in_force(self) -> bool:
+        g = self.gate
+        return g is not None and g.kind == "approve" and g.engine_reason == self.turn.reason
+
+
+def _steps(turn: Turn) -> list[PhaseStep]:
+    by_position = {p.position: p for p in turn.phases.all()}
+    plan = turn.plan if isinstance(turn.plan, list) else []
+    steps: list[PhaseStep] = []
+    for i, name in enumerate(plan):
+        row = by_position.get(i)
+        step = PhaseStep(position=i, name=str(name), committed=bool(row and row.committed))
+        if row is not None and row.committed:
+            step.state = "committed"
+            step.at = row.committed_at
+            if row.record is not None:
+                step.branch, step.lsn, step.seq = row.record.branch, row.record.lsn, row.record.seq
+        elif turn.resume_from == name and turn.decision == "resume":
+            step.state, step.is_resume_point = "resume", True
+        steps.append(step)
+    if turn.decision != "resume":
+        # Blocked and finalize turns also have a point where work would go on: the first uncommitted phase.
+        first_open = next((s for s in steps if s.state == "missing"), None)
+        if first_open is not None and turn.decision in ("blocked", "finalize"):
+            first_open.is_resume_point = True
+    return steps
+
+
+def _indeterminate_dispatch(turn: Turn, intent_ids: list[str]) -> JournalRecord | None:
+    """The latest dispatch of the first indeterminate intent: the record an `effect_indeterminate` block
+    stems from (the engine names no line for it, since it is a reason and not a violation)."""
+    if not intent_ids:
+        return None
+    wanted = intent_ids[0]
+    dispatches = JournalRecord.objects.filter(run_id=turn.run_id, turn=turn.turn_id, kind="intent_dispatched")
+    for record in dispatches.order_by("-seq")[:200]:
+        public = record_public(record)["record"] or {}
+        if public.get("intent") == wanted:
+            return record
+    return None
+
+
+def _blocking(turn: Turn, row: TurnAssessment | None, indeterminate: list[str]) -> BlockingFact | None:
+    if turn.decision != "blocked" or not turn.reason:
+        return None
+    fact = BlockingFact(
+        code=turn.reason,
+        words=vocabulary.reason_words(turn.reason),
+        run_level=turn.reason in RUN_LEVEL,
+    )
+    if row is None:
+        return fact
+    fact.line = row.reason_line
+    output = row.assessment.output if isinstance(row.assessment.output, dict) else {}
+    for v in output.get("violations", []) or []:
+        if not isinstance(v, dict) or v.get("code") != turn.reason:
+            continue
+        if fact.run_level or v.get("turn") == turn.turn_id:
+            fact.branch, fact.lsn, fact.detail = v.get("branch"), v.get("lsn"), v.get("detail")
+            break
+    record = None
+    if fact.line is not None:
+        # Lines of the stored journal are the records in seq order, so line N is seq N.
+        record = JournalRecord.objects.filter(run_id=turn.run_id, seq=fact.line).first()
+    elif turn.reason == EFFECT_INDETERMINATE:
+        record = _indeterminate_dispatch(turn, indeterminate)
+        if record is not None:
+            fact.line = record.seq
+    if record is not None:
+        fact.branch = record.branch if fact.branch is None else fact.branch
+        fact.lsn = record.lsn if fact.lsn is None else fact.lsn
+        fact.kind = record.kind
+        fact.record = record_public(record)["record"]
+    return fact
+
+
+LANE_H, LEFT, RIGHT, TOP, WIDTH = 34, 120, 24, 18, 760
+
+
+def _tree(turn: Turn, branches: list[Branch], blocking: BlockingFact | None) -> ForkTree:
+    if not branches:
+        return ForkTree(lanes=[], width=WIDTH, height=0)
+    by_number = {b.number: b for b in branches}
+    offsets: dict[int, int] = {}
+
+    def offset(b: Branch) -> int:
+        # A branch starts where its parent's kept prefix ends: the same picture position as "after from_lsn".
+        if b.number in offsets:
+            return offsets[b.number]
+        parent = by_number.get(b.parent) if b.parent is not None else None
+        value = 0 if parent is None or parent.number == b.number else offset(parent) + (b.from_lsn or -1) + 1
+        offsets[b.number] = value
+        return value
+
+    span = max(offset(b) + max(b.last_lsn, 0) + 1 for b in branches) or 1
+    scale = (WIDTH - LEFT - RIGHT) / span
+    lanes: list[TreeLane] = []
+    for i, b in enumerate(sorted(branches, key=lambda b: b.number)):
+        start = offset(b)
+        keep_end = b.last_lsn if b.discarded_from is None else min(b.discarded_from, b.last_lsn)
+        y = TOP + i * LANE_H
+        lane = TreeLane(
+            number=b.number,
+            parent=b.parent,
+            live=b.live,
+            y=y,
+            x0=LEFT + start * scale,
+            x_keep=LEFT + (start + keep_end + 1) * scale,
+            x1=LEFT + (start + max(b.last_lsn, 0) + 1) * scale,
+            discarded=b.discarded_from is not None and b.discarded_from < b.last_lsn,
+            from_lsn=b.from_lsn,
+            fork_lsn=b.fork_lsn,
+            last_lsn=b.last_lsn,
+            discarded_from=b.discarded_from,
+        )
+        words = ["live" if b.live else "earlier timeline"]
+        if lane.discarded:
+            words.append(f"lsn {b.discarded_from + 1}–{b.last_lsn} discarded")  # type: ignore[operator]
+        lane.label = f"branch {b.number}: lsn 0–{b.last_lsn}, " + ", ".join(words)
+        lanes.append(lane)
+    ys = {lane.number: lane for lane in lanes}
+    for lane in lanes:
+        parent = ys.get(lane.parent) if lane.parent is not None else None
+        if parent is not None:
+            lane.parent_y, lane.parent_x = parent.y, lane.x0
+    marker = None
+    if blocking is not None and blocking.branch is not None and blocking.lsn is not None and blocking.branch in ys:
+        lane = ys[blocking.branch]
+        marker = (LEFT + (offset(by_number[blocking.branch]) + blocking.lsn + 0.5) * scale, lane.y)
+    return ForkTree(
+        lanes=lanes, width=WIDTH, height=TOP * 2 + LANE_H * (len(lanes) - 1) + 8, marker=marker, turn_lane=turn.branch
+    )
+
+
+def _audit_rows(audit: RecoveryAudit) -> AuditView:
+    """Planned next to actual, in order; a row is divergent when either side has no partner."""
+    planned = [p for p in (audit.planned or []) if isinstance(p, dict)]
+    actions = list(audit.actions.all())
+    used: set[int] = set()
+    rows: list[dict[str, Any]] = []
+    for item in planned:
+        match = next(
+            (a for a in actions if a.pk not in used and a.kind == item.get("kind") and a.target == item.get("target")),
+            None,
+        )
+        if match is not None:
+            used.add(match.pk)
+        rows.append({"planned": item, "actual": match, "divergent": match is None})
+    for a in actions:
+        if a.pk not in used:
+            rows.append({"planned": None, "actual": a, "divergent": True})
+    closure = getattr(audit, "closure", None) if hasattr(audit, "closure") else None
+    return AuditView(
+        audit=audit,
+        rows=rows,
+        divergences=list(audit.divergences.all()),
+        closed_at=closure.closed_at if closure else None,
+    )
+
+
+def turn_page(turn: Turn) -> TurnPage:
+    turn = turn_with_timeline(turn=turn)
+    row = TurnAssessment.objects.filter(turn=turn).select_related("assessment").order_by("-assessment_id").first()
+    intents = list(turn.intents.all())
+    indeterminate = [i.intent_id for i in intents if i.resolution == "indeterminate" and i.live]
+    blocking = _blocking(turn, row, indeterminate)
+    evidence: dict[str, list[OperatorEvidence]] = {}
+    for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id"):
+        evidence.setdefault(e.intent_id, []).append(e)
+    for intent in intents:
+        intent.evidence_given = evidence.get(intent.intent_id, [])  # type: ignore[attr-defined]
+    branches = list(Branch.objects.filter(run_id=turn.run_id).order_by("number"))
+    audits = (
+        RecoveryAudit.objects.filter(turn=turn)
+        .select_related("closure")
+        .prefetch_related("actions", "divergences")
+        .order_by("-opened_at", "-id")[:20]
+    )
+    return TurnPage(
+        turn=turn,
+        steps=_steps(turn),
+        intents=intents,
+        indeterminate=indeterminate,
+        blocking=blocking,
+        tree=_tree(turn, branches, blocking),
+        checkpoints=list(
+            Checkpoint.objects.filter(run_id=turn.run_id).select_related("record").order_by("branch", "lsn")[:50]
+        ),
+        audits=[_audit_rows(a) for a in audits],
+        history=list(OperatorAction.objects.filter(turn=turn).order_by("-created_at", "-id")[:100]),
+        gate=GateDecision.objects.filter(turn=turn).order_by("-id").first(),
+        evidence=evidence,
+        assessment_row=row,
+    )

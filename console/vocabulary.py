@@ -1,0 +1,62 @@
+"""Plain words for the engine's codes, so that a page says what went wrong and what it means for the turn."""
+
+from __future__ import annotations
+
+REASONS: dict[str, str] = {
+    "storage_corruption": "A line of the journal is not one complete JSON record (a torn or damaged write). "
+    "Nothing after it can be trusted until the journal is repaired.",
+    "record_invalid": "A record lacks a field its kind requires, has a field of the wrong type, or holds a "
+    "float, a duplicate key or a lone surrogate.",
+    "run_mismatch": "A record names another run than the rest of the journal.",
+    "lsn_gap": "The sequence numbers of a branch skip or repeat: a record is missing or duplicated.",
+    "chain_broken": "A record's hash of its predecessor does not match: the chain of records was altered.",
+    "schema_unsupported": "A record uses a schema version this engine does not know.",
+    "schema_regression": "A version 1 record follows a version 2 record on the same timeline.",
+    "kind_unknown": "A record has a kind this engine does not know.",
+    "fork_invalid": "A rewind (fork) is malformed, or a record sits on a branch no fork created.",
+    "checkpoint_mismatch": "A checkpoint's digest does not match the state folded from the records it covers.",
+    "offset_mismatch": "The writer's expected last record differs from what the journal holds.",
+    "unknown_turn": "A record names a turn before it was planned.",
+    "lineage_missing": "The turn was planned without saying where it comes from (no lineage).",
+    "lineage_conflict": "The turn was planned again with another lineage.",
+    "phase_prefix_violation": "A phase was committed out of order, twice, skipped ahead, or is not in the plan.",
+    "intent_unknown": "A readback names an intent that was never dispatched.",
+    "intent_conflict": "An intent was dispatched again with another effect class or idempotency key.",
+    "unsafe_redispatch": "An unsafe effect was sent again while its previous dispatch may have happened: "
+    "a possible double effect.",
+    "idempotency_key_missing": "An idempotent intent was dispatched without its idempotency key.",
+    "status_phase_mismatch": "The turn was closed as completed with phases missing, or a record names it "
+    "after its terminal record.",
+    "effect_indeterminate": "An unsafe effect was sent out and no readback says whether it happened. "
+    "Resuming could do it twice: a person must say whether it happened.",
+}
+
+DECISIONS: dict[str, str] = {
+    "complete": "The turn ended; nothing to do.",
+    "finalize": "Every phase is committed; only the terminal record is missing.",
+    "resume": "Resume from the first uncommitted phase; only missing phases run.",
+    "blocked": "Nothing may resume this turn until an operator decides.",
+    "discarded": "Planned only on a discarded branch: it is evidence, nothing may resume it.",
+}
+
+# A glyph beside every decision so that colour is never the only signal.
+DECISION_ICONS: dict[str, str] = {
+    "complete": "✓",
+    "finalize": "◐",
+    "resume": "↻",
+    "blocked": "✖",
+    "discarded": "⌀",
+}
+
+RESOLUTIONS: dict[str, str] = {
+    "settled": "a readback (or your evidence) says what happened",
+    "replay": "safe to run again",
+    "reissue": "re-send with the same idempotency key",
+    "indeterminate": "unknown whether it happened",
+}
+
+
+def reason_words(code: str | None) -> str:
+    if not code:
+        return ""
+    return REASONS.get(code, code.replace("_", " "))
