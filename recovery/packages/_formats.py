@@ -82,13 +82,7 @@ def _open_tar(fh: io.FileIO, limits: Limits, gz: bool) -> Opened:
     pulled = 0
     gunzip = Gunzip(fh) if gz else None
 
-    def on_pull(n: int) -> None:
-        nonlocal pulled
-        pulled += n
-        if pulled > cap:
-            raise PackageStop(
-                codes.PACKAGE_TOO_LARGE, None, f"the archive expands to over {cap} bytes, past the package limit"
-            )
+    def archive_ratio() -> None:
         if gunzip is not None and pulled > limits.ratio_floor_bytes:
             if pulled > limits.max_ratio * max(gunzip.compressed, 1):
                 raise PackageStop(
@@ -98,7 +92,18 @@ def _open_tar(fh: io.FileIO, limits: Limits, gz: bool) -> Opened:
                     f"{gunzip.compressed} compressed)",
                 )
 
+    def on_pull(n: int) -> None:
+        nonlocal pulled
+        pulled += n
+        if pulled > cap:
+            raise PackageStop(
+                codes.PACKAGE_TOO_LARGE, None, f"the archive expands to over {cap} bytes, past the package limit"
+            )
+        if not window.data_mode:  # while member data is read, the member's own ratio is checked first
+            archive_ratio()
+
     window = Window(gunzip.read if gunzip is not None else fh.read, on_pull)
+    window.archive_ratio = archive_ratio
     if gunzip is not None:
         try:
             head = window.read(512)
@@ -184,6 +189,7 @@ def _tar_chunks(
                             ti.name,
                             f"the member expands more than {limits.max_ratio} times ({done} bytes from {used})",
                         )
+                window.archive_ratio()
                 yield data
         finally:
             window.data_mode = False
@@ -201,7 +207,9 @@ def _check_tar_end(window: Window, offset: int) -> None:
             data = window.read(CHUNK)
             if not data:
                 break
+            window.archive_ratio()
             if data.strip(b"\0"):
+                zeros += len(data) - len(data.lstrip(b"\0"))
                 if zeros < 1024:
                     raise corrupt(f"a bad header at byte {offset}, where the next member or the end should be")
                 raise corrupt("data after the end-of-archive marker")
@@ -364,17 +372,17 @@ def _zip_chunks(
                     break
                 done += len(data)
                 total[0] += len(data)
+                if done > limits.ratio_floor_bytes and done > limits.max_ratio * max(zi.compress_size, 1):
+                    raise MemberStop(
+                        codes.COMPRESSION_RATIO,
+                        f"the member expands more than {limits.max_ratio} times ({done} bytes from {zi.compress_size})",
+                    )
                 if total[0] > limits.ratio_floor_bytes and total[0] > limits.max_ratio * archive_size:
                     raise PackageStop(
                         codes.COMPRESSION_RATIO,
                         None,
                         f"the archive expands more than {limits.max_ratio} times ({total[0]} bytes from "
                         f"{archive_size})",
-                    )
-                if done > limits.ratio_floor_bytes and done > limits.max_ratio * max(zi.compress_size, 1):
-                    raise MemberStop(
-                        codes.COMPRESSION_RATIO,
-                        f"the member expands more than {limits.max_ratio} times ({done} bytes from {zi.compress_size})",
                     )
                 yield data
 

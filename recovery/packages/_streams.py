@@ -102,6 +102,7 @@ class Window(io.RawIOBase):
         self._end = 0
         self._tail = b""
         self.data_mode = False  # member data may be read in large pieces; headers may not
+        self.archive_ratio: Callable[[], None] = lambda: None  # the whole-archive ratio check, set by the reader
 
     def readable(self) -> bool:
         return True
