@@ -45,12 +45,19 @@ from .types import (
 )
 
 # Bumped whenever a decision for the same input could change; stored beside every assessment.
-ENGINE_VERSION = "1.0.0"
+ENGINE_VERSION = "1.1.0"
 
 Source = str | os.PathLike[str] | Sequence[bytes] | Callable[[], Iterable[bytes]]
 EvidenceMap = Mapping[Any, Any]  # keys: (turn, intent) tuples or bare intent ids; values: Evidence or str
 
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+# RFC 3339 date-time (section 5.6), ASCII digits only ([0-9], not \d, which matches every script's digits),
+# matched whole (fullmatch: "$" would accept a trailing newline), with the field ranges of the RFC; the
+# day is checked against its month by _valid_at.
+_RFC3339 = re.compile(
+    r"([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)"
+    r"(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+)
+_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _DEFINITIVE = frozenset({"succeeded", "failed"})
 _OUTCOMES = frozenset({"succeeded", "failed", "unknown"})
 _PRESCAN_MARKERS = (b"fork", b"checkpoint", b"\\u")  # \u: a kind could be spelled with escapes
@@ -66,6 +73,21 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def _nonempty_str(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
+
+
+def _valid_at(at: Any) -> bool:
+    if type(at) is not str:
+        return False
+    m = _RFC3339.fullmatch(at)
+    if m is None:
+        return False
+    day = int(m.group(3))
+    if day <= 28:
+        return True
+    year, month = int(m.group(1)), int(m.group(2))
+    if month == 2 and day == 29:
+        return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return day <= _MONTH_DAYS[month]
 
 
 def iter_lines(source: Source) -> Callable[[], Iterator[bytes]]:
@@ -173,14 +195,24 @@ class _Assessor:
         if (branch, lsn) in self.points and (branch, lsn) not in self.snapshots:
             self.snapshots[(branch, lsn)] = self.views[branch].snapshot()
 
-    def _use_snapshot(self, branch: int, lsn: int) -> View | None:
+    def _use_snapshot(self, branch: int, lsn: int, *, to_write: bool = False) -> View | None:
         snap = self.snapshots.get((branch, lsn))
         if snap is None:
             return None
         self.points[(branch, lsn)] -= 1
         if self.points[(branch, lsn)] <= 0:
             del self.snapshots[(branch, lsn)]  # nothing else needs it: free the memory
+        elif to_write:
+            # Someone else (a later fork or checkpoint) still needs this point: a fork gets its own copy,
+            # or the new branch's records would leak into the fold the other one reads.
+            return snap.snapshot()
         return snap
+
+    def _unknown_turn(self, view: View, turn: str, b: int, ln: int, detail: str) -> None:
+        """A record names a turn not planned on this timeline (yet): remembered on the timeline, so that a
+        later planning of the turn there is blocked by it."""
+        view.unplanned += ((turn, Code.UNKNOWN_TURN, b, ln, self.line_no),)
+        self._violate(Code.UNKNOWN_TURN, b, ln, turn, detail)
 
     def _turn_violation(self, view: View, turn: str, code: str, branch: int, lsn: int, detail: str) -> None:
         state = view.writable(turn)
@@ -209,6 +241,13 @@ class _Assessor:
         ln: int | None = lsn if envelope_ok else None
         raw_turn = obj.get("turn")
         turn = raw_turn if type(raw_turn) is str else None
+        if turn is not None and parsed.error is not None:
+            # An invalid record's turn may hold a lone surrogate: it is then not named in the output, which
+            # must stay encodable (and never quotes what could not be read).
+            try:
+                turn.encode("utf-8")
+            except UnicodeEncodeError:
+                turn = None
 
         problem: tuple[str, str] | None = None
         v = obj.get("v")
@@ -224,7 +263,7 @@ class _Assessor:
             problem = (Code.RECORD_INVALID, f"line {n}: branch and lsn must be integers >= 0")
         elif type(obj.get("kind")) is not str:
             problem = (Code.RECORD_INVALID, f"line {n}: missing or non-string kind")
-        elif type(obj.get("at")) is not str or not _RFC3339.match(obj["at"]):
+        elif not _valid_at(obj.get("at")):
             problem = (Code.RECORD_INVALID, f"line {n}: at is not an RFC 3339 time")
 
         if problem is None:
@@ -346,7 +385,8 @@ class _Assessor:
             self.turns_first[turn] = _TurnFirst(n, lineage, b)
         existing = view.turns.get(turn)
         if existing is None:
-            view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+            state = view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+            state.violations.extend(view.take_unplanned(turn))
             if lineage is None:
                 self._turn_violation(view, turn, Code.LINEAGE_MISSING, b, ln, f"line {n}: the turn has no lineage")
             return
@@ -371,7 +411,7 @@ class _Assessor:
             return
         n = self.line_no
         if turn not in view.turns:
-            self._violate(Code.UNKNOWN_TURN, b, ln, turn, f"line {n}: a phase of a turn not planned on this timeline")
+            self._unknown_turn(view, turn, b, ln, f"line {n}: a phase of a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
@@ -432,7 +472,7 @@ class _Assessor:
         world.dispatches.append(_Dispatch(b, ln, n, effect_class, key))
         # The timeline.
         if turn not in view.turns:
-            self._violate(Code.UNKNOWN_TURN, b, ln, turn, f"line {n}: an intent of a turn not planned on this timeline")
+            self._unknown_turn(view, turn, b, ln, f"line {n}: an intent of a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
@@ -475,9 +515,7 @@ class _Assessor:
             latest = world.dispatches[-1]
             latest.outcome = merge_outcome(latest.outcome, outcome)
         if turn not in view.turns:
-            self._violate(
-                Code.UNKNOWN_TURN, b, ln, turn, f"line {n}: a readback for a turn not planned on this timeline"
-            )
+            self._unknown_turn(view, turn, b, ln, f"line {n}: a readback for a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
@@ -493,7 +531,7 @@ class _Assessor:
             return
         n = self.line_no
         if turn not in view.turns:
-            self._violate(Code.UNKNOWN_TURN, b, ln, turn, f"line {n}: a terminal record for a turn not planned")
+            self._unknown_turn(view, turn, b, ln, f"line {n}: a terminal record for a turn not planned")
             return
         if self._after_terminal(view, turn, b, ln):
             return
@@ -523,7 +561,7 @@ class _Assessor:
             why = f"new_branch must be {highest + 1}"
         elif not (-1 <= from_lsn < ln):
             why = f"from_lsn must be between -1 and {ln - 1}"
-        base = None if why else self._use_snapshot(b, from_lsn)
+        base = None if why else self._use_snapshot(b, from_lsn, to_write=True)
         if why is None and base is None:
             why = "the rewind point could not be folded"  # fail closed; the pre-scan finds every fork
         if why is not None:

@@ -97,22 +97,38 @@ class TurnState:
 
 
 class View:
-    """The fold of one timeline as it stands: turn states plus the highest schema version seen."""
+    """The fold of one timeline as it stands: turn states, the highest schema version seen, and the
+    ``unknown_turn`` violations of turns named before they were planned on it (they move into the turn's own
+    violations when it is planned, so a turn named too early is blocked; they are in the canonical form so
+    that a checkpoint between the two records carries them)."""
 
-    __slots__ = ("turns", "schema", "gen")
+    __slots__ = ("turns", "schema", "gen", "unplanned")
 
     def __init__(self) -> None:
         self.turns: dict[str, TurnState] = {}
         self.schema = 0
         self.gen = next_generation()
+        # (turn, code, branch, lsn, line), timeline order; a tuple so that snapshots can share it.
+        self.unplanned: tuple[tuple[str, str, int, int, int], ...] = ()
 
     def snapshot(self) -> View:
         """An immutable-by-convention copy; both sides copy a shared TurnState before writing it."""
         snap = View()
         snap.turns = dict(self.turns)
         snap.schema = self.schema
+        snap.unplanned = self.unplanned
         self.gen = next_generation()
         return snap
+
+    def take_unplanned(self, turn: str) -> list[tuple[str, int, int, int]]:
+        """Remove and return (code, branch, lsn, line) of the violations that named ``turn`` before its
+        planning on this timeline."""
+        if not self.unplanned:
+            return []
+        mine = [(c, b, ln, line) for t, c, b, ln, line in self.unplanned if t == turn]
+        if mine:
+            self.unplanned = tuple(item for item in self.unplanned if item[0] != turn)
+        return mine
 
     def writable(self, turn: str) -> TurnState:
         state = self.turns[turn]
@@ -125,6 +141,7 @@ class View:
         return {
             "schema": self.schema,
             "turns": [self.turns[t].to_canonical(t) for t in sorted(self.turns)],
+            "unplanned": [{"turn": t, "code": c, "branch": b, "lsn": ln} for t, c, b, ln, _ in self.unplanned],
         }
 
     @classmethod
@@ -133,6 +150,7 @@ class View:
         view.schema = int(state["schema"])
         for item in state["turns"]:
             view.turns[item["turn"]] = TurnState.from_canonical(item, view.gen)
+        view.unplanned = tuple((u["turn"], u["code"], u["branch"], u["lsn"], 0) for u in state["unplanned"])
         return view
 
 

@@ -74,6 +74,10 @@ def _progress_lines(path: Path) -> Iterator[bytes]:
 
 class Command(BaseCommand):
     help = "Assess a turn journal (JSONL) and print one decision per turn."
+    # A pure file-to-JSON command: Django's system checks (URLconf, models, databases) have nothing to say
+    # about a journal, and a broken check elsewhere in the project must not turn the contract's exit codes
+    # (0, or 2 with one line on stderr) into a traceback.
+    requires_system_checks: list[str] = []
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
