@@ -37,7 +37,7 @@ from recovery.engine import canonical_bytes, digest, fold_state, rebuild_state
 
 from .ledger import Ledger
 from .runtime import EXIT_BLOCKED, EXIT_DONE, INTENDED_EFFECTS, derive
-from .store import FileGateway
+from .store import FileGateway, Gateway, assessment_of
 
 # The number of transitions of the crash-free workload. The rig refuses to run when the workload has
 # drifted from it: a new transition must be added here deliberately, with its crash point.
@@ -155,9 +155,9 @@ def discarded_suffix(lines: list[bytes]) -> dict[tuple[int, int], bytes]:
     return out
 
 
-def check_legal(gw: FileGateway, result: SeedResult, stage: str, *, final: bool = False) -> None:
+def check_legal(gw: Gateway, result: SeedResult, stage: str, *, final: bool = False) -> None:
     """A state recovery can act on: no violation, every turn resumable, done, or operator-actionable."""
-    assessment = gw.assessment()
+    assessment = assessment_of(gw)
     for v in assessment.violations:
         result.fail("unrecoverable", f"{stage}: violation {v.code} at {v.branch}:{v.lsn} ({v.detail})")
     for turn in assessment.turns:
@@ -176,18 +176,20 @@ def play_operator(sd: SeedDir, result: SeedResult) -> None:
     ledger = Ledger(sd.ledger_path)
     acted = 0
     try:
-        for turn in gw.assessment().turns:
+        for turn in assessment_of(gw).turns:
             if turn.decision.value != "blocked":
                 continue
-            for intent in turn.intents:
-                if intent.live and intent.resolution == "indeterminate":
-                    happened = ledger.happened(run=sd.run, turn=turn.turn, intent=intent.intent)
-                    gw.approve(
-                        turn=turn.turn, intent=intent.intent, actor="chaos-operator",
-                        reason=f"external ledger readback for seed {sd.seed}",
-                        evidence="happened" if happened else "not_happened",
-                    )
-                    acted += 1
+            evidence = {
+                i.intent: "happened" if ledger.happened(run=sd.run, turn=turn.turn, intent=i.intent) else "not_happened"
+                for i in turn.intents
+                if i.live and i.resolution == "indeterminate"
+            }
+            if evidence:
+                gw.approve(
+                    turn=turn.turn, actor="chaos-operator", reason=f"external ledger readback, seed {sd.seed}",
+                    evidence=evidence,
+                )
+                acted += len(evidence)
     finally:
         ledger.close()
     if not acted:
@@ -219,8 +221,8 @@ def check_refold(lines: list[bytes], result: SeedResult) -> None:
 _CLASS_RESOLUTIONS = {"safe": {"settled", "replay"}, "idempotent": {"settled", "reissue"}, "unsafe": {"settled"}}
 
 
-def check_intents(gw: FileGateway, lines: list[bytes], result: SeedResult) -> None:
-    assessment = gw.assessment()
+def check_intents(gw: Gateway, lines: list[bytes], result: SeedResult) -> None:
+    assessment = assessment_of(gw)
     st = derive(lines)
     live_t2 = {r.get("intent") for r in st.timeline if r.get("turn") == "t2"}
     operator_happened = {
@@ -246,7 +248,7 @@ def check_intents(gw: FileGateway, lines: list[bytes], result: SeedResult) -> No
                 result.fail("other", f"{name}: {intent.effect_class} ends {intent.resolution} (live={intent.live})")
 
 
-def end_state(gw: FileGateway, ledger_path: Path, run: str) -> dict[str, Any]:
+def end_state(gw: Gateway, ledger_path: Path, run: str) -> dict[str, Any]:
     """What must converge: every turn's decision and progress, and what the world saw."""
     ledger = Ledger(ledger_path)
     try:
@@ -255,7 +257,7 @@ def end_state(gw: FileGateway, ledger_path: Path, run: str) -> dict[str, Any]:
         ledger.close()
     turns = [
         {"turn": t.turn, "decision": t.decision.value, "phases": list(t.completed_phases), "terminal": t.terminal}
-        for t in gw.assessment().turns
+        for t in assessment_of(gw).turns
     ]
     return {"turns": turns, "effects": effects}
 
@@ -272,7 +274,7 @@ def snapshot(sd: SeedDir) -> tuple[bytes, list[tuple[object, ...]], bytes, bytes
         gw.journal.read_bytes() if gw.journal.exists() else b"",
         rows,
         evidence,
-        canonical_bytes(gw.assessment().to_dict()),
+        canonical_bytes(assessment_of(gw).to_dict()),
     )
 
 

@@ -34,7 +34,7 @@ from recovery.engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
 from recovery.engine.writer import JournalWriter, fixed_clock
 
 from .ledger import Ledger
-from .store import FileGateway, Gateway
+from .store import EvidenceRow, FileGateway, Gateway, cited_evidence, latest_evidence
 
 EXIT_DONE = 0
 EXIT_BLOCKED = 3
@@ -332,35 +332,46 @@ class Runtime:
     def recover(self) -> str | None:
         """The gate, before anything resumes. Returns a blocking reason, or None when all may go on."""
         st = derive(self.writer.lines)
-        evidence = self.gw.evidence_in_force()
+        cited = cited_evidence(self.writer.lines)
         order = [s.turn for s in WORKLOAD if isinstance(s, TurnSpec)]
         for turn in sorted(st.planned - set(st.terminal), key=order.index):
-            decision = self.gw.decision(turn)
+            answer = self.gw.decision(turn)
             self.tick("recovery:gate")
-            if decision is None:
+            if answer is None:
                 return f"{turn}: the gate has no decision"
-            if decision.decision.value == "blocked":
-                return f"{turn}: {decision.reason}"
-            if decision.decision.value not in ("resume", "finalize"):
-                return f"{turn}: unexpected decision {decision.decision.value}"
+            if answer.state == "hold" or answer.decision in ("blocked", "discarded"):
+                return f"{turn}: {answer.reason or answer.decision}"
+            if answer.state == "done":
+                continue
+            # Every live unsafe dispatch without a definitive readback needs a finding the journal has not
+            # absorbed yet. The gate may say `proceed` on an older finding (it names the intent, not the
+            # dispatch); going on with it could repeat an effect the world saw, so stop here instead.
+            findings = latest_evidence(self.gw.evidence_rows(turn))
+            dangling: list[tuple[str, EvidenceRow]] = []
+            for (t, intent) in sorted(st.world):
+                live = st.live_dispatches(t, intent)
+                if t != turn or not live or live[-1].effect_class != "unsafe":
+                    continue
+                if live[-1].outcome not in (None, "unknown"):
+                    continue
+                row = findings.get((turn, intent))
+                if row is None or row.id in cited:
+                    return f"{turn}: effect_indeterminate ({intent} has no finding the journal has not used)"
+                dangling.append((intent, row))
             self.gw.claim(turn, self.worker)
             self.tick("recovery:claim")
-            # Journal each operator finding as the readback it stands for, citing it: from here on the
-            # journal, not the evidence table, says what happened (see FileGateway.evidence_in_force).
-            for (ev_turn, intent), row in sorted(evidence.items()):
-                if ev_turn != turn:
-                    continue
-                live = st.live_dispatches(turn, intent)
-                if live and live[-1].outcome in (None, "unknown") and live[-1].effect_class == "unsafe":
-                    outcome = "succeeded" if row.finding == "happened" else "failed"
-                    record = self.writer.observe(turn, intent, outcome)
-                    # observe() already appended the record locally; the extra fields must be in the bytes.
-                    self.writer.lines.pop()
-                    record["source"] = "operator_evidence"
-                    record["evidence_id"] = row.id
-                    self.writer.last_digest[record["branch"]] = digest(record)
-                    self.writer.lines.append(canonical_bytes(record))
-                    self._store(record, "recovery:operator-readback")
+            # Journal each finding as the readback it stands for, citing it: from here on the journal, not
+            # the evidence table, says what happened to that dispatch.
+            for intent, row in dangling:
+                outcome = "succeeded" if row.finding == "happened" else "failed"
+                record = self.writer.observe(turn, intent, outcome)
+                # observe() already appended the record locally; the extra fields must be in the bytes.
+                self.writer.lines.pop()
+                record["source"] = "operator_evidence"
+                record["evidence_id"] = row.id
+                self.writer.last_digest[record["branch"]] = digest(record)
+                self.writer.lines.append(canonical_bytes(record))
+                self._store(record, "recovery:operator-readback")
         return None
 
     def execute(self, action: Action) -> None:

@@ -17,15 +17,24 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from recovery.engine import Evidence, TurnDecision, assess
 from recovery.engine.types import Assessment
 
 
 @dataclass(frozen=True)
+class GateAnswer:
+    """What the recovery gate says a runtime may do with a turn now (the API's decision resource)."""
+
+    state: str  # proceed / hold / done
+    decision: str  # the engine's decision
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class EvidenceRow:
-    id: int
+    id: str  # what a readback cites (`evidence_id`) once the runtime has journaled the finding
     turn: str
     intent: str
     finding: str  # happened / not_happened
@@ -36,10 +45,37 @@ class EvidenceRow:
 class Gateway(Protocol):
     def ingest(self, lines: list[bytes]) -> None: ...
     def lines(self) -> list[bytes]: ...
-    def decision(self, turn: str) -> TurnDecision | None: ...
+    def decision(self, turn: str) -> GateAnswer | None: ...
     def claim(self, turn: str, worker: str) -> int: ...
-    def approve(self, *, turn: str, intent: str, actor: str, reason: str, evidence: str) -> EvidenceRow: ...
-    def evidence_in_force(self) -> dict[tuple[str, str], EvidenceRow]: ...
+    def approve(self, *, turn: str, actor: str, reason: str, evidence: dict[str, str]) -> None: ...
+    def evidence_rows(self, turn: str | None = None) -> list[EvidenceRow]: ...
+
+
+def latest_evidence(rows: list[EvidenceRow]) -> dict[tuple[str, str], EvidenceRow]:
+    latest: dict[tuple[str, str], EvidenceRow] = {}
+    for row in rows:
+        latest[(row.turn, row.intent)] = row
+    return latest
+
+
+def unabsorbed_evidence(gateway: Gateway, lines: list[bytes]) -> dict[tuple[str, str], EvidenceRow]:
+    """The latest finding per intent that the journal has not yet absorbed.
+
+    Why not simply the latest finding: evidence names an intent, not a dispatch, and the engine binds
+    it to the intent's first dispatch without a definitive readback. Once the runtime has journaled
+    the finding as a readback (citing the evidence id), a *later* dispatch of the same unsafe intent
+    left without readback would otherwise inherit the old ``not_happened`` and be resolved ``replay``
+    while the world may have seen it: a stale finding must never unblock a new dispatch.
+    """
+    cited = cited_evidence(lines)
+    return {k: row for k, row in latest_evidence(gateway.evidence_rows()).items() if row.id not in cited}
+
+
+def assessment_of(gateway: Gateway) -> Assessment:
+    """The engine's assessment of the stored journal with the evidence in force (the rig's yardstick)."""
+    lines = gateway.lines()
+    evidence = {k: Evidence(row.finding) for k, row in unabsorbed_evidence(gateway, lines).items()}
+    return assess(lines, evidence=evidence)
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -51,13 +87,13 @@ def _append(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def cited_evidence(lines: list[bytes]) -> set[int]:
-    """Evidence ids a readback in the journal already carries (see `FileGateway.evidence_in_force`)."""
-    cited: set[int] = set()
+def cited_evidence(lines: list[bytes]) -> set[str]:
+    """Evidence ids a readback in the journal already carries (see `unabsorbed_evidence`)."""
+    cited: set[str] = set()
     for line in lines:
         if b'"evidence_id"' in line:
             rec = json.loads(line)
-            if rec.get("kind") == "effect_observed" and isinstance(rec.get("evidence_id"), int):
+            if rec.get("kind") == "effect_observed" and isinstance(rec.get("evidence_id"), str):
                 cited.add(rec["evidence_id"])
     return cited
 
@@ -87,34 +123,19 @@ class FileGateway:
         return data.split(b"\n")[:-1] if data else []
 
     # -- the recovery gate ---------------------------------------------------------------------------
-    def evidence_rows(self) -> list[EvidenceRow]:
+    def evidence_rows(self, turn: str | None = None) -> list[EvidenceRow]:
         if not self.evidence_file.exists():
             return []
-        return [EvidenceRow(**json.loads(line)) for line in self.evidence_file.read_bytes().splitlines()]
-
-    def evidence_in_force(self) -> dict[tuple[str, str], EvidenceRow]:
-        """The latest finding per intent that the journal has not yet absorbed.
-
-        Why not simply the latest finding: evidence names an intent, not a dispatch, and the engine binds
-        it to the intent's first dispatch without a definitive readback. Once the runtime has journaled
-        the finding as a readback (citing the evidence id), a *later* dispatch of the same unsafe intent
-        left without readback would otherwise inherit the old ``not_happened`` and be resolved ``replay``
-        while the world may have seen it: a stale finding must never unblock a new dispatch.
-        """
-        cited = cited_evidence(self.lines())
-        latest: dict[tuple[str, str], EvidenceRow] = {}
-        for row in self.evidence_rows():
-            latest[(row.turn, row.intent)] = row
-        return {k: row for k, row in latest.items() if row.id not in cited}
+        rows = [EvidenceRow(**json.loads(line)) for line in self.evidence_file.read_bytes().splitlines()]
+        return [r for r in rows if turn is None or r.turn == turn]
 
     def assessment(self) -> Assessment:
-        evidence = {k: Evidence(row.finding) for k, row in self.evidence_in_force().items()}
-        return assess(self.lines(), evidence=evidence)
+        return assessment_of(self)
 
-    def decision(self, turn: str) -> TurnDecision | None:
-        for decision in self.assessment().turns:
-            if decision.turn == turn:
-                return decision
+    def decision(self, turn: str) -> GateAnswer | None:
+        for d in self.assessment().turns:
+            if d.turn == turn:
+                return _answer(d)
         return None
 
     def claim(self, turn: str, worker: str) -> int:
@@ -127,11 +148,18 @@ class FileGateway:
         return token
 
     # -- the operator --------------------------------------------------------------------------------
-    def approve(self, *, turn: str, intent: str, actor: str, reason: str, evidence: str) -> EvidenceRow:
-        """What the console's `turn_approve(turn=, actor=, reason=, evidence=)` records: a finding."""
-        if evidence not in ("happened", "not_happened"):
-            raise ValueError("evidence is happened or not_happened")
-        row = EvidenceRow(len(self.evidence_rows()) + 1, turn, intent, evidence, actor, reason)
-        payload: dict[str, Any] = asdict(row)
-        _append(self.evidence_file, json.dumps(payload, sort_keys=True).encode() + b"\n")
-        return row
+    def approve(self, *, turn: str, actor: str, reason: str, evidence: dict[str, str]) -> None:
+        """What the console's `turn_approve(turn=, actor=, reason=, evidence=)` records: findings."""
+        count = len(self.evidence_rows())
+        for intent, finding in sorted(evidence.items()):
+            if finding not in ("happened", "not_happened"):
+                raise ValueError("evidence is happened or not_happened")
+            count += 1
+            row = EvidenceRow(str(count), turn, intent, finding, actor, reason)
+            _append(self.evidence_file, json.dumps(asdict(row), sort_keys=True).encode() + b"\n")
+
+
+def _answer(d: TurnDecision) -> GateAnswer:
+    value = d.decision.value
+    state = "hold" if value in ("blocked", "discarded") else "done" if value == "complete" else "proceed"
+    return GateAnswer(state, value, d.reason)

@@ -117,8 +117,9 @@ def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path:
     w.dispatch("t", "u", "unsafe")
     gw.ingest(list(w.lines))
     assert gw.decision("t").reason == "effect_indeterminate"
-    row = gw.approve(turn="t", intent="u", actor="op", reason="ledger has no row", evidence="not_happened")
-    assert gw.decision("t").decision.value == "resume"
+    gw.approve(turn="t", actor="op", reason="ledger has no row", evidence={"u": "not_happened"})
+    (row,) = gw.evidence_rows()
+    assert gw.decision("t").decision == "resume"
     readback = w.observe("t", "u", "failed")
     w.lines.pop()
     readback.update(source="operator_evidence", evidence_id=row.id)
@@ -129,7 +130,7 @@ def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path:
     w2.dispatch("t", "u", "unsafe")  # the one retry the finding allowed, left without readback
     gw.ingest([w2.lines[-1]])
     decision = gw.decision("t")
-    assert decision.decision.value == "blocked" and decision.reason == "effect_indeterminate"
+    assert decision.decision == "blocked" and decision.reason == "effect_indeterminate"
     assert not gw.assessment().violations
     # Why the rule: handed to the engine as "latest finding per intent", the old finding binds to the new
     # dispatch and lets the turn resume although the world may have seen that dispatch.
