@@ -45,6 +45,7 @@ def _rerender(
     approve: ApproveForm | None = None,
     block: ReasonForm | None = None,
     status: int = 400,
+    error: str | None = None,
 ) -> HttpResponse:
     page = turn_page(turn)
     from .views import _role_context
@@ -56,6 +57,7 @@ def _rerender(
         "block_form": block or ReasonForm(),
         "nav": "turns",
         "back": reverse("console:turns"),
+        "decision_error": error,
         **_role_context(request),
     }
     return render(request, "console/turn_detail.html", context, status=status)
@@ -73,8 +75,7 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
             turn=turn, actor=request.user, reason=form.cleaned_data["reason"], evidence=form.evidence() or None
         )
     except ServiceError as err:
-        form.add_error(None, err.detail)
-        return _rerender(request, turn, approve=form, status=err.status)
+        return _rerender(request, turn, approve=form, status=err.status, error=err.detail)
     messages.success(request, f"Approved turn {turn.turn_id}.")
     return HttpResponseRedirect(_next_url(request, turn))
 
@@ -89,8 +90,7 @@ def block(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         services.turn_block(turn=turn, actor=request.user, reason=form.cleaned_data["reason"])
     except ServiceError as err:
-        form.add_error(None, err.detail)
-        return _rerender(request, turn, block=form, status=err.status)
+        return _rerender(request, turn, block=form, status=err.status, error=err.detail)
     messages.success(request, f"Blocked turn {turn.turn_id}.")
     return HttpResponseRedirect(_next_url(request, turn))
 

@@ -29,7 +29,7 @@ def _list_url(request: HttpRequest) -> str:
 def findings(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "unresolved")
     kind = request.GET.get("kind", "")
-    qs = Finding.objects.select_related("run", "turn").order_by("-last_seen", "-id")
+    qs = Finding.objects.select_related("run", "turn", "acknowledged_by").order_by("-last_seen", "-id")
     if state == "unresolved":
         qs = qs.filter(state__in=UNRESOLVED)
     elif state in FINDING_STATES:

@@ -34,6 +34,7 @@ def _guard(check: Callable[[Any], bool]) -> Callable[[View], View]:
     return decorator
 
 
-viewer_required = _guard(access.can_view)
-operator_required = _guard(access.can_operate)
-admin_required = _guard(access.can_administer)
+# Looked up on each call, so that the access helper stays the one place a role is decided.
+viewer_required = _guard(lambda user: access.can_view(user))
+operator_required = _guard(lambda user: access.can_operate(user))
+admin_required = _guard(lambda user: access.can_administer(user))

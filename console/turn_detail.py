@@ -15,6 +15,7 @@ from journals.models import Branch, Checkpoint, JournalRecord, Turn
 from journals.selectors import record_public, turn_with_timeline
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
+from recovery.selectors import GateView, gate_view
 
 from . import vocabulary
 
@@ -100,10 +101,12 @@ class TurnPage:
     evidence: dict[str, list[OperatorEvidence]] = field(default_factory=dict)
     assessment_row: TurnAssessment | None = None
 
+    gate_view: GateView | None = None
+
     @property
     def approval_in_force(self) -> bool:
-        g = self.gate
-        return g is not None and g.kind == "approve" and g.engine_reason == self.turn.reason
+        """The store's gate decides whether an approval still covers the engine's blocking facts."""
+        return self.gate_view is not None and self.gate_view.approved
 
 
 def _steps(turn: Turn) -> list[PhaseStep]:
@@ -261,6 +264,16 @@ def _audit_rows(audit: RecoveryAudit) -> AuditView:
     )
 
 
+def _gate_view(turn: Turn, row: TurnAssessment | None) -> GateView | None:
+    """The gate as the store computes it, under the latest stored assessment (reading never assesses)."""
+    if row is None:
+        return None
+    try:
+        return gate_view(turn=turn, assessment=row.assessment)
+    except TurnAssessment.DoesNotExist:
+        return None
+
+
 def turn_page(turn: Turn) -> TurnPage:
     turn = turn_with_timeline(turn=turn)
     row = TurnAssessment.objects.filter(turn=turn).select_related("assessment").order_by("-assessment_id").first()
@@ -294,4 +307,5 @@ def turn_page(turn: Turn) -> TurnPage:
         gate=GateDecision.objects.filter(turn=turn).order_by("-id").first(),
         evidence=evidence,
         assessment_row=row,
+        gate_view=_gate_view(turn, row),
     )

@@ -1,0 +1,112 @@
+"""What the pages say: secrets never appear, times follow the operator's zone, filters stay in the URL."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from recovery.services import turn_approve
+from tests.console.scenarios import SECRET
+
+pytestmark = pytest.mark.django_db
+
+
+def _every_page(pay, torn) -> list[str]:
+    urls = [
+        reverse("console:overview"),
+        reverse("console:turns"),
+        reverse("console:turns") + "?q=t-",
+        reverse("console:runs"),
+        reverse("console:blocked_queue"),
+        reverse("console:findings") + "?state=all",
+        reverse("console:packages"),
+        reverse("console:bulk") + "?decision=blocked&action=block",
+        reverse("console:bulk") + "?decision=blocked&action=approve",
+    ]
+    for scenario in (pay, torn):
+        urls += [reverse("console:turn", args=[t.pk]) for t in scenario.turns.values()]
+    return urls
+
+
+def test_secrets_never_reach_a_page(op_pages, operator, pay, torn):
+    # Put the secret where an operator's words could carry it too: the history shows before/after.
+    turn_approve(turn=pay.turns["t-skip"], actor=operator, reason="reviewed")
+    for url in _every_page(pay, torn):
+        html = op_pages.get(url).content.decode()
+        assert SECRET not in html, url
+    charge = op_pages.get(reverse("console:turn", args=[pay.turns["t-charge"].pk])).content.decode()
+    # The blocking record is shown, with its secret field replaced.
+    assert "card_token" in charge and "[redacted]" in charge and "charge-card" in charge
+
+
+def test_the_timeline_names_each_phase_and_the_blocking_record(op_pages, pay):
+    html = op_pages.get(reverse("console:turn", args=[pay.turns["t-skip"].pk])).content.decode()
+    for phase in ("plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"):
+        assert f'data-phase="{phase}"' in html
+    assert "Blocked: phase prefix violation" in html
+    assert "A phase was committed out of order" in html
+    assert "journal line" in html and "branch 0" in html and "phase_committed" in html
+    resume = op_pages.get(reverse("console:turn", args=[pay.turns["t-resume"].pk])).content.decode()
+    assert "resume here" in resume and "Resume from <strong>execute</strong>" in resume
+
+
+def test_the_indeterminate_effect_points_at_its_dispatch(op_pages, pay):
+    html = op_pages.get(reverse("console:turn", args=[pay.turns["t-charge"].pk])).content.decode()
+    assert "Blocked: effect indeterminate" in html
+    assert "intent_dispatched" in html
+    assert "Did intent <code>charge-card</code> happen?" in html
+
+
+def test_the_fork_tree_keeps_discarded_branches_visible(op_pages, pay):
+    html = op_pages.get(reverse("console:turn", args=[pay.turns["t-lost"].pk])).content.decode()
+    assert 'class="gone"' in html  # the discarded suffix is drawn, greyed
+    assert "discarded" in html and "branch 1" in html
+    assert "Planned only on a discarded branch" in html
+
+
+def test_times_follow_the_operator_zone(op_pages, pay):
+    assert "UTC" in op_pages.get(reverse("console:overview")).content.decode()
+    response = op_pages.post(reverse("console:preferences"), {"zone": "Asia/Tokyo"})
+    assert response.status_code == 302
+    html = op_pages.get(reverse("console:turn", args=[pay.turns["t-skip"].pk])).content.decode()
+    assert "JST" in html and "Asia/Tokyo" in html
+    # The record's own `at` (2026-01-01T00:00:xxZ) is shown in the zone too.
+    assert "2026-01-01 09:00:" in html
+
+
+def test_an_unknown_zone_is_refused(op_pages):
+    response = op_pages.post(reverse("console:preferences"), {"zone": "Mars/Olympus"})
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.content.decode()
+
+
+def test_filters_live_in_the_url_and_narrow_the_list(op_pages, pay, torn):
+    html = op_pages.get(reverse("console:turns") + "?decision=blocked&reason=lsn_gap").content.decode()
+    assert "t-a" in html and "t-skip" not in html
+    assert "<strong>1</strong> turn match" in html
+    html = op_pages.get(reverse("console:turns") + "?run=pay-run-1&status=completed").content.decode()
+    assert "t-complete" in html and "t-resume" not in html
+    html = op_pages.get(reverse("console:turns") + "?q=charge").content.decode()
+    assert "t-charge" in html and "t-skip" not in html
+    # Sorting links keep the filter.
+    assert "decision=blocked" in op_pages.get(reverse("console:turns") + "?decision=blocked").content.decode()
+    # A bad value is ignored, not an error.
+    assert op_pages.get(reverse("console:turns") + "?decision=nonsense&age=zzz&page=x").status_code == 200
+
+
+def test_pagination(op_pages, db):
+    from tests.console.scenarios import many_runs
+
+    many_runs(1, 30)
+    first = op_pages.get(reverse("console:turns") + "?per_page=25").content.decode()
+    assert "Page 1 of 2" in first and 'rel="next"' in first
+    second = op_pages.get(reverse("console:turns") + "?per_page=25&page=2").content.decode()
+    assert "showing 26–30" in second and 'rel="prev"' in second
+
+
+def test_the_overview_counts_and_charts(op_pages, pay, torn):
+    html = op_pages.get(reverse("console:overview")).content.decode()
+    assert '<svg class="bars"' in html and "<title" in html
+    assert "phase prefix violation" in html and "effect indeterminate" in html
+    assert 'hx-get="/queue/blocked/"' in html and 'hx-trigger="every 10s"' in html
+    assert "t-skip" in html  # in the blocked queue
