@@ -18,6 +18,7 @@ from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
 from recovery.selectors import GateView, gate_view
 
 from . import vocabulary
+from .models import TurnAnnotation
 
 
 @dataclass
@@ -102,6 +103,7 @@ class TurnPage:
     assessment_row: TurnAssessment | None = None
 
     gate_view: GateView | None = None
+    annotation: TurnAnnotation | None = None
 
     @property
     def approval_in_force(self) -> bool:
@@ -308,4 +310,5 @@ def turn_page(turn: Turn) -> TurnPage:
         evidence=evidence,
         assessment_row=row,
         gate_view=_gate_view(turn, row),
+        annotation=TurnAnnotation.objects.filter(turn=turn).select_related("updated_by").first(),
     )

@@ -1,0 +1,143 @@
+"""The admin: every model of the store, the recovery state, the audit trail and the console, registered here.
+
+Evidence and the audit trail are read-only (append-only models never change). Projections and state are
+read-only too: they change only through services. The one edit is a blocked turn's annotations (lineage
+repair, notes, block reason), which `save_model` hands to console.services.turn_annotate so that it is
+recorded as an OperatorAction with the diff. Record bytes are never shown: only their redacted projection.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.apps import apps
+from django.contrib import admin, messages
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from journals.models import JournalRecord, Turn
+from journals.selectors import record_public
+from loopx_site.errors import ServiceError
+
+from .models import TurnAnnotation
+from .services import EDITABLE, turn_annotate
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View only: no add, no change, no delete, whoever asks."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(JournalRecord)
+class JournalRecordAdmin(ReadOnlyAdmin):
+    list_display = ("run", "seq", "branch", "lsn", "kind", "turn", "received_at")
+    list_filter = ("kind",)
+    search_fields = ("run__run_id", "turn")
+    list_select_related = ("run",)
+    # `line` holds the raw bytes, secrets included (contract section 8): shown only redacted.
+    exclude = ("line",)
+    readonly_fields = ("redacted_record",)
+
+    @admin.display(description="record (secrets redacted)")
+    def redacted_record(self, obj: JournalRecord) -> str:
+        public = record_public(obj)["record"]
+        text = json.dumps(public, indent=1, sort_keys=True, ensure_ascii=False) if public is not None else "—"
+        return format_html("<pre>{}</pre>", text)
+
+
+class TurnEditForm(forms.ModelForm):
+    lineage_repair = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=4000)
+    notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=4000)
+    block_reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=4000)
+    change_reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=4000,
+        help_text="Why you change this: recorded with the diff in the turn's history.",
+    )
+
+    class Meta:
+        model = Turn
+        fields: list[str] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        annotation = TurnAnnotation.objects.filter(turn=self.instance).first() if self.instance.pk else None
+        for name in EDITABLE:
+            self.fields[name].initial = getattr(annotation, name, "") if annotation else ""
+
+
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin):
+    form = TurnEditForm
+    list_display = ("turn_id", "run", "decision", "reason", "status", "updated_at")
+    list_filter = ("decision", "reason", "status")
+    search_fields = ("turn_id", "run__run_id", "lineage")
+    list_select_related = ("run",)
+    readonly_fields = (
+        "run",
+        "turn_id",
+        "lineage",
+        "branch",
+        "plan",
+        "status",
+        "decision",
+        "reason",
+        "resume_from",
+        "completed_phases",
+        "updated_at",
+    )
+    fieldsets = (
+        ("The engine's view (from the journal; never edited)", {"fields": readonly_fields}),
+        ("Operator's annotations", {"fields": (*EDITABLE, "change_reason")}),
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Turn | None = None) -> bool:
+        # Only a blocked turn is edited (the list itself stays browsable).
+        return super().has_change_permission(request, obj) and (obj is None or obj.decision == "blocked")
+
+    def save_model(self, request: HttpRequest, obj: Turn, form: forms.ModelForm, change: bool) -> None:
+        """Never save the Turn row itself: the annotations go through the service, with the diff recorded."""
+        changes = {name: form.cleaned_data.get(name) or "" for name in EDITABLE}
+        try:
+            turn_annotate(turn=obj, actor=request.user, changes=changes, reason=form.cleaned_data["change_reason"])
+        except ServiceError as err:
+            messages.error(request, f"Not saved: {err.detail}")
+
+    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
+        return None  # nothing related is edited here
+
+
+@admin.register(TurnAnnotation)
+class TurnAnnotationAdmin(ReadOnlyAdmin):
+    list_display = ("turn", "updated_by", "updated_at")
+    list_select_related = ("turn", "updated_by")
+
+
+def _register_the_rest() -> None:
+    """Every other model of our apps, read-only, so that the admin is complete as the apps grow."""
+    for label in ("journals", "recovery", "audits", "console"):
+        for model in apps.get_app_config(label).get_models():
+            if admin.site.is_registered(model):
+                continue
+            names = [f.name for f in model._meta.fields][:7]
+            admin_class = type(f"{model.__name__}Admin", (ReadOnlyAdmin,), {"list_display": names})
+            admin.site.register(model, admin_class)
+
+
+_register_the_rest()

@@ -1,0 +1,113 @@
+"""The admin: every model registered, evidence read-only, a blocked turn's edit recorded with its diff."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.contrib import admin
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.urls import reverse
+
+from audits.models import OperatorAction
+from console.models import TurnAnnotation
+from journals.models import JournalRecord
+from tests.console.scenarios import SECRET
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_admin(db) -> Client:
+    user = User.objects.create_user("ada-staff", password="correct-horse-battery", is_staff=True)
+    user.groups.add(Group.objects.get(name="admin"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_every_model_of_our_apps_is_registered():
+    for label in ("journals", "recovery", "audits", "console"):
+        for model in apps.get_app_config(label).get_models():
+            assert admin.site.is_registered(model), model
+
+
+@pytest.mark.parametrize(
+    "label, name",
+    [
+        ("journals", "journalrecord"),
+        ("audits", "operatoraction"),
+        ("audits", "recoveryaudit"),
+        ("audits", "recoveryauditaction"),
+        ("audits", "recoverydivergence"),
+    ],
+)
+def test_evidence_and_the_audit_trail_are_read_only(rf, label, name):
+    model = apps.get_model(label, name)
+    model_admin = admin.site._registry[model]
+    request = rf.get("/")
+    request.user = User(is_superuser=True, is_staff=True)
+    assert not model_admin.has_add_permission(request)
+    assert not model_admin.has_change_permission(request)
+    assert not model_admin.has_delete_permission(request)
+
+
+def test_admin_pages_never_show_secrets(staff_admin, pay):
+    record = JournalRecord.objects.filter(run=pay.run, kind="intent_dispatched").first()
+    urls = [
+        reverse("admin:journals_journalrecord_changelist"),
+        reverse("admin:journals_journalrecord_change", args=[record.pk]),
+        reverse("admin:journals_turn_change", args=[pay.turns["t-charge"].pk]),
+        reverse("admin:recovery_assessment_changelist"),
+    ]
+    for url in urls:
+        response = staff_admin.get(url)
+        assert response.status_code == 200, url
+        assert SECRET not in response.content.decode(), url
+    assert "[redacted]" in staff_admin.get(urls[1]).content.decode()
+
+
+def test_editing_a_blocked_turn_is_recorded_with_the_diff(staff_admin, pay):
+    turn = pay.turns["t-skip"]
+    url = reverse("admin:journals_turn_change", args=[turn.pk])
+    response = staff_admin.post(
+        url,
+        {
+            "lineage_repair": "job-10-repaired",
+            "notes": "called the team",
+            "block_reason": "",
+            "change_reason": "the writer lost the lineage",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    annotation = TurnAnnotation.objects.get(turn=turn)
+    assert (annotation.lineage_repair, annotation.notes) == ("job-10-repaired", "called the team")
+    action = OperatorAction.objects.get(turn=turn, kind="turn_edit")
+    assert action.actor_name == "ada-staff" and action.reason == "the writer lost the lineage"
+    assert action.before == {"engine_lineage": "job-10", "lineage_repair": "", "notes": ""}
+    assert action.after == {"engine_lineage": "job-10", "lineage_repair": "job-10-repaired", "notes": "called the team"}
+    turn.refresh_from_db()
+    assert turn.lineage == "job-10"  # the engine's projection is never edited
+    # A second edit records only what changed.
+    staff_admin.post(
+        url,
+        {
+            "lineage_repair": "job-10-repaired",
+            "notes": "called the team",
+            "block_reason": "vendor",
+            "change_reason": "x1",
+        },
+    )
+    second = OperatorAction.objects.filter(turn=turn, kind="turn_edit").order_by("-id").first()
+    assert second.before == {"engine_lineage": "job-10", "block_reason": ""}
+    assert second.after == {"engine_lineage": "job-10", "block_reason": "vendor"}
+    # And the console shows both the annotation and the history entry.
+    html = staff_admin.get(reverse("console:turn", args=[turn.pk])).content.decode()
+    assert "job-10-repaired" in html and "turn edit" in html and "Held because:" in html
+
+
+def test_a_turn_that_is_not_blocked_cannot_be_edited(staff_admin, pay):
+    url = reverse("admin:journals_turn_change", args=[pay.turns["t-resume"].pk])
+    response = staff_admin.post(url, {"notes": "x", "change_reason": "y"})
+    assert response.status_code == 403
+    assert not OperatorAction.objects.filter(kind="turn_edit").exists()
