@@ -1,0 +1,112 @@
+"""The console in a real browser: an operator reviews and decides, a viewer only reads (issue 6)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.browser.conftest import login, make_user
+from tests.console.scenarios import SECRET, many_runs, payments_run
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM must still be usable from it.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_operator_filters_reads_the_reason_and_approves_with_evidence(live_server, page, shot):
+    payments_run()
+    make_user("olivia", "operator")
+    base = live_server.url
+    login(page, base, "olivia")
+
+    page.get_by_role("link", name="Turns", exact=True).click()
+    page.get_by_label("Decision").select_option("blocked")
+    page.get_by_role("button", name="Apply").click()
+    page.wait_for_url("**/turns/?*decision=blocked*")
+    rows = page.locator("#turns-table tbody tr")
+    assert rows.count() == 2  # t-charge and t-skip
+    shot(page, "turns-filtered-blocked")
+
+    page.get_by_role("link", name="t-charge", exact=True).click()
+    reason = page.locator("#blocking-reason")
+    assert "Blocked: effect indeterminate" in reason.inner_text()
+    assert "a person must say whether it happened" in reason.inner_text()
+    assert "intent_dispatched" in reason.inner_text()
+    assert SECRET not in page.content()
+    shot(page, "turn-blocked-indeterminate")
+
+    form = page.locator("#approve-form")
+    form.get_by_label("it did not happen").check()
+    form.get_by_label("Reason for approving").fill("The bank shows no charge for this card today.")
+    form.get_by_role("button", name="Approve").click()
+
+    page.wait_for_selector(".messages")
+    assert "Approved turn t-charge" in page.locator(".messages").inner_text()
+    history = page.locator("#history")
+    assert "turn approve" in history.inner_text()
+    assert "The bank shows no charge" in history.inner_text()
+    # The operator's evidence turned the effect into a replay: the engine now resumes the turn.
+    assert "resume" in page.locator("h1 .badge").inner_text()
+    assert "Evidence: not happened" in page.locator("#intents-h + div").inner_text().replace("\n", " ")
+    shot(page, "turn-approved-with-evidence")
+
+
+def test_viewer_sees_no_buttons(live_server, page, shot):
+    scenario = payments_run()
+    make_user("victor", "viewer")
+    base = live_server.url
+    login(page, base, "victor")
+    page.goto(f"{base}/turns/{scenario.turns['t-skip'].pk}/")
+    assert page.locator("#timeline").is_visible()
+    assert page.get_by_role("button", name="Approve").count() == 0
+    assert page.get_by_role("button", name="Block").count() == 0
+    assert "approving and blocking need the operator role" in page.content()
+    page.goto(f"{base}/turns/?decision=blocked")
+    assert page.get_by_text("Decide").count() == 0
+    assert page.get_by_role("link", name="Block all…").count() == 0
+    shot(page, "viewer-turns-no-buttons")
+
+
+def test_bulk_block_asks_for_confirmation(live_server, page, shot):
+    many_runs(3, 2)
+    make_user("olivia", "operator")
+    base = live_server.url
+    login(page, base, "olivia")
+    page.goto(f"{base}/turns/?decision=blocked")
+    page.get_by_role("link", name="Block all…").click()
+    assert page.locator("#bulk-count").inner_text() == "6"
+    shot(page, "bulk-block-confirm")
+    page.get_by_label("Reason (recorded on every turn)").fill("Payments provider incident: hold everything.")
+    page.get_by_role("button", name="Yes, block 6 turns").click()
+    page.wait_for_selector(".messages")
+    assert "Blocked 6 turns." in page.locator(".messages").inner_text()
+    assert page.locator("#turns-table .gate-block").count() == 6
+    shot(page, "bulk-block-done")
+
+
+def test_turn_page_layout_shows_every_planned_phase_in_order(live_server, page, shot):
+    scenario = payments_run()
+    make_user("olivia", "operator")
+    base = live_server.url
+    login(page, base, "olivia")
+    page.goto(f"{base}/turns/{scenario.turns['t-skip'].pk}/")
+    steps = page.locator("ol.timeline > li")
+    plan = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"]
+    assert steps.count() == len(plan)
+    boxes = []
+    for i, name in enumerate(plan):
+        step = steps.nth(i)
+        assert step.get_attribute("data-phase") == name
+        assert step.is_visible()
+        boxes.append(step.bounding_box())
+    width = page.viewport_size["width"]
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert abs(left["y"] - right["y"]) < 2, "the phases sit on one row"
+        assert left["x"] + left["width"] <= right["x"] + 1, "each phase is right of the one before, no overlap"
+    assert boxes[-1]["x"] + boxes[-1]["width"] <= width
+    # The blocking phase is marked in words, not only by colour.
+    assert "held here: blocked" in steps.nth(1).inner_text()
+    assert "committed" in steps.nth(0).inner_text()
+    shot(page, "turn-timeline-layout")
