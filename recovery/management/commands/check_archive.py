@@ -22,10 +22,6 @@ class UsageError(Exception):
     """Exit 2 with this one line on stderr."""
 
 
-def _raise_usage(message: str) -> NoReturn:
-    raise UsageError(message)
-
-
 def limits_from_settings() -> Limits:
     return Limits.from_settings(lambda name, default: getattr(settings, name, default))
 
@@ -42,7 +38,13 @@ class PackageCommand(BaseCommand):
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.error = _raise_usage  # type: ignore[method-assign]  # argparse prints usage; the contract wants one line
+
+        def error(message: str) -> NoReturn:
+            # argparse would print the usage too; the contract wants one line. call_command parses arguments
+            # before execute(), so this exits here, the same way from the shell and from call_command.
+            self._usage_exit(UsageError(message))
+
+        parser.error = error  # type: ignore[method-assign]
         return parser
 
     def _usage_exit(self, exc: BaseException) -> NoReturn:
