@@ -35,6 +35,7 @@ class WebhookForm(forms.ModelForm):
         help_text="Signs every delivery (HMAC-SHA256). Write-only: leave blank to keep the current secret.",
     )
     events = forms.MultipleChoiceField(choices=[(e, e) for e in EVENTS], widget=forms.CheckboxSelectMultiple)
+    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="Receives a POST for each event.")
 
     class Meta:
         model = Webhook

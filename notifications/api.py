@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from loopx_site.access import can_administer, can_operate, can_view
 
@@ -56,6 +56,10 @@ class WebhookSerializer(serializers.ModelSerializer):
 
 
 class DeliverySerializer(serializers.ModelSerializer):
+    # Plain strings in the schema: an enum named "status" would collide with other apps' status enums.
+    status = serializers.CharField(read_only=True)
+    event = serializers.CharField(read_only=True)
+
     class Meta:
         model = WebhookDelivery
         fields = [
@@ -89,10 +93,12 @@ class DeliveryList(generics.ListAPIView):
         return WebhookDelivery.objects.all()
 
 
-class DeliveryResend(APIView):
+class DeliveryResend(generics.GenericAPIView):
     authentication_classes = [SessionAuthentication]
     permission_classes = [CanViewDeliveries]
+    serializer_class = DeliverySerializer
 
+    @extend_schema(request=None, responses={202: DeliverySerializer})
     def post(self, request: Request, pk: int) -> Response:
         if not WebhookDelivery.objects.filter(pk=pk).exists():
             return Response({"error": "not_found", "detail": "No such delivery.", "line": None}, status=404)

@@ -1,6 +1,7 @@
 """``/healthz`` (the process answers; touches nothing) and ``/readyz`` (it can do its work).
 
-/readyz checks, concurrently and each under a short deadline so the answer comes well under a second:
+/readyz checks, each under a short deadline so the answer comes well under a second (the broker on a
+pool thread, concurrently with the database checks on the request's own connection):
 
 - ``database``: a connection and ``SELECT 1``;
 - ``migrations``: every migration on disk is recorded as applied (the leaf nodes, computed once per
@@ -23,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, JsonResponse
@@ -31,8 +32,8 @@ from django.views.decorators.cache import never_cache
 
 from . import broker, integrations
 
-# A small fixed pool: a check stuck on a black-holed host keeps a thread busy until its own timeout, and
-# later probes then time out quickly instead of piling up threads.
+# A small fixed pool for the broker probe: one stuck on a black-holed host keeps a thread busy until its
+# socket timeout, and later probes then time out quickly instead of piling up threads.
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="loopx-readyz")
 
 
@@ -51,17 +52,19 @@ def expected_migrations() -> frozenset[tuple[str, str]]:
 
 
 def check_database() -> dict[str, Any]:
+    """SELECT 1 and the applied migrations, on the request's own connection under a statement timeout."""
     connection = connections["default"]
+    timeout_ms = int(float(_setting("LOOPX_READYZ_TIMEOUT", 0.5)) * 1000)
     try:
-        with connection.cursor() as cursor:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                # Transaction-local: a database that accepts the connection but hangs cannot hold us.
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{timeout_ms}ms"])
             cursor.execute("SELECT 1")
             cursor.fetchone()
-        applied = set(MigrationRecorder(connection).applied_migrations())
+            applied = set(MigrationRecorder(connection).applied_migrations())
     except Exception as exc:
         raise CheckFailed(f"database unreachable: {type(exc).__name__}") from None
-    finally:
-        # This runs on a pool thread: its connection is nobody's to reuse, so it never outlives the check.
-        connection.close()
     missing = sorted(f"{app}.{name}" for app, name in expected_migrations() - applied)
     return {"unapplied": missing}
 
@@ -87,20 +90,19 @@ def check_beat() -> dict[str, Any]:
 def run_checks() -> tuple[bool, dict[str, Any]]:
     timeout = float(_setting("LOOPX_READYZ_TIMEOUT", 0.5))
     started = time.perf_counter()
-    checks: dict[str, Callable[[], dict[str, Any]]] = {"database": check_database, "broker": check_broker}
+    # The broker is probed on a pool thread while the database checks run here, on the request's own
+    # connection (no extra connection per probe; a statement timeout bounds it).
+    broker_future = _POOL.submit(_timed, check_broker)
+    results: dict[str, Any] = {"database": _timed(check_database)}
     if _setting("LOOPX_READYZ_REQUIRE_BEAT", True):
-        checks["beat"] = check_beat
-    futures = {name: _POOL.submit(_timed, fn) for name, fn in checks.items()}
-    results: dict[str, Any] = {}
-    failed: list[str] = []
-    for name, future in futures.items():
-        remaining = max(0.0, timeout - (time.perf_counter() - started))
-        try:
-            results[name] = future.result(timeout=remaining + 0.05)
-        except FutureTimeout:
-            results[name] = {"ok": False, "error": f"no answer within {timeout}s"}
-        if not results[name]["ok"]:
-            failed.append(name)
+        down = {"ok": False, "error": "database unreachable"}
+        results["beat"] = _timed(check_beat) if results["database"]["ok"] else down
+    remaining = max(0.0, timeout - (time.perf_counter() - started))
+    try:
+        results["broker"] = broker_future.result(timeout=remaining + 0.05)
+    except FutureTimeout:
+        results["broker"] = {"ok": False, "error": f"no answer within {timeout}s"}
+    failed = [name for name, result in results.items() if not result["ok"]]
     # Migrations are read by the database check (same connection); report them as their own check.
     database = results["database"]
     if database["ok"]:

@@ -1,0 +1,264 @@
+"""Webhooks: signed, idempotent deliveries retried with backoff by Celery, recorded for operators."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from loopx_site.ops import events
+from notifications import delivery
+from notifications.models import Webhook, WebhookAttempt, WebhookDelivery
+from notifications.tasks import deliver_due, deliver_webhook
+
+pytestmark = pytest.mark.django_db
+SECRET = "whsec-0123456789abcdef-PLANTED"
+
+
+@pytest.fixture
+def eager_celery():
+    """Run tasks inline (retries included), as a worker would, without a broker."""
+    from loopx_site.celery import app
+
+    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def published(monkeypatch):
+    """Capture publishes instead of sending them to a broker: (delivery id, countdown) pairs."""
+    calls: list[tuple[int, float | None]] = []
+    monkeypatch.setattr(
+        deliver_webhook, "apply_async", lambda args, countdown=None, **_: calls.append((args[0], countdown))
+    )
+    return calls
+
+
+def _hook(url: str, events_: list[str] | None = None, **extra) -> Webhook:
+    return Webhook.objects.create(
+        name=extra.pop("name", "ops"), url=url, secret=SECRET, events=events_ or ["turn.blocked"], **extra
+    )
+
+
+def _blocked(run: str = "r1", turn: str = "t1", assessment: int = 7) -> None:
+    events.emit(
+        events.turn_blocked, run_id=run, turn_id=turn, reason="lineage_missing", reason_line=3, assessment_id=assessment
+    )
+
+
+def test_fails_twice_then_succeeds(webhook_receiver, eager_celery, settings, django_capture_on_commit_callbacks):
+    settings.LOOPX_WEBHOOK_BACKOFF_SECONDS = 0  # retries at once; the backoff itself is tested below
+    hook = _hook(webhook_receiver.url)
+    webhook_receiver.statuses = [500, 503]
+    with django_capture_on_commit_callbacks(execute=True):
+        _blocked()
+
+    item = WebhookDelivery.objects.get()
+    assert (item.status, item.attempts, item.last_status_code, item.last_error) == ("delivered", 3, 200, "")
+    attempts = list(WebhookAttempt.objects.filter(delivery=item).order_by("number"))
+    assert [(a.number, a.status_code, a.ok) for a in attempts] == [(1, 500, False), (2, 503, False), (3, 200, True)]
+    assert attempts[0].error == "HTTP 500"
+
+    assert [r["status"] for r in webhook_receiver.requests] == [500, 503, 200]
+    assert webhook_receiver.accepted_keys == [item.idempotency_key]  # exactly one accepted delivery
+    bodies = {r["body"] for r in webhook_receiver.requests}
+    assert len(bodies) == 1  # every attempt sends the same bytes
+    body = bodies.pop()
+    expected = "sha256=" + hmac.new(hook.secret.encode(), body, hashlib.sha256).hexdigest()
+    for number, request in enumerate(webhook_receiver.requests, start=1):
+        headers = request["headers"]
+        assert headers["x-loopx-signature"] == expected
+        assert headers["idempotency-key"] == item.idempotency_key
+        assert headers["x-loopx-event"] == "turn.blocked"
+        assert headers["x-loopx-attempt"] == str(number)
+    payload = json.loads(body)
+    assert payload["event"] == "turn.blocked" and payload["id"] == item.idempotency_key
+    assert payload["data"] == {"run": "r1", "turn": "t1", "reason": "lineage_missing", "reason_line": 3,
+                               "assessment": 7}
+    assert SECRET not in body.decode()
+
+
+def test_same_event_twice_is_one_delivery(published, django_capture_on_commit_callbacks):
+    _hook("http://127.0.0.1:9/hook")
+    with django_capture_on_commit_callbacks(execute=True):
+        _blocked()
+        _blocked()
+        _blocked(assessment=8)  # a later assessment blocking again is a new event
+    assert WebhookDelivery.objects.count() == 2
+    assert len(published) == 2
+
+
+def test_enqueue_waits_for_commit_and_does_no_http(published, django_capture_on_commit_callbacks):
+    """The caller's transaction never waits for a receiver: the row is written, the task published after
+    commit, and no HTTP request is made on the caller's path."""
+    _hook("http://127.0.0.1:9/hook")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        started = time.monotonic()
+        _blocked()
+        assert time.monotonic() - started < 0.5
+        assert published == []  # nothing leaves before commit
+    for callback in callbacks:
+        callback()
+    item = WebhookDelivery.objects.get()
+    assert published == [(item.pk, None)]
+    assert (item.status, item.attempts) == ("pending", 0)
+
+
+def test_broker_down_at_publish_leaves_it_pending_for_the_sweep(monkeypatch, django_capture_on_commit_callbacks):
+    _hook("http://127.0.0.1:9/hook")
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(deliver_webhook, "apply_async", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        _blocked()  # must not raise
+    item = WebhookDelivery.objects.get()
+    assert item.status == "pending"
+    calls: list[int] = []
+    monkeypatch.setattr(deliver_webhook, "apply_async", lambda args, countdown=None, **_: calls.append(args[0]))
+    assert deliver_due() == 1
+    assert calls == [item.pk]
+
+
+def test_receiver_down_backs_off_exponentially(published, settings):
+    from tests.ops.conftest import free_port
+
+    settings.LOOPX_WEBHOOK_BACKOFF_SECONDS = 10
+    settings.LOOPX_WEBHOOK_TIMEOUT_SECONDS = 1
+    _hook(f"http://127.0.0.1:{free_port()}/hook")  # nobody listens there
+    [pk] = delivery.enqueue("turn.blocked", ("r", "t", 1), {"run": "r"})
+    for number, wait in ((1, 10), (2, 20), (3, 40)):
+        started = time.monotonic()
+        assert delivery.attempt(pk) == "retry"
+        assert time.monotonic() - started < 2
+        item = WebhookDelivery.objects.get(pk=pk)
+        assert (item.status, item.attempts) == ("pending", number)
+        assert "URLError" in item.last_error and "refused" in item.last_error.lower()
+        remaining = (item.next_attempt_at - timezone.now()).total_seconds()
+        assert wait - 2 < remaining <= wait
+        assert published[-1] == (pk, wait)
+        assert delivery.attempt(pk) == "skipped"  # not due yet: a redelivered message does nothing
+        assert deliver_due() == 0
+        WebhookDelivery.objects.filter(pk=pk).update(next_attempt_at=timezone.now())
+
+
+def test_claim_is_compare_and_set(webhook_receiver):
+    _hook(webhook_receiver.url)
+    [pk] = delivery.enqueue("turn.blocked", ("r", "t", 1), {"run": "r"})
+    # Another worker holds a live claim: this one backs off without sending.
+    WebhookDelivery.objects.filter(pk=pk).update(status="delivering", lease_until=timezone.now() + timedelta(minutes=1))
+    assert delivery.attempt(pk) == "skipped"
+    assert webhook_receiver.requests == []
+    # That worker died mid-attempt: once its lease expires the delivery is taken over.
+    WebhookDelivery.objects.filter(pk=pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert delivery.attempt(pk) == "delivered"
+    assert delivery.attempt(pk) == "skipped"  # delivered is final
+    assert len(webhook_receiver.requests) == 1
+
+
+def test_gives_up_then_operator_resends(webhook_receiver, published, settings):
+    settings.LOOPX_WEBHOOK_MAX_ATTEMPTS = 2
+    settings.LOOPX_WEBHOOK_BACKOFF_SECONDS = 0
+    _hook(webhook_receiver.url)
+    webhook_receiver.statuses = [500, 500]
+    [pk] = delivery.enqueue("turn.blocked", ("r", "t", 1), {"run": "r"})
+    assert delivery.attempt(pk) == "retry"
+    assert delivery.attempt(pk) == "failed"
+    assert WebhookDelivery.objects.get(pk=pk).status == "failed"
+    assert delivery.resend([pk]) == 1
+    item = WebhookDelivery.objects.get(pk=pk)
+    assert (item.status, item.attempt_limit) == ("pending", 4)
+    assert delivery.attempt(pk) == "delivered"
+    keys = {r["headers"]["idempotency-key"] for r in webhook_receiver.requests}
+    assert keys == {item.idempotency_key} and len(webhook_receiver.requests) == 3
+
+
+def test_inactive_and_unsubscribed_hooks_get_nothing(published):
+    _hook("http://127.0.0.1:9/a", name="inactive", active=False)
+    _hook("http://127.0.0.1:9/b", ["finding.opened"], name="findings-only")
+    assert delivery.enqueue("turn.blocked", ("r", "t", 1), {"run": "r"}) == []
+    events.emit(events.finding_opened, finding_id=5, kind="lost_turn", run_id="r", turn_id="t")
+    assert list(WebhookDelivery.objects.values_list("webhook__name", "event")) == [("findings-only", "finding.opened")]
+
+
+def test_payload_is_redacted(published):
+    _hook("http://127.0.0.1:9/hook", ["package.rejected"])
+    [pk] = delivery.enqueue(
+        "package.rejected", ("pkg-1", "checksum_mismatch"),
+        {"package": "pkg-1", "evidence": {"api_key": "sk-PLANTED", "nested": [{"password": "PLANTED-2"}]}},
+    )
+    body = WebhookDelivery.objects.get(pk=pk).body
+    assert "PLANTED" not in body
+    assert json.loads(body)["data"]["evidence"] == {"api_key": "[redacted]", "nested": [{"password": "[redacted]"}]}
+
+
+@pytest.fixture
+def superuser_client(client, django_user_model):
+    # Not pytest-django's admin_client: tests/personas.py's `admin_user` is the admin *role*, not staff.
+    client.force_login(django_user_model.objects.create_superuser("root-ops", "root@example.com", "pw-123456789"))
+    return client
+
+
+def test_admin_never_shows_the_secret_and_resends(superuser_client, published, django_capture_on_commit_callbacks):
+    admin_client = superuser_client
+    hook = _hook("https://user:pw-PLANTED@hooks.example.com/in?token=PLANTED-Q")
+    [pk] = delivery.enqueue("turn.blocked", ("r", "t", 1), {"run": "r"})
+    WebhookDelivery.objects.filter(pk=pk).update(status="failed", attempts=8)
+    pages = [
+        admin_client.get("/admin/notifications/webhook/"),
+        admin_client.get(f"/admin/notifications/webhook/{hook.pk}/change/"),
+        admin_client.get("/admin/notifications/webhookdelivery/"),
+        admin_client.get(f"/admin/notifications/webhookdelivery/{pk}/change/"),
+    ]
+    for page in pages:
+        assert page.status_code == 200
+        text = page.content.decode()
+        assert SECRET not in text
+    assert "PLANTED" not in pages[0].content.decode()  # list: no credentials, no query string
+    # Saving without typing a secret keeps the old one.
+    answer = admin_client.post(
+        f"/admin/notifications/webhook/{hook.pk}/change/",
+        {"name": "ops", "url": "https://hooks.example.com/in", "secret": "", "events": ["turn.blocked"],
+         "active": "on"},
+    )
+    assert answer.status_code == 302
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = admin_client.post(
+            "/admin/notifications/webhookdelivery/", {"action": "resend_deliveries", "_selected_action": [pk]}
+        )
+    assert answer.status_code == 302
+    assert WebhookDelivery.objects.get(pk=pk).status == "pending"
+    assert published[-1] == (pk, None)
+
+
+def test_api_secret_is_write_only(admin_user, viewer_client, operator_client, published):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_login(admin_user)
+    answer = client.post(
+        "/api/v1/webhooks",
+        {"name": "api", "url": "https://hooks.example.com/x", "secret": SECRET, "events": ["finding.opened"]},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.content
+    assert "secret" not in answer.json()
+    listed = client.get("/api/v1/webhooks")
+    assert listed.status_code == 200 and SECRET not in listed.content.decode()
+    assert Webhook.objects.get(name="api").secret == SECRET
+    no_secret = {"name": "x", "url": "https://a.example", "events": []}
+    assert client.post("/api/v1/webhooks", no_secret, format="json").status_code == 400
+    assert viewer_client.get("/api/v1/webhooks").status_code == 403
+    [pk] = delivery.enqueue("finding.opened", (1, "lost_turn"), {"finding": 1})
+    assert viewer_client.get("/api/v1/webhook-deliveries").status_code == 200
+    assert viewer_client.post(f"/api/v1/webhook-deliveries/{pk}/resend").status_code == 403
+    assert operator_client.post(f"/api/v1/webhook-deliveries/{pk}/resend").status_code == 202
