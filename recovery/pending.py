@@ -1,0 +1,43 @@
+"""The assessment queue's state in the database: at most one pending assessment per run.
+
+A model module of the `recovery` app (imported by recovery/models.py). The broker carries messages; this
+row is the truth about what is owed. Ingest raises ``pending`` in the same transaction that stores a
+batch (compare-and-set: only the batch that flips it publishes a task), the task lowers it before it reads
+the prefix, and the sweep (audits/checks.py) republishes a flag left raised with no task behind it.
+recovery/background.py holds the transitions.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from journals.models import Run
+
+OUTCOMES = ("stored", "unchanged", "superseded", "missing")
+
+
+class PendingAssessment(models.Model):
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="pending_assessment")
+    pending = models.BooleanField(default=False)
+    # When the flag was last raised, and the run's last seq then (the sweep's age and the finding's facts).
+    requested_at = models.DateTimeField(null=True, blank=True)
+    requested_seq = models.BigIntegerField(default=0)
+    # When a message was last handed to the broker (after commit); older than requested_at while the flag
+    # is raised means the enqueue never happened (a crash between commit and publish).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    enqueues = models.BigIntegerField(default=0)
+    # The latest task run: when it lowered the flag, when it finished and what it did.
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(outcome__in=("", *OUTCOMES)), name="pendingassessment_outcome_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["pending", "requested_at"], name="pendingassessment_sweep")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {'pending' if self.pending else 'idle'}"
