@@ -28,6 +28,11 @@ OPERATOR_ACTION_KINDS = (
     "evidence_record",
     "api_token_create",
     "api_token_revoke",
+    # Issue 4: an operator acknowledging or resolving a finding of the scheduled audits.
+    "finding_acknowledge",
+    "finding_resolve",
+    # Issue 6: an admin's edit of a blocked turn's annotations (lineage repair, notes, block reason).
+    "turn_edit",
 )
 
 
@@ -130,3 +135,7 @@ class RecoveryAuditClosure(AppendOnlyModel):
         ordering = ["-closed_at"]
 
 
+# Findings of the scheduled audits, the chain cursor and the heartbeats (issue 4, background work) live in
+# their own modules; imported here so that Django registers them with this app.
+from audits.background import ChainCursor, Heartbeat  # noqa: E402, F401
+from audits.findings import Finding  # noqa: E402, F401

@@ -145,3 +145,6 @@ class GateDecision(AppendOnlyModel):
         constraints = [models.CheckConstraint(condition=_in("kind", GATE_KINDS), name="gatedecision_kind_valid")]
 
 
+# The assessment queue's per-run flag (issue 4, background work) lives in its own module; imported here
+# so that Django registers it with this app.
+from recovery.pending import PendingAssessment  # noqa: E402, F401
