@@ -1,0 +1,119 @@
+"""Background assessments: one pending assessment per run, enqueued after commit, stored only for the
+newest prefix.
+
+The protocol (docs/celery.md has the picture):
+
+1. Ingest stores a batch and, in the same transaction and under the run's row lock, calls
+   ``assessment_request``: a compare-and-set raises the run's ``PendingAssessment.pending`` flag. Only the
+   batch that raised it publishes ``assess_run`` (``transaction.on_commit``); later batches find it
+   raised and add nothing, so many batches cost one task.
+2. ``assessment_run`` (the task's body) lowers the flag under the same row lock *before* it reads the
+   prefix. Every batch committed before that point is in what it reads; every batch after it raises the
+   flag again and publishes a new task. Nothing is lost and nothing waits on a lock while the engine runs.
+3. It stores the assessment only if the prefix it read is still the run's newest when it writes
+   (``assessment_refresh(newest_only=True)``, else PrefixSuperseded); the store's unique identity
+   (prefix, evidence, engine and projection version) makes a redelivered or concurrent run of the same
+   task find the row already there.
+4. A publish that never happened (a crash between commit and publish, a broker that was down) leaves the
+   flag raised with ``enqueued_at`` older than ``requested_at``: the scheduled sweep republishes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from journals.models import Run
+from loopx_site.failpoints import failpoint
+from recovery.models import Assessment
+from recovery.pending import PendingAssessment
+from recovery.services import PrefixSuperseded, assessment_refresh
+
+logger = logging.getLogger(__name__)
+
+# A publish that cannot reach the broker gives up quickly: the batch is committed, the flag stays raised,
+# and the sweep publishes later. Blocking an ingest answer on a broker outage would help no one.
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+
+
+def assessment_request(*, run: Run, locked: bool = False) -> bool:
+    """Raise the run's pending flag; True when this call raised it (it then publishes after commit).
+
+    ``locked``: the caller's transaction already holds the run's row lock (ingest does). Otherwise the
+    lock is taken here, so that the compare-and-set is ordered with ingest and with the task.
+    """
+    with transaction.atomic():
+        if not locked:
+            run = Run.objects.select_for_update().get(pk=run.pk)
+        now = timezone.now()
+        raised = PendingAssessment.objects.filter(run_id=run.pk, pending=False).update(
+            pending=True, requested_at=now, requested_seq=run.last_seq
+        )
+        if not raised:
+            _, raised = PendingAssessment.objects.get_or_create(
+                run_id=run.pk, defaults={"pending": True, "requested_at": now, "requested_seq": run.last_seq}
+            )
+        if raised:
+            run_pk, run_id = run.pk, run.run_id
+            transaction.on_commit(lambda: assessment_enqueue(run_pk=run_pk, run_id=run_id))
+        return bool(raised)
+
+
+def assessment_enqueue(*, run_pk: int, run_id: str) -> bool:
+    """Publish ``assess_run`` for a run whose flag is raised. Never raises: on failure the flag stays
+    raised and the sweep tries again."""
+    from recovery.tasks import assess_run  # tasks import this module
+
+    try:
+        assess_run.apply_async(args=[run_id], retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+    except Exception:  # any broker or serialisation failure: the database already holds the truth
+        logger.warning("could not publish assess_run for run pk %s; the sweep will retry", run_pk, exc_info=True)
+        return False
+    PendingAssessment.objects.filter(run_id=run_pk).update(enqueued_at=timezone.now(), enqueues=F("enqueues") + 1)
+    return True
+
+
+def assessment_run(*, run_id: str) -> str:
+    """Assess the run's committed prefix (the body of ``assess_run``). Returns the outcome:
+    ``stored`` (a new assessment), ``unchanged`` (one with this identity existed), ``superseded`` (a newer
+    batch arrived meanwhile; its own task assesses it) or ``missing`` (no such run)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(run_id=run_id).first()
+        if run is None:
+            return "missing"
+        # Lowered before the prefix is read, under the lock ingest holds while it commits (module doc, 2).
+        PendingAssessment.objects.filter(run_id=run.pk, pending=True).update(pending=False, started_at=timezone.now())
+    before = Assessment.objects.filter(run_id=run.pk).order_by("-id").values_list("id", flat=True).first() or 0
+    failpoint("assess_run.before_assess")
+    try:
+        stored = assessment_refresh(run=run, newest_only=True)
+    except PrefixSuperseded:
+        outcome = "superseded"
+    else:
+        outcome = "stored" if stored.pk > before else "unchanged"
+    failpoint("assess_run.after_store")
+    PendingAssessment.objects.filter(run_id=run.pk).update(finished_at=timezone.now(), outcome=outcome)
+    return outcome
+
+
+def assessments_overdue(*, grace: timedelta, republish_after: timedelta, limit: int) -> list[tuple[int, str, bool]]:
+    """(run pk, run id, never enqueued) for raised flags the sweep should publish again: raised longer
+    than ``grace`` ago and never published since (a lost enqueue), or published longer than
+    ``republish_after`` ago and still raised (a message the broker lost)."""
+    now = timezone.now()
+    rows = (
+        PendingAssessment.objects.filter(pending=True, requested_at__lt=now - grace)
+        .select_related("run")
+        .order_by("requested_at")[:limit]
+    )
+    due: list[tuple[int, str, bool]] = []
+    for row in rows:
+        enqueued, requested = row.enqueued_at, row.requested_at
+        never = enqueued is None or requested is None or enqueued < requested
+        if never or (enqueued is not None and enqueued < now - republish_after):
+            due.append((row.run_id, row.run.run_id, never))
+    return due
