@@ -253,6 +253,11 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
             _project_turns_and_checkpoints(run, new, first_seq or 0)
             run.updated_at = now
             run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
+            # Issue 4: raise the run's pending-assessment flag in this transaction (under the run lock);
+            # the batch that raises it publishes `assess_run` on commit (recovery/background.py).
+            from recovery.background import assessment_request
+
+            assessment_request(run=run, locked=True)
     return IngestResult(
         run=run,
         stored=len(new),
