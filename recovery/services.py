@@ -17,6 +17,7 @@ from django.utils import timezone
 from journals.models import Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
 from loopx_site.errors import ServiceError
+from loopx_site.failpoints import failpoint
 from recovery import engine
 from recovery.engine import assess
 from recovery.engine.canonical import canonical_bytes, parse_line
@@ -68,9 +69,16 @@ def _lines_through(run_pk: int, last_seq: int) -> Iterator[bytes]:
             yield bytes(line)
 
 
-def assessment_refresh(*, run: Run) -> Assessment:
+class PrefixSuperseded(Exception):
+    """Issue 4: a newer batch was committed while the engine ran (``assessment_refresh(newest_only=True)``)."""
+
+
+def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     """The assessment of the run's committed prefix with the evidence in force; computed only when no
-    assessment with the same identity exists (same prefix, evidence, engine and projection version)."""
+    assessment with the same identity exists (same prefix, evidence, engine and projection version).
+
+    ``newest_only`` (the background task, recovery/background.py): store nothing and raise
+    PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
     run = Run.objects.get(pk=run.pk)  # the prefix as committed now
     evidence = evidence_in_force(run=run)
     identity = {
@@ -86,7 +94,11 @@ def assessment_refresh(*, run: Run) -> Assessment:
     last_seq = run.last_seq
     result = assess(lambda: _lines_through(run.pk, last_seq), evidence=evidence)
     blocked = result.run_blocked
+    failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():
+        if newest_only and Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key:
+            # Issue 4: compared under the run's row lock, which ingest holds until it commits.
+            raise PrefixSuperseded(run.run_id)
         try:
             with transaction.atomic():
                 stored = Assessment.objects.create(
