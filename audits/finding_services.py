@@ -1,0 +1,163 @@
+"""Writes of findings: the audits open or touch them; operators acknowledge and resolve them.
+
+Every operator transition is an OperatorAction (audits.services.operator_action_record) in the same
+transaction, with the finding's state before and after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audits.findings import ACKNOWLEDGED, BLOCKING_KINDS, FINDING_KINDS, KINDS, OPEN, RESOLVED, UNRESOLVED, Finding
+from audits.services import operator_action_record
+from journals.models import Run, Turn
+from journals.storable import storable
+from loopx_site.errors import ServiceError
+from loopx_site.ops import events
+from loopx_site.ops.events import emit
+from recovery.engine.secrets import redact
+
+
+class FindingError(ServiceError):
+    """A finding transition refused (400 bad arguments, 409 wrong state)."""
+
+
+def _clean_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    # Contract section 8: no secret field reaches a finding, and every string must fit a JSON column.
+    return storable(redact(evidence))
+
+
+def _unresolved(*, kind: str, run: Run, subject: str, fact_key: str) -> Finding | None:
+    return (
+        Finding.objects.select_for_update()
+        .filter(kind=kind, run=run, subject=subject, fact_key=fact_key, state__in=UNRESOLVED)
+        .first()
+    )
+
+
+def finding_open_or_touch(
+    *, kind: str, run: Run, turn: Turn | None = None, fact_key: str = "", evidence: dict[str, Any] | None = None
+) -> tuple[Finding, bool]:
+    """Open the finding for this fact, or, when it is already open or acknowledged, note that it was seen
+    again (last_seen, seen_count, the latest evidence). Returns (finding, opened)."""
+    if kind not in FINDING_KINDS:
+        raise ValueError(f"unknown finding kind {kind!r}")
+    subject = turn.turn_id if turn is not None else ""
+    fact_key = storable(fact_key)[:200]
+    clean = _clean_evidence(evidence or {})
+    now = timezone.now()
+    with transaction.atomic():
+        found = _unresolved(kind=kind, run=run, subject=subject, fact_key=fact_key)
+        if found is None:
+            try:
+                # A savepoint: a concurrent audit may open the same fact first (the partial unique index).
+                with transaction.atomic():
+                    created = Finding.objects.create(
+                        kind=kind,
+                        run=run,
+                        turn=turn,
+                        subject=subject,
+                        fact_key=fact_key,
+                        evidence=clean,
+                        blocks_run=kind in BLOCKING_KINDS,
+                        first_seen=now,
+                        last_seen=now,
+                    )
+                # Metrics and webhooks listen (loopx_site/ops/events.py); a failing receiver never fails us.
+                emit(
+                    events.finding_opened,
+                    sender=Finding,
+                    finding_id=created.pk,
+                    kind=kind,
+                    run_id=run.run_id,
+                    turn_id=subject or None,
+                    summary=KINDS[kind][1],
+                )
+                return created, True
+            except IntegrityError:
+                found = _unresolved(kind=kind, run=run, subject=subject, fact_key=fact_key)
+                if found is None:
+                    raise
+        found.last_seen = now
+        found.seen_count += 1
+        found.evidence = clean
+        found.save(update_fields=["last_seen", "seen_count", "evidence"])
+        return found, False
+
+
+def _reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise FindingError(400, "reason_required", "a reason is required")
+    if len(reason) > 4000:
+        raise FindingError(400, "reason_too_long", "the reason is longer than 4000 characters")
+    return storable(reason.strip())
+
+
+def _summary(finding: Finding) -> dict[str, Any]:
+    return {"finding": finding.pk, "kind": finding.kind, "state": finding.state, "fact_key": finding.fact_key}
+
+
+def _actor_name(actor: Any) -> str:
+    return str(actor.get_username())[:150] if actor is not None and hasattr(actor, "get_username") else "system"
+
+
+def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding:
+    """An operator has seen the finding and owns it; it stays unresolved (and blocking, if it blocks)."""
+    reason = _reason(reason)
+    with transaction.atomic():
+        locked = Finding.objects.select_for_update(of=("self",)).select_related("run", "turn").get(pk=finding.pk)
+        if locked.state != OPEN:
+            raise FindingError(409, "finding_not_open", f"the finding is {locked.state}, not open")
+        before = _summary(locked)
+        locked.state = ACKNOWLEDGED
+        locked.acknowledged_by = actor if getattr(actor, "pk", None) else None
+        locked.acknowledged_at = timezone.now()
+        locked.acknowledge_reason = reason
+        locked.save(update_fields=["state", "acknowledged_by", "acknowledged_at", "acknowledge_reason"])
+        operator_action_record(
+            actor=actor, kind="finding_acknowledge", run=locked.run, turn=locked.turn, reason=reason,
+            before=before, after=_summary(locked),
+        )
+    return locked
+
+
+def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
+    """An operator closes the finding. For an integrity finding this lifts the block on the run: the
+    reason should say how the journal was repaired or why the difference is accepted. If the audit sees
+    the same fact again it opens a new finding; a resolution is never silently undone or redone."""
+    reason = _reason(reason)
+    with transaction.atomic():
+        locked = Finding.objects.select_for_update(of=("self",)).select_related("run", "turn").get(pk=finding.pk)
+        if locked.state == RESOLVED:
+            raise FindingError(409, "finding_resolved", "the finding is already resolved")
+        before = _summary(locked)
+        _mark_resolved(locked, actor=actor, name=_actor_name(actor), reason=reason)
+        operator_action_record(
+            actor=actor, kind="finding_resolve", run=locked.run, turn=locked.turn, reason=reason,
+            before=before, after=_summary(locked),
+        )
+    return locked
+
+
+def finding_clear(*, finding: Finding, audit: str, reason: str) -> Finding:
+    """The audit saw the condition end (the lost turn wrote again, the blocked turn was handled): the
+    finding is resolved by the system, with the reason. Never used for the integrity kinds."""
+    if finding.kind in BLOCKING_KINDS:
+        raise ValueError("integrity findings are resolved by an operator, never by an audit")
+    with transaction.atomic():
+        locked = Finding.objects.select_for_update().get(pk=finding.pk)
+        if locked.state != RESOLVED:
+            _mark_resolved(locked, actor=None, name=f"audit:{audit}", reason=reason)
+    return locked
+
+
+def _mark_resolved(finding: Finding, *, actor: Any, name: str, reason: str) -> None:
+    finding.state = RESOLVED
+    finding.resolved_by = actor if getattr(actor, "pk", None) else None
+    finding.resolved_by_name = name
+    finding.resolved_at = timezone.now()
+    finding.resolution_reason = reason
+    finding.save(update_fields=["state", "resolved_by", "resolved_by_name", "resolved_at", "resolution_reason"])
