@@ -150,6 +150,14 @@ def gate_view(*, turn: Turn, assessment: Assessment) -> GateView:
         operator is not None and operator.kind == "approve" and approval_covers(operator, row, assessment, turn.turn_id)
     )
     state, decision, reason, resume_from, approved = _effective(turn, row, operator, covered)
+    # Issue 4: an unresolved integrity finding of the chain verification (stored records no longer match
+    # what was ingested) holds every unfinished turn of the run until a person resolves it; no approval
+    # covers it. The engine's own answer stays visible in `row`.
+    from audits.finding_selectors import run_integrity_finding  # audits depends on recovery
+
+    integrity = run_integrity_finding(run_id=turn.run_id) if state != DONE else None
+    if integrity is not None:
+        state, decision, reason, resume_from, approved = HOLD, "blocked", integrity, None, False
     return GateView(
         turn=turn,
         assessment=assessment,
