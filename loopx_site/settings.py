@@ -167,16 +167,25 @@ REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "out"),
         "data_folder_out": str(BROKER_DIR / "out"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        # Fanout bindings (the workers' remote control); kombu's default is ./control in the working directory.
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+        # How often a consumer looks for messages a dead worker left unacknowledged (they come back once
+        # older than the visibility timeout); the fault tests shorten both (docs/celery.md).
+        "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
+        "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+    }
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -185,7 +194,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 600)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 540)
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler (schedules editable in the admin) plus beat's own heartbeat.
+CELERY_BEAT_SCHEDULER = "audits.beat:HeartbeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
 # --- LoopX limits (contract and issue defaults; each one a setting) ---
@@ -199,6 +209,19 @@ LOOPX_PACKAGE_MAX_TOTAL_BYTES = env_int("LOOPX_PACKAGE_MAX_TOTAL_BYTES", 512 * 1
 LOOPX_PACKAGE_MAX_MEMBERS = env_int("LOOPX_PACKAGE_MAX_MEMBERS", 10_000)
 LOOPX_PACKAGE_MAX_RATIO = env_int("LOOPX_PACKAGE_MAX_RATIO", 200)
 LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages")))
+# Background work and the scheduled audits (issue 4, docs/celery.md). Per pass, each audit handles at
+# most LOOPX_AUDIT_BATCH runs or turns so that a pass stays well inside its task's time limit.
+LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
+LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
+LOOPX_AUDIT_BATCH = env_int("LOOPX_AUDIT_BATCH", 500)
+LOOPX_SWEEP_GRACE_SECONDS = env_int("LOOPX_SWEEP_GRACE_SECONDS", 30)
+LOOPX_SWEEP_REPUBLISH_SECONDS = env_int("LOOPX_SWEEP_REPUBLISH_SECONDS", 900)
+LOOPX_STALE_TURN_SECONDS = env_int("LOOPX_STALE_TURN_SECONDS", 900)
+LOOPX_BLOCKED_ESCALATION_SECONDS = env_int("LOOPX_BLOCKED_ESCALATION_SECONDS", 3600)
+LOOPX_CHAIN_RECORDS_PER_PASS = env_int("LOOPX_CHAIN_RECORDS_PER_PASS", 200_000)
+LOOPX_CHAIN_FULL_PASS_RUNS = env_int("LOOPX_CHAIN_FULL_PASS_RUNS", 20)
+LOOPX_CHAIN_FULL_PASS_MIN_AGE_SECONDS = env_int("LOOPX_CHAIN_FULL_PASS_MIN_AGE_SECONDS", 24 * 3600)
+LOOPX_HEARTBEAT_SECONDS = env_int("LOOPX_HEARTBEAT_SECONDS", 15)
 
 # --- Operability (loopx_site/ops, notifications; docs/deployment.md) ---
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

@@ -1,0 +1,396 @@
+"""The scheduled audits (issue 4). Each is a service called by a thin task in audits/tasks.py, bounded per
+pass (``limit``) so that one pass never outgrows its task's time limit, and idempotent: running one twice
+opens nothing twice (findings are unique per unresolved fact) and repairs nothing silently.
+
+- ``audit_assessment_sweep``: committed batches whose assessment was never enqueued or whose task was lost.
+- ``audit_stale_turns``: unfinished turns with no record for a while: re-assess, then a ``lost_turn``.
+- ``audit_chain_verification``: re-verify stored records from a per-run cursor (audits/chain.py).
+- ``audit_engine_change``: runs last assessed by another engine/projection version are re-assessed.
+- ``audit_unclaimed_blocked_turns``: blocked turns nobody acted on: ``blocked_turn_unclaimed`` with age.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, F, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from audits.chain import chain_rewind_oldest, chain_verify_run
+from audits.finding_services import finding_clear, finding_open_or_touch
+from audits.findings import UNRESOLVED, Finding
+from journals.models import JournalRecord, Run, Turn
+from recovery import services as recovery_services
+from recovery.background import assessment_enqueue, assessment_request, assessments_overdue
+from recovery.models import Assessment, GateDecision, TurnAssessment
+from recovery.pending import PendingAssessment
+from recovery.selectors import RUN_LEVEL_CODES
+from recovery.services import assessment_refresh
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AuditReport:
+    """What one pass did, for the task's log line and the tests."""
+
+    audit: str
+    checked: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"audit": self.audit, "checked": self.checked, **dict(sorted(self.counts.items()))}
+
+
+def _seconds(value: timedelta) -> int:
+    return int(value.total_seconds())
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# --- the assessment sweep -------------------------------------------------------------------------------
+
+
+def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limit: int) -> AuditReport:
+    """Publish what the queue owes and nobody is doing.
+
+    1. A raised flag whose publish never happened (``enqueued_at`` older than ``requested_at``; a crash
+       between commit and publish, or a broker that was down): publish, and an ``assessment_missed``.
+    2. A raised flag published long ago and still raised (the broker lost the message): publish again.
+    3. A run whose committed prefix is ahead of its newest assessment while no flag is raised and no task
+       is in flight (a task that failed for good, a message lost after the task lowered the flag, runs
+       from before the queue existed): raise the flag, which publishes, and an ``assessment_missed``.
+    """
+    report = AuditReport("assessment_sweep")
+    now = timezone.now()
+    for run_pk, run_id, never in assessments_overdue(grace=grace, republish_after=republish_after, limit=limit):
+        report.checked += 1
+        if never:
+            run = Run.objects.get(pk=run_pk)
+            pending = PendingAssessment.objects.get(run_id=run_pk)
+            finding_open_or_touch(
+                kind="assessment_missed",
+                run=run,
+                fact_key=f"seq:{pending.requested_seq}",
+                evidence={
+                    "cause": "committed but never enqueued",
+                    "requested_seq": pending.requested_seq,
+                    "requested_at": _iso(pending.requested_at),
+                    "waited_seconds": _seconds(now - pending.requested_at) if pending.requested_at else None,
+                },
+            )
+        report.counts["published" if assessment_enqueue(run_pk=run_pk, run_id=run_id) else "publish_failed"] += 1
+        report.counts["never_enqueued" if never else "republished"] += 1
+
+    in_flight_since = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    behind = list(
+        Run.objects.filter(record_count__gt=0, updated_at__lt=now - grace)
+        .filter(Q(assessed_seq__isnull=True) | Q(assessed_seq__lt=F("last_seq")))
+        .exclude(pending_assessment__pending=True)
+        .order_by("updated_at")[:limit]
+    )
+    flags = {p.run_id: p for p in PendingAssessment.objects.filter(run_id__in=[r.pk for r in behind])}
+    for run in behind:
+        flag = flags.get(run.pk)
+        if flag is not None and _in_flight(flag, in_flight_since):
+            report.counts["in_flight"] += 1
+            continue
+        report.checked += 1
+        finding_open_or_touch(
+            kind="assessment_missed",
+            run=run,
+            fact_key=f"seq:{run.last_seq}",
+            evidence={
+                "cause": "no assessment of the committed prefix and no task in flight",
+                "committed_seq": run.last_seq,
+                "assessed_seq": run.assessed_seq,
+                "committed_at": _iso(run.updated_at),
+            },
+        )
+        assessment_request(run=run)
+        report.counts["requested"] += 1
+    return report
+
+
+def _in_flight(flag: PendingAssessment, since: datetime) -> bool:
+    """A task lowered the flag recently and has not finished: it may still be assessing (not lost)."""
+    started, finished = flag.started_at, flag.finished_at
+    return started is not None and started > since and (finished is None or finished < started)
+
+
+# --- stale turns ----------------------------------------------------------------------------------------
+
+_FINAL = ("complete", "discarded", "blocked")  # blocked turns are the escalation audit's business
+
+
+def _last_record(turn: Turn) -> tuple[int, datetime] | None:
+    row = (
+        JournalRecord.objects.filter(run_id=turn.run_id, turn=turn.turn_id)
+        .order_by("-seq")
+        .values_list("seq", "received_at")
+        .first()
+    )
+    return (row[0], row[1]) if row else None
+
+
+def _lost(turn: Turn, cutoff: datetime) -> tuple[int, datetime] | None:
+    """(last seq, its receipt time) when the turn is unfinished and silent since before ``cutoff``."""
+    if turn.status != "open" or turn.decision in _FINAL:
+        return None
+    last = _last_record(turn)
+    return last if last is not None and last[1] < cutoff else None
+
+
+def audit_stale_turns(*, idle: timedelta, limit: int) -> AuditReport:
+    """Unfinished turns (no terminal record, not blocked or discarded) with no record received for
+    ``idle``: the run is re-assessed first (a terminal record may be waiting in an unassessed batch), and
+    if the turn is still unfinished, a ``lost_turn`` finding. A lost turn that writes again is cleared."""
+    report = AuditReport("stale_turns")
+    now = timezone.now()
+    cutoff = now - idle
+
+    refreshed: set[int] = set()
+
+    def refresh_once(run: Run) -> None:
+        # A terminal record may wait in a batch no task has assessed yet: decide on the committed prefix.
+        if run.pk not in refreshed:
+            assessment_refresh(run=run)  # idempotent: a no-op when the prefix is already assessed
+            refreshed.add(run.pk)
+
+    # Findings already open: cleared when the turn moved on, otherwise touched (idle time grows).
+    for finding in Finding.objects.filter(kind="lost_turn", state__in=UNRESOLVED).select_related("turn", "run"):
+        turn = finding.turn
+        if turn is not None:
+            refresh_once(finding.run)
+            turn.refresh_from_db()
+        last = _lost(turn, cutoff) if turn is not None else None
+        if last is None:
+            finding_clear(finding=finding, audit=report.audit, reason="the turn finished, was decided or wrote again")
+            report.counts["cleared"] += 1
+        else:
+            finding_open_or_touch(
+                kind="lost_turn", run=finding.run, turn=turn, evidence=_lost_evidence(turn, last, now)
+            )
+            report.counts["still_lost"] += 1
+
+    latest_record = JournalRecord.objects.filter(run_id=OuterRef("run_id"), turn=OuterRef("turn_id")).order_by("-seq")
+    candidates = (
+        # updated_at moves whenever an assessment changes the turn's picture, which a new record does; it
+        # is only a cheap pre-filter (indexed), the last record's receipt time decides.
+        Turn.objects.filter(status="open", updated_at__lt=cutoff)
+        .filter(Q(decision__isnull=True) | ~Q(decision__in=_FINAL))
+        .exclude(Exists(Finding.objects.filter(turn=OuterRef("pk"), kind="lost_turn", state__in=UNRESOLVED)))
+        .annotate(last_received=Subquery(latest_record.values("received_at")[:1]))
+        .filter(last_received__lt=cutoff)
+        .select_related("run")
+        .order_by("updated_at", "id")[:limit]
+    )
+    for turn in list(candidates):
+        report.checked += 1
+        refresh_once(turn.run)
+        turn.refresh_from_db()
+        last = _lost(turn, cutoff)
+        if last is None:
+            report.counts["not_lost_after_reassessment"] += 1
+            continue
+        finding_open_or_touch(kind="lost_turn", run=turn.run, turn=turn, evidence=_lost_evidence(turn, last, now))
+        report.counts["opened"] += 1
+    return report
+
+
+def _lost_evidence(turn: Turn, last: tuple[int, datetime], now: datetime) -> dict[str, Any]:
+    return {
+        "last_seq": last[0],
+        "last_record_at": _iso(last[1]),
+        "idle_seconds": _seconds(now - last[1]),
+        "decision": turn.decision,
+        "resume_from": turn.resume_from,
+        "completed_phases": list(turn.completed_phases),
+    }
+
+
+# --- chain verification ---------------------------------------------------------------------------------
+
+
+def audit_chain_verification(
+    *, record_budget: int, full_passes: int, full_pass_every: timedelta, limit: int
+) -> AuditReport:
+    """Re-verify the records stored since each run's cursor (at most ``record_budget`` records per pass),
+    then rewind the cursors of up to ``full_passes`` fully verified runs not read in full for
+    ``full_pass_every``, so that over successive passes every stored record is read again, not only the
+    new ones."""
+    report = AuditReport("chain_verification")
+    runs = (
+        Run.objects.filter(last_seq__gt=0)
+        # The isnull branch makes the join an outer one: runs never verified have no cursor yet.
+        .filter(Q(chain_cursor__isnull=True) | Q(last_seq__gt=F("chain_cursor__verified_seq")))
+        .order_by(F("chain_cursor__verified_at").asc(nulls_first=True), "id")[:limit]
+    )
+    budget = record_budget
+    for run in runs:
+        if budget <= 0:
+            break
+        result = chain_verify_run(run=run, max_records=budget)
+        budget -= result.records
+        report.checked += 1
+        report.counts["records"] += result.records
+        for problem in result.problems:
+            _, opened = finding_open_or_touch(
+                kind=problem.kind, run=run, fact_key=problem.fact_key, evidence=problem.evidence
+            )
+            report.counts[f"{problem.kind}_{'opened' if opened else 'seen'}"] += 1
+    report.counts["rewound"] = chain_rewind_oldest(count=full_passes, min_age=full_pass_every)
+    return report
+
+
+# --- engine change --------------------------------------------------------------------------------------
+
+
+def audit_engine_change(*, limit: int) -> AuditReport:
+    """Runs whose newest assessment was made by another engine or projection version get a new one; the
+    old one stays beside it. A turn the new version decides differently for the same prefix and evidence
+    is a ``decision_changed`` finding (what the operator approved may no longer be what the engine says)."""
+    report = AuditReport("engine_change")
+    latest = Assessment.objects.filter(run=OuterRef("pk")).order_by("-id")
+    runs = (
+        Run.objects.annotate(
+            latest_engine=Subquery(latest.values("engine_version")[:1]),
+            latest_projection=Subquery(latest.values("projection_version")[:1]),
+        )
+        .filter(latest_engine__isnull=False)
+        # Read at call time: the versions of the code this worker runs.
+        .exclude(latest_engine=recovery_services.ENGINE_VERSION, latest_projection=recovery_services.PROJECTION_VERSION)
+        .order_by("id")[:limit]
+    )
+    for run in runs:
+        report.checked += 1
+        old = Assessment.objects.filter(run=run).order_by("-id").first()
+        new = assessment_refresh(run=run)
+        report.counts["reassessed"] += 1
+        if old is None or old.prefix_key != new.prefix_key or old.evidence_digest != new.evidence_digest:
+            continue  # the journal or the evidence moved too: a difference would not be the engine's
+        before = {r.turn_id: r for r in TurnAssessment.objects.filter(assessment=old).select_related("turn")}
+        for row in TurnAssessment.objects.filter(assessment=new).select_related("turn"):
+            was = before.get(row.turn_id)
+            if was is None or _picture(was) == _picture(row):
+                continue
+            finding_open_or_touch(
+                kind="decision_changed",
+                run=run,
+                turn=row.turn,
+                fact_key=f"{old.engine_version}/{old.projection_version}->{new.engine_version}/{new.projection_version}",
+                evidence={
+                    "prefix_key": new.prefix_key,
+                    "old": {"assessment": old.pk, "engine_version": old.engine_version, "decision": was.decision,
+                            "reason": was.reason, "resume_from": was.resume_from},
+                    "new": {"assessment": new.pk, "engine_version": new.engine_version, "decision": row.decision,
+                            "reason": row.reason, "resume_from": row.resume_from},
+                },
+            )
+            report.counts["decision_changed"] += 1
+    return report
+
+
+def _picture(row: TurnAssessment) -> tuple[str, str | None, str | None]:
+    return row.decision, row.reason, row.resume_from
+
+
+# --- unclaimed blocked turns ----------------------------------------------------------------------------
+
+
+def _blocked_since(turn: Turn) -> tuple[datetime, int | None] | None:
+    """When the turn's current blocking fact began: the oldest of its newest run of assessments that block
+    it for the same reason. (created_at, reason_line); None when the newest assessment does not block it."""
+    rows = (
+        TurnAssessment.objects.filter(turn=turn)
+        .order_by("-assessment_id")
+        .values_list("decision", "reason", "reason_line", "assessment__created_at")
+    )
+    since: tuple[datetime, int | None] | None = None
+    reason: str | None = None
+    for decision, row_reason, line, created in rows.iterator(chunk_size=200):
+        if decision != "blocked" or (since is not None and row_reason != reason):
+            break
+        since, reason = (created, line), row_reason
+    return since
+
+
+def _operator_acted(turn: Turn, since: datetime) -> bool:
+    """An approval or block by a person since the turn became blocked: someone owns it."""
+    return GateDecision.objects.filter(turn=turn, kind__in=("approve", "block"), created_at__gte=since).exists()
+
+
+def audit_unclaimed_blocked_turns(*, older_than: timedelta, limit: int) -> AuditReport:
+    """Turns blocked for longer than ``older_than`` that no operator has approved or blocked since: an
+    escalation finding carrying the age. A run-level reason blocks every turn of the run with one fact, so
+    it is one finding for the run; a turn-level reason is one per turn. Acknowledging the finding is how an
+    operator claims it; when the turn is unblocked or handled the audit clears it."""
+    report = AuditReport("unclaimed_blocked_turns")
+    now = timezone.now()
+    cutoff = now - older_than
+
+    for finding in Finding.objects.filter(kind="blocked_turn_unclaimed", state__in=UNRESOLVED).select_related(
+        "turn", "run"
+    ):
+        if not _still_unclaimed(finding, cutoff):
+            finding_clear(
+                finding=finding, audit=report.audit, reason="the turn is no longer blocked, or an operator acted"
+            )
+            report.counts["cleared"] += 1
+
+    # Not pre-filtered on updated_at: a new record can change a blocked turn's picture (and updated_at)
+    # without changing the fact that blocks it, whose age is what counts.
+    candidates = Turn.objects.filter(decision="blocked").select_related("run").order_by("updated_at", "id")
+    run_level_seen: set[tuple[int, str]] = set()
+    for turn in candidates.iterator(chunk_size=500):
+        if report.checked >= limit:
+            break
+        since = _blocked_since(turn)
+        if since is None or since[0] >= cutoff or _operator_acted(turn, since[0]):
+            continue
+        report.checked += 1
+        age = _seconds(now - since[0])
+        reason = turn.reason or "blocked"
+        if reason in RUN_LEVEL_CODES:
+            if (turn.run_id, reason) in run_level_seen:
+                continue
+            run_level_seen.add((turn.run_id, reason))
+            finding_open_or_touch(
+                kind="blocked_turn_unclaimed",
+                run=turn.run,
+                fact_key=reason,
+                evidence={"reason": reason, "level": "run", "blocked_since": _iso(since[0]), "age_seconds": age,
+                          "turns_blocked": Turn.objects.filter(run=turn.run, decision="blocked").count()},
+            )
+        else:
+            finding_open_or_touch(
+                kind="blocked_turn_unclaimed",
+                run=turn.run,
+                turn=turn,
+                fact_key=reason,
+                evidence={"reason": reason, "level": "turn", "blocked_since": _iso(since[0]), "age_seconds": age,
+                          "reason_line": since[1]},
+            )
+        report.counts["escalated"] += 1
+    return report
+
+
+def _still_unclaimed(finding: Finding, cutoff: datetime) -> bool:
+    if finding.turn is not None:
+        turns = [finding.turn]
+    else:  # a run-level fact: any of the run's turns still blocked by it keeps it open
+        turns = list(Turn.objects.filter(run=finding.run, decision="blocked"))
+    for turn in turns:
+        if turn.decision != "blocked" or (turn.reason or "blocked") != finding.fact_key:
+            continue
+        since = _blocked_since(turn)
+        if since is not None and since[0] < cutoff and not _operator_acted(turn, since[0]):
+            return True
+    return False
