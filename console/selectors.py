@@ -126,9 +126,10 @@ class Page:
         return max(1, -(-self.total // self.per_page))
 
 
-def page_of(qs: QuerySet[Any], number: int, per_page: int) -> Page:
-    """One page: the rows (one query, per_page+1 to learn whether there is a next) and a capped count."""
-    total, capped = capped_count(qs)
+def page_of(qs: QuerySet[Any], number: int, per_page: int, count_qs: QuerySet[Any] | None = None) -> Page:
+    """One page: the rows (one query, per_page+1 to learn whether there is a next) and a capped count
+    (over ``count_qs`` when given: the same rows without the per-row annotations a count never needs)."""
+    total, capped = capped_count(qs if count_qs is None else count_qs)
     last_page = max(1, -(-total // per_page))
     number = min(max(1, number), last_page)
     offset = (number - 1) * per_page

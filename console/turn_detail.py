@@ -14,7 +14,7 @@ from audits.models import OperatorAction, RecoveryAudit
 from journals.models import Branch, Checkpoint, JournalRecord, Turn
 from journals.selectors import record_public, turn_with_timeline
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
-from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
+from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment
 from recovery.selectors import GateView, gate_view
 
 from . import vocabulary
@@ -148,6 +148,13 @@ def _indeterminate_dispatch(turn: Turn, intent_ids: list[str]) -> JournalRecord 
     return None
 
 
+def _violations(assessment_id: int) -> list[Any]:
+    """Only the `violations` key of the stored output: the whole output holds every turn of the run and
+    would cost a page tens of milliseconds to load and parse on a large run (bench_pages)."""
+    found = Assessment.objects.filter(pk=assessment_id).values_list("output__violations", flat=True).first()
+    return found if isinstance(found, list) else []
+
+
 def _blocking(turn: Turn, row: TurnAssessment | None, indeterminate: list[str]) -> BlockingFact | None:
     if turn.decision != "blocked" or not turn.reason:
         return None
@@ -159,8 +166,7 @@ def _blocking(turn: Turn, row: TurnAssessment | None, indeterminate: list[str]) 
     if row is None:
         return fact
     fact.line = row.reason_line
-    output = row.assessment.output if isinstance(row.assessment.output, dict) else {}
-    for v in output.get("violations", []) or []:
+    for v in _violations(row.assessment_id):
         if not isinstance(v, dict) or v.get("code") != turn.reason:
             continue
         if fact.run_level or v.get("turn") == turn.turn_id:
@@ -278,7 +284,13 @@ def _gate_view(turn: Turn, row: TurnAssessment | None) -> GateView | None:
 
 def turn_page(turn: Turn) -> TurnPage:
     turn = turn_with_timeline(turn=turn)
-    row = TurnAssessment.objects.filter(turn=turn).select_related("assessment").order_by("-assessment_id").first()
+    row = (
+        TurnAssessment.objects.filter(turn=turn)
+        .select_related("assessment")
+        .defer("assessment__output")  # loaded only if the gate needs it (an approval to check)
+        .order_by("-assessment_id")
+        .first()
+    )
     intents = list(turn.intents.all())
     indeterminate = [i.intent_id for i in intents if i.resolution == "indeterminate" and i.live]
     blocking = _blocking(turn, row, indeterminate)

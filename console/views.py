@@ -6,6 +6,7 @@ Reads need the viewer role, decisions the operator role (console.permissions, on
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -19,6 +20,7 @@ from . import integrations, selectors
 from .forms import ApproveForm, ReasonForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
+from .rows import turn_rows
 from .turn_detail import turn_page
 
 
@@ -53,17 +55,28 @@ def overview(request: HttpRequest) -> HttpResponse:
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     filters = form.cleaned()
-    qs = selectors.with_gate(selectors.turns_filtered(filters))
-    page = selectors.page_of(qs, _page_number(request), filters.get("per_page") or 50)
+    plain = selectors.turns_filtered(filters)
+    page = selectors.page_of(
+        selectors.with_gate(plain), _page_number(request), filters.get("per_page") or 50, count_qs=plain
+    )
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
+    role = _role_context(request)
+    rows_html = turn_rows(
+        page.rows,
+        full_path=request.get_full_path(),
+        can_operate=bool(role["can_operate"]),
+        csrf_token=get_token(request),
+        run_level=RUN_LEVEL_CODES,
+    )
     context = {
+        "rows_html": rows_html,
         "form": form,
         "page": page,
         "filters": filters,
         "has_filter": has_filter,
         "nav": "turns",
         "bulk_query": request.GET.urlencode(),
-        **_role_context(request),
+        **role,
     }
     return render(request, "console/turns.html", context)
 

@@ -1,0 +1,250 @@
+"""Console page latency at scale, beside a plain Django view measured in the same run.
+
+    python -m benchmarks.bench_pages              # 100,000 turns / 1,000,000 records (a few minutes)
+    python -m benchmarks.bench_pages --small      # 2,000 turns / 20,000 records (seconds)
+
+Builds its own database (SQLite in a temporary directory, or DATABASE_URL when set), fills it with runs,
+turns and journal records in bulk plus a few real runs ingested and assessed through the services (for the
+turn page), then times, through Django's test client with a signed-in operator:
+- the turns list (default order), the turns list filtered to blocked turns, the turn page;
+- a plain view that renders 50 rows of one indexed table (Turn by its (-updated_at, -id) index) with no
+  auth, no filters and no counts: the floor any page pays.
+It prints p50/p95 per page and each page's ratio to the plain view (target: within 3x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+TARGET_RATIO = 3.0
+
+
+def _setup_django(workdir: str) -> None:
+    if not os.environ.get("DATABASE_URL"):
+        os.environ["LOOPX_VAR_DIR"] = workdir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
+    os.environ.setdefault("DEBUG", "0")  # no query log growing with every request
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+
+
+def _plain_view(request: Any) -> Any:
+    from django.http import HttpResponse
+    from django.template import engines
+
+    from journals.models import Turn
+
+    rows = Turn.objects.order_by("-updated_at", "-id")[:50]
+    template = engines["django"].from_string(
+        "<table>{% for t in rows %}<tr><td>{{ t.turn_id }}</td><td>{{ t.decision }}</td>"
+        "<td>{{ t.reason }}</td><td>{{ t.updated_at }}</td></tr>{% endfor %}</table>"
+    )
+    return HttpResponse(template.render({"rows": rows}))
+
+
+def _urls() -> list[Any]:
+    from django.urls import include, path
+
+    return [path("bench/plain/", _plain_view), path("", include("loopx_site.urls"))]
+
+
+urlpatterns: list[Any] = []  # filled in main(): this module is the ROOT_URLCONF while measuring
+
+
+def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> None:
+    """Bulk rows straight into the tables (the services are measured elsewhere; here the pages are)."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from journals.models import JournalRecord, Run, Turn
+    from recovery.engine.canonical import canonical_bytes
+
+    now = timezone.now()
+    per_run_turns = max(1, turns // runs)
+    per_run_records = max(1, records // runs)
+    decisions = [
+        ("blocked", "phase_prefix_violation"),
+        ("resume", None),
+        ("complete", None),
+        ("blocked", "effect_indeterminate"),
+        ("finalize", None),
+        ("resume", None),
+        ("complete", None),
+        ("discarded", None),
+    ]
+    started = time.perf_counter()
+    for r in range(runs):
+        with transaction.atomic():
+            run = Run.objects.create(
+                run_id=f"bench-{r:05d}",
+                record_count=per_run_records,
+                last_seq=per_run_records,
+                assessed_seq=per_run_records,
+            )
+            Turn.objects.bulk_create(
+                [
+                    Turn(
+                        run=run,
+                        turn_id=f"turn-{r}-{i}",
+                        lineage=f"job-{r}-{i}",
+                        plan=["plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"],
+                        first_seq=i + 1,
+                        decision=decisions[(r + i) % len(decisions)][0],
+                        reason=decisions[(r + i) % len(decisions)][1],
+                        resume_from="execute" if decisions[(r + i) % len(decisions)][0] == "resume" else None,
+                        updated_at=now - timedelta(seconds=r * per_run_turns + i),
+                        created_at=now - timedelta(days=1, seconds=r * per_run_turns + i),
+                    )
+                    for i in range(per_run_turns)
+                ],
+                batch_size=2000,
+            )
+            rows = []
+            for seq in range(1, per_run_records + 1):
+                obj = {
+                    "v": 2,
+                    "run": run.run_id,
+                    "branch": 0,
+                    "lsn": seq - 1,
+                    "kind": "phase_committed",
+                    "at": "2026-01-01T00:00:00Z",
+                    "turn": f"turn-{r}-{seq % per_run_turns}",
+                    "phase": "plan",
+                }
+                line = canonical_bytes(obj)
+                rows.append(
+                    JournalRecord(
+                        run=run,
+                        seq=seq,
+                        branch=0,
+                        lsn=seq - 1,
+                        kind="phase_committed",
+                        v=2,
+                        turn=obj["turn"],
+                        digest=hashlib.sha256(line).hexdigest(),
+                        line=line,
+                    )
+                )
+            JournalRecord.objects.bulk_create(rows, batch_size=2000)
+        if r % max(1, runs // 10) == 0:
+            log(f"  filled {r + 1}/{runs} runs ({time.perf_counter() - started:.0f}s)")
+
+
+def _real_turn(records: int) -> int:
+    """A real run (writer -> ingest -> assessment) with a blocked turn: the turn page's subject."""
+    from journals.models import Turn
+    from journals.services import records_ingest
+    from recovery.engine.writer import JournalWriter
+    from recovery.services import assessment_refresh
+
+    w = JournalWriter("bench-real")
+    for i in range(max(1, records // 10)):
+        w.complete_turn(f"done-{i}", lineage=f"job-{i}")
+    w.plan("blocked-turn", lineage="job-x")
+    w.commit("blocked-turn", "plan")
+    w.commit("blocked-turn", "envelope")
+    w.dispatch("blocked-turn", "charge", "unsafe", api_key="bench-secret")
+    w.checkpoint()
+    body = w.data()
+    # Ingest in batches the API would accept.
+    lines = body.split(b"\n")[:-1]
+    run = None
+    for start in range(0, len(lines), 5000):
+        chunk = b"\n".join(lines[start : start + 5000]) + b"\n"
+        run = records_ingest(run_id="bench-real", body=chunk, content_type="application/x-ndjson", token=None).run
+    assert run is not None
+    assessment_refresh(run=run)
+    return Turn.objects.get(run=run, turn_id="blocked-turn").pk
+
+
+def _time(client: Any, url: str, n: int) -> list[float]:
+    for _ in range(max(3, n // 10)):  # warm caches and connections
+        assert client.get(url).status_code == 200, url
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert response.status_code == 200, url
+    return samples
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_pages", description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=100_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--small", action="store_true", help="2,000 turns / 20,000 records")
+    parser.add_argument("--requests", type=int, default=100, help="timed requests per page")
+    args = parser.parse_args(argv)
+    if args.small:
+        args.turns, args.records = 2_000, 20_000
+    runs = max(1, args.turns // 100)
+
+    with tempfile.TemporaryDirectory(prefix="loopx-bench-pages-") as workdir:
+        _setup_django(workdir)
+        from django.contrib.auth.models import Group, User
+        from django.core.management import call_command
+        from django.test import Client
+        from django.test.utils import override_settings
+
+        print(f"bench_pages: {args.turns:,} turns / {args.records:,} records in {runs:,} runs", flush=True)
+        call_command("migrate", verbosity=0)
+        t0 = time.perf_counter()
+        _fill(args.turns, args.records, runs, lambda m: print(m, flush=True))
+        turn_pk = _real_turn(2_000 if args.small else 20_000)
+        print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
+
+        user = User.objects.create_user("bench-operator", password="bench-password-123")
+        user.groups.add(Group.objects.get_or_create(name="operator")[0])
+        client = Client()
+        client.force_login(user)
+        plain = Client()
+
+        urlpatterns[:] = _urls()
+        pages = {
+            "plain view, 50 rows of one indexed table": (plain, "/bench/plain/"),
+            "turns list": (client, "/turns/"),
+            "turns list, blocked, oldest first": (client, "/turns/?decision=blocked&sort=updated"),
+            "turns list, page 20": (client, "/turns/?page=20"),
+            "turn page": (client, f"/turns/{turn_pk}/"),
+            "overview": (client, "/"),
+        }
+        results: dict[str, tuple[float, float]] = {}
+        with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
+            for name, (who, url) in pages.items():
+                samples = _time(who, url, args.requests)
+                results[name] = (statistics.median(samples), _pct(samples, 0.95))
+        base_p50 = results["plain view, 50 rows of one indexed table"][0]
+        print(f"{'page':<44} {'p50 ms':>9} {'p95 ms':>9} {'x plain':>8}")
+        worst = 0.0
+        for name, (p50, p95) in results.items():
+            ratio = p50 / base_p50 if base_p50 else float("inf")
+            if not name.startswith("plain") and name != "overview":
+                worst = max(worst, ratio)
+            print(f"{name:<44} {p50:>9.2f} {p95:>9.2f} {ratio:>8.2f}")
+        verdict = "within" if worst <= TARGET_RATIO else "OVER"
+        print(
+            f"worst list/detail ratio {worst:.2f}x: {verdict} the {TARGET_RATIO:.0f}x target (overview is informative)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
