@@ -103,3 +103,27 @@ def instrument_assessment(func: Callable[P, R]) -> Callable[P, R]:
         return result
 
     return wrapper
+
+
+def blocked_turn_pks(run: Any) -> set[int]:
+    """The run's turns that are blocked right now (read before an assessment projects new decisions)."""
+    from journals.models import Turn
+
+    return set(Turn.objects.filter(run=run, decision="blocked").values_list("pk", flat=True))
+
+
+def announce_newly_blocked(run_id: str, decisions: Any, blocked_before: set[int], assessment_id: int | None) -> None:
+    """``turn_blocked`` for every (Turn, TurnDecision) now blocked that was not blocked before.
+
+    Called inside the assessment's transaction: webhook deliveries commit with it (notifications).
+    """
+    for turn, decision in decisions:
+        if turn.decision == "blocked" and turn.pk not in blocked_before:
+            emit(
+                turn_blocked,
+                run_id=run_id,
+                turn_id=turn.turn_id,
+                reason=turn.reason,
+                reason_line=getattr(decision, "reason_line", None),
+                assessment_id=assessment_id,
+            )
