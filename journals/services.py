@@ -31,6 +31,7 @@ from journals.models import (
 )
 from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
+from loopx_site.ops.events import instrument_ingest
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
 
@@ -218,6 +219,8 @@ def _lock_run(run_id: str) -> Run:
     return Run.objects.select_for_update().get(pk=run.pk)
 
 
+# Issue 8: one `ingest_finished` event per batch (accepted, conflict or refused by code) for the metrics.
+@instrument_ingest
 def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiToken | None) -> IngestResult:
     """Validate a batch and store it atomically. Raises IngestError (nothing stored) on refusal."""
     if token is not None and not token.allows_run(run_id):

@@ -18,8 +18,15 @@ from journals.models import Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
+from loopx_site.ops.events import (
+    announce_newly_blocked,
+    blocked_turn_pks,
+    crash_loop_parked,
+    emit,
+    instrument_assessment,
+)
 from recovery import engine
-from recovery.engine import assess
+from recovery.engine import assess as _engine_assess
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.secrets import redact
 from recovery.engine.types import Assessment as EngineAssessment
@@ -34,6 +41,9 @@ from recovery.selectors import (
     gate_view,
     turn_facts,
 )
+
+# Issue 8: the engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
+assess = instrument_assessment(_engine_assess)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
 # The engine's projection (fold) version when it publishes one; until then the fold is versioned with the
@@ -114,6 +124,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
+        blocked_before = blocked_turn_pks(locked)  # issue 8: to announce turns that become blocked
         turns = _project_turns(locked, result, last_seq)
         TurnAssessment.objects.bulk_create(
             [
@@ -131,6 +142,10 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 if td.turn in turns
             ],
             batch_size=2000,
+        )
+        # Issue 8: `turn_blocked` (webhooks, metrics) for each turn this assessment newly blocks.
+        announce_newly_blocked(
+            locked.run_id, [(turns[td.turn], td) for td in result.turns if td.turn in turns], blocked_before, stored.pk
         )
         # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
         if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
@@ -531,5 +546,10 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
         reason=reason,
         before=view.summary(),
         after={**view.summary(), "state": HOLD, "operator": "park"},
+    )
+    # Issue 8: a parked crash loop is an operational event (webhooks, metrics).
+    emit(
+        crash_loop_parked, run_id=turn.run.run_id, turn_id=turn.turn_id, attempts=view.attempts, reason=reason,
+        decision_id=decision.pk,
     )
     return decision
