@@ -33,6 +33,8 @@ OPERATOR_ACTION_KINDS = (
     "finding_resolve",
     # Issue 6: an admin's edit of a blocked turn's annotations (lineage repair, notes, block reason).
     "turn_edit",
+    # Issue 8: retention removed a completed run after exporting it to a verified package (system actor).
+    "retention_remove",
 )
 
 
