@@ -22,6 +22,7 @@ state jointly:
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -29,14 +30,17 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recovery.engine import canonical_bytes, digest, fold_state, rebuild_state
 
+from .http import HttpGateway
 from .ledger import Ledger
 from .runtime import EXIT_BLOCKED, EXIT_DONE, INTENDED_EFFECTS, derive
+from .server import LiveServer
 from .store import FileGateway, Gateway, assessment_of
 
 # The number of transitions of the crash-free workload. The rig refuses to run when the workload has
@@ -102,18 +106,22 @@ class SeedResult:
 
 
 class SeedDir:
-    def __init__(self, root: Path, seed: int, *, naive: bool = False) -> None:
+    def __init__(self, root: Path, seed: int, *, naive: bool = False, server: LiveServer | None = None) -> None:
+        self.server = server
         self.root = root / f"seed-{seed}"
         if self.root.exists():
             shutil.rmtree(self.root)  # a rerun into the same workdir starts from nothing
         self.naive = naive
         self.store = self.root / "store"
         self.ledger_path = self.root / "ledger.db"
-        self.run = f"chaos-{seed}"
+        # One server holds every seed's run: the id carries the seed (g: the crash-free golden runs).
+        self.run = f"chaos-{seed}" if seed >= 0 else f"chaos-g{-seed}"
         self.seed = seed
         self.launches = 0
 
-    def gateway(self) -> FileGateway:
+    def gateway(self) -> Gateway:
+        if self.server is not None:
+            return HttpGateway(self.server.base_url, self.server.token, self.run, operator_env=self.server.env)
         return FileGateway(self.store, self.run)
 
     def launch(self, *, crash_at: int, version: int) -> tuple[int, str, str]:
@@ -126,8 +134,9 @@ class SeedDir:
                 "--dir", str(self.store), "--ledger", str(self.ledger_path), "--run", self.run,
                 "--seed", str(self.seed), "--crash-at", str(crash_at), "--version", str(version),
                 "--trace", str(trace), *(["--naive"] if self.naive else []),
+                *(["--store", "http"] if self.server else []),
             ],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=False,
+            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=False, env=self._child_env(),
         )
         kinds = trace.read_text().split("\n")[:-1] if trace.exists() else []
         last = kinds[-1].split(" ", 1)[1] if kinds else "start"
@@ -135,6 +144,13 @@ class SeedDir:
             tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
             return proc.returncode, tail[0], last
         return proc.returncode, proc.stdout, last
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.server is not None:
+            env["LOOPX_CHAOS_URL"] = self.server.base_url
+            env["LOOPX_CHAOS_TOKEN"] = self.server.token
+        return env
 
     def transitions(self, launch: int) -> list[str]:
         trace = self.root / f"trace-{launch}"
@@ -185,10 +201,15 @@ def play_operator(sd: SeedDir, result: SeedResult) -> None:
                 if i.live and i.resolution == "indeterminate"
             }
             if evidence:
-                gw.approve(
-                    turn=turn.turn, actor="chaos-operator", reason=f"external ledger readback, seed {sd.seed}",
-                    evidence=evidence,
-                )
+                try:
+                    gw.approve(
+                        turn=turn.turn, actor="chaos-operator", reason=f"external ledger readback, seed {sd.seed}",
+                        evidence=evidence,
+                    )
+                except RuntimeError as refused:
+                    # The operator cannot act: the turn is stuck, which is exactly an unrecoverable state.
+                    result.fail("unrecoverable", f"{turn.turn}: the operator's approval was refused: {refused}")
+                    return
                 acted += len(evidence)
     finally:
         ledger.close()
@@ -262,6 +283,11 @@ def end_state(gw: Gateway, ledger_path: Path, run: str) -> dict[str, Any]:
     return {"turns": turns, "effects": effects}
 
 
+def journal_bytes(gw: Gateway) -> bytes:
+    """The stored journal, as the store gives it back."""
+    return b"".join(line + b"\n" for line in gw.lines())
+
+
 def snapshot(sd: SeedDir) -> tuple[bytes, list[tuple[object, ...]], bytes, bytes]:
     gw = sd.gateway()
     ledger = Ledger(sd.ledger_path)
@@ -269,9 +295,9 @@ def snapshot(sd: SeedDir) -> tuple[bytes, list[tuple[object, ...]], bytes, bytes
         rows = ledger.snapshot()
     finally:
         ledger.close()
-    evidence = gw.evidence_file.read_bytes() if gw.evidence_file.exists() else b""
+    evidence = json.dumps([list(vars(r).values()) for r in gw.evidence_rows()]).encode()
     return (
-        gw.journal.read_bytes() if gw.journal.exists() else b"",
+        journal_bytes(gw),
         rows,
         evidence,
         canonical_bytes(assessment_of(gw).to_dict()),
@@ -288,12 +314,12 @@ class Golden:
     end: dict[str, Any]
 
 
-def golden_run(workdir: Path) -> Golden:
+def golden_run(workdir: Path, server: LiveServer | None = None) -> Golden:
     """The crash-free workload, at both schema versions: the transition count and the end state."""
     ends = []
     kinds: tuple[str, ...] = ()
     for version in (1, 2):
-        sd = SeedDir(workdir, -version)
+        sd = SeedDir(workdir, -version, server=server)
         rc, out, _ = sd.launch(crash_at=0, version=version)
         if rc != EXIT_DONE:
             raise RuntimeError(f"the crash-free workload (v{version}) did not complete: rc={rc} {out}")
@@ -314,17 +340,19 @@ def golden_run(workdir: Path) -> Golden:
     return Golden(EXPECTED_TRANSITIONS, kinds, ends[1])
 
 
-def run_seed(seed: int, workdir: Path, golden: Golden, *, naive: bool = False) -> SeedResult:
+def run_seed(
+    seed: int, workdir: Path, golden: Golden, *, naive: bool = False, server: LiveServer | None = None
+) -> SeedResult:
     plan = SeedPlan.of(seed, golden.transitions)
     result = SeedResult(plan)
-    sd = SeedDir(workdir, seed, naive=naive)
+    sd = SeedDir(workdir, seed, naive=naive, server=server)
     gw = sd.gateway()
     seen: dict[tuple[int, int], bytes] = {}
     previous = b""
 
     def stage_checks(stage: str) -> None:
         nonlocal previous
-        data = gw.journal.read_bytes() if gw.journal.exists() else b""
+        data = journal_bytes(gw)
         if not data.startswith(previous):
             result.fail("unrecoverable", f"{stage}: the journal was rewritten, not appended to")
         previous = data
@@ -454,13 +482,16 @@ def run_seeds(
     workdir: Path | None = None,
     echo: Callable[[str], None] | None = None,
     naive: bool = False,
+    store: str = "file",
 ) -> Summary:
-    with tempfile.TemporaryDirectory(prefix="loopx-chaos-") as tmp:
+    """``store``: ``file`` (the adapter, fast) or ``http`` (a live server; the runtime talks HTTP to it)."""
+    with tempfile.TemporaryDirectory(prefix="loopx-chaos-") as tmp, ExitStack() as stack:
         root = workdir or Path(tmp)
-        golden = golden_run(root)
+        server = stack.enter_context(LiveServer(root / "server")) if store == "http" else None
+        golden = golden_run(root, server)
         results: list[SeedResult] = []
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for result in pool.map(lambda s: run_seed(s, root, golden, naive=naive), list(seeds)):
+            for result in pool.map(lambda s: run_seed(s, root, golden, naive=naive, server=server), list(seeds)):
                 results.append(result)
                 if echo is not None:
                     echo(describe(result))

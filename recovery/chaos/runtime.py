@@ -33,6 +33,7 @@ from typing import Any
 from recovery.engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
 from recovery.engine.writer import JournalWriter, fixed_clock
 
+from .http import gateway_from_env
 from .ledger import Ledger
 from .store import EvidenceRow, FileGateway, Gateway, cited_evidence, latest_evidence
 
@@ -427,13 +428,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", type=int, choices=(1, 2), default=2, help="record schema to write")
     parser.add_argument("--trace", type=Path, default=None)
     parser.add_argument("--worker", default="runtime")
+    parser.add_argument(
+        "--store", choices=("file", "http"), default="file",
+        help="file: the adapter over --dir; http: the live API at $LOOPX_CHAOS_URL with $LOOPX_CHAOS_TOKEN",
+    )
     parser.add_argument("--naive", action="store_true", help="skip the gate (only to prove the rig catches it)")
     args = parser.parse_args(argv)
     print(f"chaos runtime seed={args.seed} run={args.run} crash_at={args.crash_at} v={args.version}", file=sys.stderr)
     ledger = Ledger(args.ledger)
     try:
+        gateway: Gateway = gateway_from_env(args.run) if args.store == "http" else FileGateway(args.dir, args.run)
         runtime = Runtime(
-            FileGateway(args.dir, args.run), ledger, args.run, args.version, Failpoint(args.crash_at, args.trace),
+            gateway, ledger, args.run, args.version, Failpoint(args.crash_at, args.trace),
             # A stable worker id: the service's claim is a lease, and a restarted runtime must be able to
             # take its own turn back at once instead of waiting for the dead incarnation's lease to expire.
             f"{args.worker}:{args.run}",

@@ -3,6 +3,7 @@ compound workload and checks recovery after every restart (recovery/chaos/rig.py
 
     manage.py chaos --seeds 500        # seeds 0..499, a summary table; exit 1 on any failure
     manage.py chaos --seed 137         # rerun one seed alone, with its details
+    manage.py chaos --seeds 20 --store http   # the runtime talks HTTP to a live server (slower)
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ class Command(BaseCommand):
         parser.add_argument("--first-seed", type=int, default=0, help="start --seeds here")
         parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="runtimes in parallel")
         parser.add_argument("--workdir", type=Path, default=None, help="keep every seed's files here")
+        parser.add_argument(
+            "--store",
+            choices=("file", "http"),
+            default="file",
+            help="file: the runtime's adapter over files (fast); http: a live server, the runtime talks HTTP to it",
+        )
         parser.add_argument("--quiet", action="store_true", help="print only failing seeds and the table")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -40,7 +47,7 @@ class Command(BaseCommand):
             if not options["quiet"] or ": FAIL" in line:
                 self.stdout.write(line)
 
-        summary = run_seeds(seeds, jobs=options["jobs"], workdir=options["workdir"], echo=echo)
+        summary = run_seeds(seeds, jobs=options["jobs"], workdir=options["workdir"], echo=echo, store=options["store"])
         self.stdout.write("")
         self.stdout.write(summary.table())
         failing = failed_seeds(summary)
