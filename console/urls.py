@@ -21,5 +21,8 @@ urlpatterns = [
     path("findings/<int:pk>/resolve/", findings.resolve, name="finding_resolve"),
     path("packages/", packages.packages, name="packages"),
     path("runs/<int:pk>/export/", packages.run_export, name="run_export"),
+    path("packages/upload/", packages.package_upload, name="package_upload"),
+    path("packages/<str:token>/", packages.package_detail, name="package"),
+    path("packages/<str:token>/import/", packages.package_import, name="package_import"),
     path("preferences/", views.preferences, name="preferences"),
 ]

@@ -110,3 +110,23 @@ def test_turn_page_layout_shows_every_planned_phase_in_order(live_server, page, 
     assert "held here: blocked" in steps.nth(1).inner_text()
     assert "committed" in steps.nth(0).inner_text()
     shot(page, "turn-timeline-layout")
+
+
+def test_upload_a_hostile_package_and_see_its_findings(live_server, page, shot, settings, tmp_path):
+    from tests.console.test_packages import hostile_package
+
+    settings.LOOPX_PACKAGE_DIR = tmp_path
+    archive = tmp_path / "evil.tar.gz"
+    archive.write_bytes(hostile_package())
+    make_user("olivia", "operator")
+    base = live_server.url
+    login(page, base, "olivia")
+    page.get_by_role("link", name="Packages").click()
+    page.get_by_label("Package file (.tar, .tar.gz or .zip)").set_input_files(str(archive))
+    page.get_by_role("button", name="Upload and verify").click()
+    verdict = page.locator("#verdict")
+    assert "Refused" in verdict.inner_text()
+    findings = page.locator("#package-findings").inner_text()
+    assert "path traversal" in findings and "link member" in findings
+    assert page.get_by_role("button", name="Import the run").count() == 0
+    shot(page, "package-hostile-refused")
