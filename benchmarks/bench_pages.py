@@ -156,7 +156,6 @@ def _real_turn(records: int) -> int:
     w.commit("blocked-turn", "plan")
     w.commit("blocked-turn", "envelope")
     w.dispatch("blocked-turn", "charge", "unsafe", api_key="bench-secret")
-    w.checkpoint()
     body = w.data()
     # Ingest in batches the API would accept.
     lines = body.split(b"\n")[:-1]
