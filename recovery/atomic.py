@@ -19,6 +19,7 @@ import secrets
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,20 +180,23 @@ def clean_stale_temporaries(directory: StrPath, kinds: tuple[str, ...] = (WRITE_
     return removed
 
 
-# A test-only hook: LOOPX_TEST_PAUSE_AT=N makes the Nth failpoint of the process announce itself on stderr and
-# sleep, so that a test can SIGKILL the process at exactly that step. Unset, a failpoint costs one comparison.
-_PAUSE_AT = int(os.environ.get("LOOPX_TEST_PAUSE_AT", "0") or "0")
-_failpoints_seen = 0
+# A test-only hook: LOOPX_TEST_PAUSE_AT=NAME:K makes the Kth call of failpoint(NAME) in the process announce
+# itself on stderr and sleep, so that a test can SIGKILL the process at exactly that step. Counting per name
+# keeps the steps well defined when several threads reach failpoints. Unset, a failpoint costs one comparison.
+_PAUSE_NAME, _, _PAUSE_K = os.environ.get("LOOPX_TEST_PAUSE_AT", "").partition(":")
+_PAUSE_AT = int(_PAUSE_K or "1") if _PAUSE_NAME else 0
+_failpoint_lock = threading.Lock()
+_failpoints_seen: dict[str, int] = {}
 
 
 def failpoint(name: str) -> None:
     """Mark a step at which a kill must be survivable (see tests/packages/test_kill.py)."""
-    global _failpoints_seen
-    if not _PAUSE_AT:
+    if not _PAUSE_AT or name != _PAUSE_NAME:
         return
-    _failpoints_seen += 1
-    if _failpoints_seen == _PAUSE_AT:
-        sys.stderr.write(f"loopx-failpoint {_failpoints_seen} {name}\n")
+    with _failpoint_lock:
+        seen = _failpoints_seen[name] = _failpoints_seen.get(name, 0) + 1
+    if seen == _PAUSE_AT:
+        sys.stderr.write(f"loopx-failpoint {name}:{seen}\n")
         sys.stderr.flush()
         while True:  # wait for the SIGKILL
             time.sleep(60)

@@ -14,9 +14,11 @@ import io
 import os
 import stat
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import report as codes
 from ._formats import DIR, FILE, LINK, SPECIAL, Member, Unsupported, open_archive
+from ._pipeline import Pipeline
 from ._streams import MemberStop, PackageStop
 from .journal import JournalCheck
 from .limits import Limits
@@ -52,13 +54,19 @@ class Verification:
 class _Seen:
     name: str
     size: int
-    sha256: str | None  # None when the member was too large to read
+    readable: bool = True  # False when the member was too large (or broken) to read
+    sha256: str = ""  # set by the hashing thread; final once the pipeline is drained
+
+
+def _settle(digest: Any, seen: _Seen, entry: PlanEntry) -> None:
+    seen.sha256 = entry.sha256 = digest.hexdigest()
 
 
 class _Scan:
-    def __init__(self, limits: Limits, report: PackageReport) -> None:
+    def __init__(self, limits: Limits, report: PackageReport, hasher: Pipeline) -> None:
         self.limits = limits
         self.report = report
+        self.hasher = hasher  # sha256 runs on its own thread, beside the reading and inflating
         self.plan: list[PlanEntry] = []
         self.stopped = False
         self.claimed = 0  # bytes the headers claim, all members
@@ -132,7 +140,7 @@ class _Scan:
                 codes.MEMBER_TOO_LARGE, m.name, f"the header claims {m.size} bytes, over {limits.max_member_bytes}"
             )
             if norm is not None:
-                self.files.setdefault(norm, _Seen(m.name, m.size, None))
+                self.files.setdefault(norm, _Seen(m.name, m.size, readable=False))
             if self.claimed > limits.max_total_bytes:
                 raise PackageStop(
                     codes.PACKAGE_TOO_LARGE, None, f"headers claim over {limits.max_total_bytes} bytes in all"
@@ -157,7 +165,7 @@ class _Scan:
                     raise PackageStop(
                         codes.PACKAGE_TOO_LARGE, None, f"over {limits.max_total_bytes} bytes read in all members"
                     )
-                digest.update(chunk)
+                self.hasher.submit(digest.update, chunk)
                 if buffer is not None:
                     if len(buffer) + len(chunk) > limits.max_manifest_bytes:
                         buffer = None
@@ -169,13 +177,15 @@ class _Scan:
         except MemberStop as stop:
             self.add(stop.code, m.name, stop.detail)
             if norm is not None:  # it is there, just not verifiable: not "missing"
-                self.files.setdefault(norm, _Seen(m.name, done, None))
+                self.files.setdefault(norm, _Seen(m.name, done, readable=False))
             return
-        sha = digest.hexdigest()
         if norm is None:
             return
-        self.files.setdefault(norm, _Seen(m.name, done, sha))
-        self.plan.append(PlanEntry(m.name, FILE, norm, done, sha))
+        seen = _Seen(m.name, done)
+        entry = PlanEntry(m.name, FILE, norm, done)
+        self.files.setdefault(norm, seen)
+        self.plan.append(entry)
+        self.hasher.submit(_settle, digest, seen, entry)
         if buffer is not None:
             self.manifest = bytes(buffer)
             self.manifest_name = m.name
@@ -185,6 +195,7 @@ class _Scan:
 
     # -- after the last member ------------------------------------------------------------------------------
     def finish(self) -> None:
+        self.hasher.drain()
         manifest: Manifest | None = None
         if self.manifest_oversize:
             self.add(
@@ -212,8 +223,8 @@ class _Scan:
                 if not self.stopped:
                     self.add(codes.MISSING_MEMBER, norm, "listed in the manifest but not in the archive")
                 continue
-            if found.sha256 is None:
-                continue  # too large to read: already refused
+            if not found.readable:
+                continue  # too large or broken: already refused
             if found.size != entry.size:
                 self.add(codes.SIZE_MISMATCH, found.name, f"{found.size} bytes where the manifest says {entry.size}")
             if found.sha256 != entry.sha256:
@@ -222,8 +233,16 @@ class _Scan:
 
 def verify_open_file(fh: io.FileIO, limits: Limits) -> Verification:
     """Verify the package behind ``fh`` (opened unbuffered for reading). Writes nothing anywhere."""
+    hasher = Pipeline()
+    try:
+        return _verify(fh, limits, hasher)
+    finally:
+        hasher.close()
+
+
+def _verify(fh: io.FileIO, limits: Limits, hasher: Pipeline) -> Verification:
     report = PackageReport()
-    scan = _Scan(limits, report)
+    scan = _Scan(limits, report, hasher)
     try:
         opened = open_archive(fh, limits)
     except Unsupported as exc:

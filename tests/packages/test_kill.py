@@ -1,8 +1,9 @@
 """SIGKILL at every step: a restore leaves no target or the whole target; an atomic write leaves the old file.
 
-Real processes are killed. ``LOOPX_TEST_PAUSE_AT=N`` makes the Nth failpoint of a process announce itself on
-stderr and sleep (recovery.atomic.failpoint), so each step can be hit exactly; runs killed after random
-delays cover the moments between failpoints. After each kill the next run must clean the leftovers.
+Real processes are killed. ``LOOPX_TEST_PAUSE_AT=NAME:K`` makes the Kth call of failpoint NAME announce itself
+on stderr and sleep (recovery.atomic.failpoint), so each step can be hit exactly (counting per name keeps
+steps well defined although files are written on a second thread); runs killed after random delays cover
+the moments between failpoints. After each kill the next run must clean the leftovers.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ RESTORE_STEPS = {
     "restore.mkdir",
     "restore.file_open",
     "restore.file_written",
-    "restore.file_synced",
+    "restore.files_synced",
     "restore.synced",
     "restore.renamed",
 }
@@ -48,16 +49,16 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     return out
 
 
-def _paused(argv: list[str], pause_at: int, cwd: Path = REPO) -> tuple[subprocess.Popen[bytes], str | None]:
-    """Start ``argv`` paused at its ``pause_at``th failpoint; returns the process and the failpoint's name, or
-    None if the process finished before reaching it."""
-    env = {**os.environ, "LOOPX_TEST_PAUSE_AT": str(pause_at)}
+def _paused(argv: list[str], pause_at: str, cwd: Path = REPO) -> tuple[subprocess.Popen[bytes], str | None]:
+    """Start ``argv`` paused at failpoint ``NAME:K``; returns the process and the failpoint's name, or None if
+    the process finished without reaching it."""
+    env = {**os.environ, "LOOPX_TEST_PAUSE_AT": pause_at}
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     for raw in proc.stderr:
         line = raw.decode(errors="replace")
         if line.startswith("loopx-failpoint "):
-            return proc, line.split()[2]
+            return proc, line.split()[1].split(":")[0]
     return proc, None
 
 
@@ -85,11 +86,16 @@ def _check_after_kill(path: Path, parent: Path, target: Path, expected: dict[str
     assert _tree(target) == expected
 
 
-def _kill_at_every_step(tmp_path: Path, path: Path, argv: list[str], steps: int) -> set[str]:
-    """Run ``argv + [target]`` paused at failpoint 1, 2, ... (in parallel), SIGKILL each, check each."""
+def _steps(counts: dict[str, int]) -> list[str]:
+    """Every ``NAME:K`` for the given number of calls of each failpoint, then one that never comes."""
+    return [f"{name}:{k}" for name, n in counts.items() for k in range(1, n + 1)] + ["never:1"]
 
-    def one(step: int) -> tuple[int, str | None, int | None]:
-        parent = tmp_path / f"run{step}"
+
+def _kill_at_every_step(tmp_path: Path, path: Path, argv: list[str], steps: list[str]) -> set[str]:
+    """Run ``argv + [target]`` paused at each step (in parallel), SIGKILL each, check each."""
+
+    def one(step: str) -> tuple[str, str | None, int | None]:
+        parent = tmp_path / f"run-{step}"
         parent.mkdir()
         proc, name = _paused([*argv, str(parent / "out")], step)
         if name is None:
@@ -99,11 +105,12 @@ def _kill_at_every_step(tmp_path: Path, path: Path, argv: list[str], steps: int)
         return step, name, None
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(one, range(1, steps + 1)))
+        results = list(pool.map(one, steps))
     expected = _tree(tmp_path / "expected")
-    assert results[-1][1] is None and results[-1][2] == 0  # the last run was past every failpoint
+    assert [r[1] for r in results] == [s.split(":")[0] for s in steps[:-1]] + [None]  # each step was reached
+    assert results[-1][2] == 0  # the run that never pauses finished normally
     for step, name, _ in results:
-        parent = tmp_path / f"run{step}"
+        parent = tmp_path / f"run-{step}"
         target = parent / "out"
         if name is None or name == "restore.renamed":
             assert _tree(target) == expected
@@ -116,9 +123,9 @@ def _kill_at_every_step(tmp_path: Path, path: Path, argv: list[str], steps: int)
 def test_kill_restore_archive_at_every_step(tmp_path: Path) -> None:
     """A real ``manage.py restore_archive`` process, SIGKILLed at each of its failpoints."""
     path, _ = _make_package(tmp_path, {"x": b"state"})
-    # tmpdir, mkdir state, 3 files x (open, written, synced), synced, renamed = 14; the 15th run finishes
+    counts = dict.fromkeys(RESTORE_STEPS, 1) | {"restore.file_open": 3, "restore.file_written": 3}  # 3 files
     argv = [PYTHON, "manage.py", "restore_archive", str(path), "--json", "--into"]
-    assert _kill_at_every_step(tmp_path, path, argv, 15) == RESTORE_STEPS
+    assert _kill_at_every_step(tmp_path, path, argv, _steps(counts)) == RESTORE_STEPS
 
 
 def test_kill_restore_library_at_every_step(tmp_path: Path) -> None:
@@ -126,8 +133,9 @@ def test_kill_restore_library_at_every_step(tmp_path: Path) -> None:
     state = {"a.json": b'{"a": 1}', "sub/b.bin": os.urandom(200_000), "sub/deeper/c.txt": b"c" * 1000}
     path, _ = _make_package(tmp_path, state)
     script = "import sys; from recovery.packages import restore_package; restore_package(sys.argv[1], sys.argv[2])"
-    # tmpdir + 3 mkdirs + 5 files x 3 + synced + renamed = 21; the 22nd run finishes
-    assert _kill_at_every_step(tmp_path, path, [PYTHON, "-c", script, str(path)], 22) == RESTORE_STEPS
+    counts = dict.fromkeys(RESTORE_STEPS, 1) | {"restore.mkdir": 3, "restore.file_open": 5, "restore.file_written": 5}
+    argv = [PYTHON, "-c", script, str(path)]
+    assert _kill_at_every_step(tmp_path, path, argv, _steps(counts)) == RESTORE_STEPS
 
 
 def test_kill_restore_after_random_delays(tmp_path: Path) -> None:
@@ -171,10 +179,10 @@ def test_kill_atomic_writer_at_every_step(tmp_path: Path) -> None:
     chunks = 8
     new = b"".join(bytes([65 + i]) * 65536 for i in range(chunks))
     old = b"the old, complete file"
-    steps = range(1, chunks + 5)  # the chunks, written, synced, renamed, and one past the end
+    steps = _steps({"writer.chunk": chunks, "atomic.written": 1, "atomic.synced": 1, "atomic.renamed": 1})
 
-    def one(step: int) -> tuple[int, str | None]:
-        parent = tmp_path / f"w{step}"
+    def one(step: str) -> tuple[str, str | None]:
+        parent = tmp_path / f"w-{step}"
         parent.mkdir()
         (parent / "target").write_bytes(old)
         proc, name = _paused([PYTHON, "-c", WRITER, str(parent / "target"), str(chunks)], step)
@@ -190,7 +198,7 @@ def test_kill_atomic_writer_at_every_step(tmp_path: Path) -> None:
     names = {name for _, name in results}
     assert names == {"writer.chunk", "atomic.written", "atomic.synced", "atomic.renamed", None}
     for step, name in results:
-        parent = tmp_path / f"w{step}"
+        parent = tmp_path / f"w-{step}"
         content = (parent / "target").read_bytes()
         assert content == (new if name in ("atomic.renamed", None) else old)
         clean_stale_temporaries(parent)
