@@ -104,8 +104,10 @@ class RecordsView(LoopxView):
             # Refused before reading a byte of it.
             error = IngestError(413, "batch_too_large", "the batch exceeds the size limit")
             return Response(error.as_dict(), status=413)
+        # DRF hands an empty dict (not bytes) when there is no body at all.
+        body = request.data if isinstance(request.data, bytes) else b""
         result = records_ingest(
-            run_id=run_id, body=request.data, content_type=request.content_type, token=runtime_token(request)
+            run_id=run_id, body=body, content_type=request.content_type or "", token=runtime_token(request)
         )
         return Response(IngestResultSerializer(result).data)
 

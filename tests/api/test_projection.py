@@ -1,0 +1,192 @@
+"""Projection (reads): runs, branches, turns with filters and a fixed query count per page, one turn's
+timeline (planned phases with their committing record and time), intents, records, assessments."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from journals.models import Turn
+from tests.journal_builder import JournalBuilder
+
+pytestmark = pytest.mark.django_db
+
+
+def ingest(client, b: JournalBuilder) -> None:
+    answer = client.post(f"/api/v1/runs/{b.run}/records", b.body(), content_type="application/x-ndjson")
+    assert answer.status_code == 200, answer.content
+
+
+def assess(client, run: str) -> dict:
+    answer = client.post(f"/api/v1/runs/{run}/assessments")
+    assert answer.status_code == 200, answer.content
+    return answer.json()
+
+
+@pytest.fixture
+def forked(runtime) -> JournalBuilder:
+    b = JournalBuilder()
+    b.full_turn("t1")
+    b.plan("t2")
+    b.commit("t2", "plan", "envelope")
+    b.dispatch("t2", "lookup")
+    b.plan("t3")  # planned only on the suffix the fork discards
+    b.fork(from_lsn=len(b.lines) - 3, reason="operator rewind")  # keeps t2's envelope, drops lookup and t3
+    b.commit("t2", "dispatch")
+    ingest(runtime.client, b)
+    assess(runtime.client, "run-1")
+    return b
+
+
+def test_run_and_branches(viewer_client, forked):
+    run = viewer_client.get("/api/v1/runs/run-1").json()
+    assert (run["record_count"], run["live_branch"], run["blocked_reason"]) == (len(forked.lines), 1, None)
+    assert run["decisions"] == {"complete": 1, "resume": 1, "discarded": 1}
+    branches = viewer_client.get("/api/v1/runs/run-1/branches").json()
+    assert branches[0]["branch"] == 0 and not branches[0]["live"] and branches[0]["discarded_from"] is not None
+    assert (branches[1]["parent"], branches[1]["live"], branches[1]["from_lsn"]) == (
+        0,
+        True,
+        branches[0]["discarded_from"],
+    )
+    assert branches[1]["fork_lsn"] == branches[0]["last_lsn"]
+    listed = viewer_client.get("/api/v1/runs").json()
+    assert listed["count"] == 1 and listed["results"][0]["run_id"] == "run-1"
+    assert viewer_client.get("/api/v1/runs/nope").status_code == 404
+
+
+def test_turn_timeline_shows_planned_and_committed_phases(viewer_client, forked):
+    turn = viewer_client.get("/api/v1/runs/run-1/turns/t2").json()
+    assert (turn["decision"], turn["resume_from"], turn["status"]) == ("resume", "execute", "open")
+    phases = {p["name"]: p for p in turn["phases"]}
+    assert [p["name"] for p in turn["phases"]] == turn["plan"]
+    assert phases["plan"]["committed"] and phases["plan"]["record"]["branch"] == 0
+    # The live commit of `dispatch` is the one on branch 1, with the time the writer stated.
+    assert phases["dispatch"]["record"]["branch"] == 1 and phases["dispatch"]["committed_at"].endswith("Z")
+    assert not phases["execute"]["committed"] and phases["execute"]["record"] is None
+    assert turn["intents"] == [
+        {
+            "intent": "lookup",
+            "effect_class": "safe",
+            "idempotency_key": None,
+            "resolution": "replay",
+            "branch": 0,
+            "live": False,
+            "dispatches": 1,
+            "outcome": None,
+        }
+    ]
+    assert viewer_client.get("/api/v1/runs/run-1/turns/t2/intents").json() == turn["intents"]
+    records = viewer_client.get("/api/v1/runs/run-1/turns/t2/records").json()
+    assert [r["kind"] for r in records["results"]] == [
+        "turn_planned",
+        "phase_committed",
+        "phase_committed",
+        "intent_dispatched",
+        "phase_committed",
+    ]
+    done = viewer_client.get("/api/v1/runs/run-1/turns/t1").json()
+    assert done["status"] == "completed" and all(p["committed"] for p in done["phases"])
+    assert viewer_client.get("/api/v1/runs/run-1/turns/t3").json()["decision"] == "discarded"
+
+
+def test_turn_filters(viewer_client, forked):
+    def turns(query: str) -> list[str]:
+        answer = viewer_client.get(f"/api/v1/turns?{query}")
+        assert answer.status_code == 200, answer.content
+        return sorted(t["turn"] for t in answer.json()["results"])
+
+    assert turns("") == ["t1", "t2", "t3"]
+    assert turns("decision=resume") == ["t2"]
+    assert turns("status=completed") == ["t1"]
+    assert turns("run=run-1&decision=discarded") == ["t3"]
+    assert turns("run=other") == []
+    assert turns("updated_after=2000-01-01T00:00:00Z") == ["t1", "t2", "t3"]
+    assert turns("updated_before=2000-01-01T00:00:00Z") == []
+    assert viewer_client.get("/api/v1/turns?decision=maybe").status_code == 400
+    assert sorted(t["turn"] for t in viewer_client.get("/api/v1/runs/run-1/turns").json()["results"]) == [
+        "t1",
+        "t2",
+        "t3",
+    ]
+
+
+def test_reason_filter(runtime, viewer_client):
+    b = JournalBuilder("run-r")
+    b.plan("ok")
+    b.plan("bad")
+    b.commit("bad", "envelope")
+    ingest(runtime.client, b)
+    assess(runtime.client, "run-r")
+    answer = viewer_client.get("/api/v1/turns?reason=phase_prefix_violation").json()
+    assert [t["turn"] for t in answer["results"]] == ["bad"]
+
+
+def _page_queries(client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_turn_list_costs_a_fixed_number_of_queries(runtime, viewer_client, django_assert_num_queries):
+    b = JournalBuilder("run-q")
+    for i in range(3):
+        b.plan(f"t{i}")
+    ingest(runtime.client, b)
+    few = _page_queries(viewer_client, "/api/v1/turns")
+    for i in range(3, 40):
+        b.plan(f"t{i}")
+    ingest(runtime.client, b)
+    assess(runtime.client, "run-q")
+    assert Turn.objects.count() == 40
+    # session + user + role, then count + page: the same however many turns the page holds.
+    with django_assert_num_queries(few):
+        page = viewer_client.get("/api/v1/turns?decision=resume").json()
+    assert len(page["results"]) == 40 and page["count"] == 40
+    assert _page_queries(viewer_client, "/api/v1/turns") == few
+
+
+def test_audit_list_costs_a_fixed_number_of_queries(runtime, viewer_client):
+    b = JournalBuilder("run-a")
+    for i in range(6):
+        b.plan(f"t{i}")
+    ingest(runtime.client, b)
+
+    def recover(turn: str) -> None:
+        base = f"/api/v1/runs/run-a/turns/{turn}"
+        token = runtime.client.post(base + "/claim", {"worker_id": "w"}, format="json").json()["fencing_token"]
+        audit = runtime.client.post(base + "/recovery", {"fencing_token": token}, format="json").json()["id"]
+        runtime.client.post(
+            base + f"/recovery/{audit}/actions",
+            {"fencing_token": token, "kind": "phase", "target": "x"},
+            format="json",
+        )
+        runtime.client.post(base + f"/recovery/{audit}/close", {"fencing_token": token}, format="json")
+
+    recover("t0")
+    one = _page_queries(viewer_client, "/api/v1/audits")
+    for i in range(1, 6):
+        recover(f"t{i}")
+    assert _page_queries(viewer_client, "/api/v1/audits") == one
+    assert viewer_client.get("/api/v1/audits").json()["count"] == 6
+
+
+def test_assessments_are_listed_and_retrievable(viewer_client, forked):
+    listed = viewer_client.get("/api/v1/runs/run-1/assessments").json()
+    assert listed["count"] == 1
+    summary = listed["results"][0]
+    assert summary["prefix_records"] == len(forked.lines) and summary["engine_version"]
+    full = viewer_client.get(f"/api/v1/runs/run-1/assessments/{summary['id']}").json()
+    assert {t["turn"]: t["decision"] for t in full["output"]["turns"]} == {
+        "t1": "complete",
+        "t2": "resume",
+        "t3": "discarded",
+    }
+    assert viewer_client.get("/api/v1/runs/run-1/assessments/999999").status_code == 404
+
+
+def test_outsiders_read_nothing(outsider_client, client, forked):
+    for url in ("/api/v1/runs", "/api/v1/turns", "/api/v1/runs/run-1/turns/t2", "/api/v1/audits"):
+        assert outsider_client.get(url).status_code == 403
+        assert client.get(url).status_code in (401, 403)
