@@ -56,7 +56,18 @@ class LiveServer:
             stale.unlink()  # a rerun into the same workdir starts from an empty database
         self._manage("migrate", "--noinput")
         self.token = self._manage("create_api_token", "chaos-runtime").strip().splitlines()[-1]
-        with open(self.log, "wb") as log:
+        self.start()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the web process (our own child): the service's own crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def start(self) -> None:
+        """Start (or restart, after `kill`) the web process over the same database and token."""
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload"],
                 cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -67,7 +78,7 @@ class LiveServer:
                 raise RuntimeError(f"the server exited: {self.log.read_text()[-800:]}")
             try:
                 with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=2):
-                    return self
+                    return
             except OSError:
                 time.sleep(0.2)
         self.__exit__(None, None, None)

@@ -158,3 +158,18 @@ def test_composition_gate_over_http() -> None:
     kinds = {r.crash_kind for r in summary.results}
     assert {"append:fork", "effect:unsafe", "append:intent_dispatched"} <= kinds
     assert sum(r.approvals for r in summary.results) > 0
+
+
+@pytest.mark.slow
+def test_web_process_killed_mid_batch_leaves_no_partial_batch(tmp_path: Path) -> None:
+    from recovery.chaos.server import LiveServer
+    from recovery.chaos.service_crash import web_kill_trial
+
+    with LiveServer(tmp_path / "server") as server:
+        trials = [web_kill_trial(server, seed, records=1500) for seed in range(3)]
+    for trial in trials:
+        print(f"web kill seed {trial.seed}: after {trial.delay:.2f}s, acknowledged={trial.acknowledged}, "
+              f"stored {trial.stored_after_kill}/{trial.records}")
+    assert not [(t.seed, t.failures) for t in trials if t.failures]
+    # The kills landed while a batch was in flight (the POST died with the server), not after it.
+    assert any(not t.acknowledged for t in trials)
