@@ -34,23 +34,46 @@ _API_TOKEN_RE = re.compile(r"lxr_[A-Za-z0-9_\-]{8,}")
 _BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}")
 _AUTH_HEADER_RE = re.compile(r"(?i)((?:http_)?authorization['\"]?\s*[:=]\s*)(['\"]?)[^'\"\n,}]*\2")
 # name=value, name: value, "name": "value", 'name': 'value' where the name is secret (checked in _sub_pair).
+# A quote may be escaped (JSON inside a JSON string, a repr of it): `\"token\": \"...\"` is a pair too.
+# The value sits in a lookahead so that a non-secret pair never swallows a secret one after it
+# ("loaded: secret=..."): only name and separator are consumed, _scrub_pairs skips past redacted values.
 _PAIR_RE = re.compile(
-    r"""(?P<q>["']?)(?P<name>[A-Za-z][A-Za-z0-9_\-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&}\])]+)"""
+    r"""(?P<q>\\*["']|)(?P<name>[A-Za-z][A-Za-z0-9_\-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
+    r"""(?=(?P<value>\\+(?P<eq>["']).*?\\+(?P=eq)|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&}\])]+))"""
 )
+_QUOTE_RE = re.compile(r"""^\\*["']""")
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 _CONTEXT_FIELDS = ("run", "turn", "request_id", "task_id")
 
 
-def _sub_pair(match: re.Match[str]) -> str:
-    name = match.group("name").replace("-", "_")
-    if not is_secret_field(name):
-        return match.group(0)
-    value = match.group("value")
-    quote = value[0] if value[:1] in {'"', "'"} else ""
-    return f"{match.group('q')}{match.group('name')}{match.group('q')}{match.group('sep')}{quote}{REDACTED}{quote}"
+def _scrub_pairs(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    for match in _PAIR_RE.finditer(text):
+        if match.start() < pos:
+            continue  # inside a value already redacted
+        value = match.group("value")
+        if not is_secret_field(match.group("name").replace("-", "_")) or value.lstrip("\\\"'").startswith("[redacted"):
+            continue  # not a secret name, or already redacted by an earlier rule
+        opening = _QUOTE_RE.match(value)
+        quote = opening.group(0) if opening else ""
+        out.append(text[pos : match.end()])
+        out.append(f"{quote}{REDACTED}{quote}")
+        pos = match.end() + len(value)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+# SQL debug lines (django.db.backends) inline every parameter, and a parameter's column name is not next
+# to its value: a secret there cannot be recognised by name. Those lines keep the statement's shape and
+# timing, with every string literal replaced.
+_SQL_LITERAL_RE = re.compile(r"(?:[EeBbXx])?'(?:[^']|'')*'")
+
+
+def sql_shape(sql: str) -> str:
+    return _SQL_LITERAL_RE.sub("'?'", sql)
 
 
 def scrub(text: str) -> str:
@@ -60,7 +83,7 @@ def scrub(text: str) -> str:
     text = _AUTH_HEADER_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}", text)
     text = _BEARER_RE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _API_TOKEN_RE.sub(REDACTED, text)
-    return _PAIR_RE.sub(_sub_pair, text)
+    return _scrub_pairs(text)
 
 
 def scrub_value(value: Any) -> Any:
@@ -85,6 +108,13 @@ class RedactingFilter(logging.Filter):
     """Rewrites a record in place so that no handler downstream can print a secret. Never drops a record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("django.db.backends") and isinstance(getattr(record, "sql", None), str):
+            shape = sql_shape(record.sql)  # type: ignore[attr-defined]
+            record.sql = shape  # type: ignore[attr-defined]
+            record.params = "[omitted]"  # type: ignore[attr-defined]
+            duration = getattr(record, "duration", None)
+            record.msg = f"({duration:.3f}) {shape}" if isinstance(duration, float) else shape
+            record.args = None
         try:
             message = record.getMessage()
         except Exception:  # a bad format string must not lose the line: keep the template alone

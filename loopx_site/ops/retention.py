@@ -108,10 +108,10 @@ def ineligible_reason(run: Any) -> str | None:
     if run.assessed_seq != run.last_seq:
         return "not_assessed"
     turns = Turn.objects.filter(run=run)
-    if not turns.filter(decision="complete").exists():
-        return "no_completed_turn"
     if turns.filter(Q(decision__isnull=True) | ~Q(decision__in=KEEP_DECISIONS)).exists():
         return "unresolved_turns"
+    if not turns.filter(decision="complete").exists():
+        return "no_completed_turn"
     if run.findings.filter(state__in=FINDING_UNRESOLVED_STATES).exists():
         return "open_findings"
     if PendingAssessment.objects.filter(run=run, pending=True).exists():
@@ -176,7 +176,11 @@ def export_run(run: Any, directory: Path | None = None) -> tuple[Path, str]:
     sha = build_package(path, run.run_id, _journal_bytes(run), _state_files(run))
     report = check_package(path)
     if not report.accepted:
-        raise RetentionRefused(f"package failed verification: {', '.join(report.codes())}")
+        from .events import emit, package_rejected
+
+        codes = report.codes()
+        emit(package_rejected, code=codes[0], package=path.name, run_id=run.run_id, detail="retention export")
+        raise RetentionRefused(f"package failed verification: {', '.join(codes)}")
     if _file_sha256(path) != sha:
         raise RetentionRefused("package bytes on disk differ from what was written")
     return path, sha
@@ -187,6 +191,14 @@ def _allow_journal_delete() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('loopx.retention', 'on', true)")
+
+
+def _forbid_journal_delete() -> None:
+    """Close the trigger again at once: the flag must not outlive this run's delete, even when the caller
+    wrapped the sweep in a longer transaction."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('loopx.retention', 'off', true)")
 
 
 def _delete_run_rows(run: Any) -> dict[str, int]:
@@ -215,6 +227,7 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
     # JournalRecord's manager refuses delete(); a raw DELETE (no signals, no cascade collection) under the
     # trigger's retention flag is the sanctioned path (module docstring). UPDATE stays refused.
     remove("records", JournalRecord.objects.filter(run=run))
+    _forbid_journal_delete()
     remove("branches", Branch.objects.filter(run=run))
     remove("runs", type(run).objects.filter(pk=run.pk))
     return counts
