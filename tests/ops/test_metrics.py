@@ -175,3 +175,19 @@ def test_multiprocess_dir_adds_up_processes(tmp_path):
     assert 'loopx_ingest_records_total{outcome="stored"} 6.0' in out
     assert 'loopx_ingest_records_total{outcome="duplicate"} 2.0' in out
     assert "loopx_assessment_duration_seconds_count 2.0" in out
+
+
+def test_recovery_audits_by_divergence(runtime):
+    from tests.gate.test_gate import claim, close, ingest, open_recovery, report
+
+    b = JournalBuilder()
+    b.plan("mid")
+    b.commit("mid", "plan")
+    ingest(runtime.client, b)
+    token = claim(runtime.client, "mid").json()["fencing_token"]
+    audit = open_recovery(runtime.client, "mid", token).json()
+    assert report(runtime.client, "mid", audit["id"], token, "intent", "not-in-the-plan").status_code in (200, 201)
+    assert close(runtime.client, "mid", audit["id"], token).status_code == 200
+    samples = scrape(runtime.client, HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
+    assert value(samples, "loopx_recovery_audits_total", divergence="unplanned_action") == 1
+    assert value(samples, "loopx_recovery_audits_total", divergence="none") == 0

@@ -262,3 +262,52 @@ def test_api_secret_is_write_only(admin_user, viewer_client, operator_client, pu
     assert viewer_client.get("/api/v1/webhook-deliveries").status_code == 200
     assert viewer_client.post(f"/api/v1/webhook-deliveries/{pk}/resend").status_code == 403
     assert operator_client.post(f"/api/v1/webhook-deliveries/{pk}/resend").status_code == 202
+
+
+def test_a_turn_that_becomes_blocked_is_announced_once(published, django_capture_on_commit_callbacks):
+    """The real path: ingest, then the assessment task: a turn newly blocked makes one delivery; a later
+    assessment in which it is still blocked makes none."""
+    from journals.services import records_ingest
+    from recovery.background import assessment_run
+    from tests.journal_builder import JournalBuilder
+
+    _hook("http://127.0.0.1:9/hook")
+    b = JournalBuilder("wh-run")
+    b.full_turn("t1")
+    b.record("turn_planned", turn="t2")  # no lineage: the engine blocks t2
+    with django_capture_on_commit_callbacks(execute=True):
+        records_ingest(run_id="wh-run", body=b.body(), content_type="application/x-ndjson", token=None)
+        assert assessment_run(run_id="wh-run") == "stored"
+    item = WebhookDelivery.objects.get()
+    data = json.loads(item.body)["data"]
+    expected = ("turn.blocked", "wh-run", "t2", "lineage_missing")
+    assert (item.event, data["run"], data["turn"], data["reason"]) == expected
+    assert isinstance(data["reason_line"], int) and isinstance(data["assessment"], int)
+    assert published == [(item.pk, None)]
+
+    b.plan("t3")
+    with django_capture_on_commit_callbacks(execute=True):
+        records_ingest(run_id="wh-run", body=b.body(), content_type="application/x-ndjson", token=None)
+        assert assessment_run(run_id="wh-run") == "stored"
+    assert WebhookDelivery.objects.count() == 1  # t2 was already blocked: nothing new to announce
+
+
+def test_a_parked_crash_loop_is_announced(runtime, published, settings, django_capture_on_commit_callbacks):
+    from tests.gate.test_gate import claim, ingest, open_recovery
+    from tests.journal_builder import JournalBuilder
+
+    settings.LOOPX_MAX_RECOVERY_ATTEMPTS = 2
+    _hook("http://127.0.0.1:9/hook", ["crash_loop.parked"])
+    b = JournalBuilder()
+    b.plan("mid")
+    b.commit("mid", "plan")
+    ingest(runtime.client, b)
+    token = claim(runtime.client, "mid").json()["fencing_token"]
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(2):
+            assert open_recovery(runtime.client, "mid", token).status_code == 201
+        assert open_recovery(runtime.client, "mid", token).json()["error"] == "recovery_attempts_exceeded"
+    item = WebhookDelivery.objects.get()
+    data = json.loads(item.body)["data"]
+    assert (item.event, data["run"], data["turn"], data["attempts"]) == ("crash_loop.parked", "run-1", "mid", 2)
+    assert published == [(item.pk, None)]
