@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from journals.models import Run
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
+from loopx_site.ops.events import emit, package_rejected
 from recovery.packages import Limits, PackageUsageError, build_package, check_package, restore_package
 from recovery.services import assessment_refresh
 
@@ -109,6 +110,9 @@ def package_upload(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(reverse("console:packages"))
     if not report.accepted:
         path.unlink(missing_ok=True)  # a refused package is never kept, let alone unpacked
+        # Issue 8: a rejected package is an operational event (webhooks, metrics); the upload token names
+        # it, never the uploader's file name.
+        emit(package_rejected, code=report.codes()[0], package=token, detail=f"{len(report.findings)} findings")
     reports = _reports(request)
     # The file's own name is the uploader's words: shown escaped, never used as a path.
     reports[token] = {"name": str(upload.name)[:200], "report": report.to_dict(), "imported": None}
