@@ -311,3 +311,22 @@ def test_a_parked_crash_loop_is_announced(runtime, published, settings, django_c
     data = json.loads(item.body)["data"]
     assert (item.event, data["run"], data["turn"], data["attempts"]) == ("crash_loop.parked", "run-1", "mid", 2)
     assert published == [(item.pk, None)]
+
+
+def test_a_rejected_package_upload_is_announced(client, operator, published, settings, tmp_path,
+                                                django_capture_on_commit_callbacks):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.urls import reverse
+
+    from tests.console.test_packages import hostile_package
+
+    settings.LOOPX_PACKAGE_DIR = tmp_path
+    _hook("http://127.0.0.1:9/hook", ["package.rejected"])
+    client.force_login(operator)
+    upload = SimpleUploadedFile("evil-PLANTED-name.tar.gz", hostile_package(), content_type="application/gzip")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(reverse("console:package_upload"), {"package": upload}).status_code == 302
+    item = WebhookDelivery.objects.get()
+    data = json.loads(item.body)["data"]
+    assert (item.event, data["code"]) == ("package.rejected", "path_traversal")
+    assert "PLANTED" not in item.body  # the uploader's file name is not repeated
