@@ -3,6 +3,7 @@ kept, authentication, run prefixes and throttling."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -223,3 +224,15 @@ def test_token_is_throttled_per_token(runtime, monkeypatch):
     other = make_runtime("runtime-b")
     assert other.client.get("/api/v1/runs").status_code == 200
     cache.clear()
+
+
+def test_digest_is_of_the_canonical_bytes_whatever_the_formatting(runtime):
+    b = JournalBuilder()
+    b.plan("t1")
+    assert post(runtime.client, b.body()).json()["stored"] == 1
+    spaced = json.dumps(json.loads(b.lines[0]), indent=None, separators=(", ", ": ")).encode()
+    assert spaced != b.lines[0]
+    again = post(runtime.client, spaced + b"\n").json()
+    assert (again["stored"], again["duplicates"]) == (0, 1)
+    stored = JournalRecord.objects.get()
+    assert stored.digest == hashlib.sha256(b.lines[0]).hexdigest() and bytes(stored.line) == b.lines[0]

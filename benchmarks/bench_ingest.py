@@ -1,0 +1,210 @@
+"""Ingest through the API into PostgreSQL, beside the floor measured in the same run.
+
+    python -m benchmarks.bench_ingest                      # 200,000 records in batches of 1,000
+    python -m benchmarks.bench_ingest --records 20000      # smaller
+    python -m benchmarks.bench_ingest --database-url postgres://postgres@127.0.0.1:5432/loopx_bench
+
+It (re)creates the benchmark database, migrates it, creates a runtime token and starts gunicorn on it, then:
+
+- ``api``: POSTs the journal in batches (JSONL, one keep-alive connection, one batch at a time) to
+  /api/v1/runs/{run}/records and times each batch (p50/p95) and the whole (records/s);
+- floor ``copy``: the same rows (the same columns, the same indexes and constraints: a table created
+  LIKE journals_journalrecord INCLUDING ALL) through raw psycopg COPY, one COPY and one commit per batch of
+  the same size; and ``copy-one``: a single COPY of every row, the fastest a client can write them.
+
+The target is API records/s >= half the per-batch COPY rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/loopx_bench"
+TARGET = 0.5
+
+
+def journal_lines(run: str, records: int) -> list[bytes]:
+    """A conforming journal (chained v2 records): turns of 10 records each on branch 0."""
+    sys.path.insert(0, str(REPO))
+    from recovery.engine.canonical import canonical_bytes, digest
+
+    phases = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"]
+    lines: list[bytes] = []
+    prev: str | None = None
+    turn = 0
+    while len(lines) < records:
+        turn += 1
+        tid = f"turn-{turn:07d}"
+        body: list[dict[str, Any]] = [{"kind": "turn_planned", "turn": tid, "lineage": "bench"}]
+        body.append({"kind": "intent_dispatched", "turn": tid, "intent": "fetch", "effect_class": "safe"})
+        body += [{"kind": "phase_committed", "turn": tid, "phase": p} for p in phases]
+        body.append({"kind": "turn_terminal", "turn": tid, "status": "completed"})
+        for fields in body:
+            if len(lines) >= records:
+                break
+            obj = {"v": 2, "run": run, "branch": 0, "lsn": len(lines), "at": "2026-01-01T00:00:00Z", **fields}
+            if prev is not None:
+                obj["prev"] = prev
+            lines.append(canonical_bytes(obj))
+            prev = digest(obj)
+    return lines
+
+
+def _psql(url: str, sql: str) -> None:
+    import psycopg
+
+    base, _, _ = url.rpartition("/")
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def _fresh_database(url: str) -> None:
+    name = url.rpartition("/")[2]
+    _psql(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _psql(url, f'CREATE DATABASE "{name}"')
+
+
+def _manage(url: str, *args: str) -> str:
+    env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_gunicorn(url: str, workers: int, port: int, settings: str = "loopx_site.settings") -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": settings,
+        "LOG_LEVEL": "WARNING",
+        "API_TOKEN_THROTTLE": "1000000/min",
+    }
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    proc = subprocess.Popen(
+        [str(gunicorn), "loopx_site.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", str(workers), "-k", "sync"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("gunicorn did not start")
+
+
+def bench_api(port: int, token: str, run: str, batches: list[bytes]) -> tuple[float, list[float]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for body in batches:
+        t0 = time.perf_counter()
+        conn.request("POST", f"/api/v1/runs/{run}/records", body=body, headers=headers)
+        response = conn.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"ingest answered {response.status}: {payload[:300]!r}")
+        latencies.append(time.perf_counter() - t0)
+    return time.perf_counter() - start, latencies
+
+
+def bench_copy(url: str, lines: list[bytes], batch: int, *, one: bool) -> float:
+    """The floor: the same rows via raw COPY into a table shaped like journals_journalrecord."""
+    import psycopg
+
+    table = "bench_copy_floor"
+    now = datetime.now(UTC)
+    rows = []
+    for seq, line in enumerate(lines, start=1):
+        rows.append((1, seq, 0, seq - 1, "phase_committed", 2, "turn", hashlib.sha256(line).hexdigest(), line, now))
+    with psycopg.connect(url) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(f"CREATE TABLE {table} (LIKE journals_journalrecord INCLUDING ALL)")
+        conn.commit()
+        columns = "run_id, seq, branch, lsn, kind, v, turn, digest, line, received_at"
+        start = time.perf_counter()
+        chunks = [rows] if one else [rows[i : i + batch] for i in range(0, len(rows), batch)]
+        for chunk in chunks:
+            with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in chunk:
+                    copy.write_row(row)
+            conn.commit()
+        elapsed = time.perf_counter() - start
+        conn.execute(f"DROP TABLE {table}")
+        conn.commit()
+    return elapsed
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=1_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
+    args = parser.parse_args(argv)
+    if not args.database_url.startswith(("postgres://", "postgresql://")):
+        parser.error("the ingest benchmark measures PostgreSQL: --database-url postgres://...")
+
+    print(f"preparing {args.records:,} records, batches of {args.batch:,}, database {args.database_url}")
+    lines = journal_lines("bench-run", args.records)
+    batches = [b"".join(line + b"\n" for line in lines[i : i + args.batch]) for i in range(0, len(lines), args.batch)]
+    _fresh_database(args.database_url)
+    _manage(args.database_url, "migrate", "--noinput")
+    token = _manage(args.database_url, "create_api_token", "bench-runtime").strip().splitlines()[-1]
+
+    port = _free_port()
+    server = start_gunicorn(args.database_url, args.workers, port)
+    try:
+        api_seconds, latencies = bench_api(port, token, "bench-run", batches)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    copy_seconds = bench_copy(args.database_url, lines, args.batch, one=False)
+    copy_one_seconds = bench_copy(args.database_url, lines, args.batch, one=True)
+
+    api_rate = args.records / api_seconds
+    copy_rate = args.records / copy_seconds
+    print(f"api        {api_rate:12,.0f} records/s  ({api_seconds:.2f} s)")
+    print(f"copy       {copy_rate:12,.0f} records/s  ({copy_seconds:.2f} s, one COPY + commit per batch)")
+    print(f"copy-one   {args.records / copy_one_seconds:12,.0f} records/s  ({copy_one_seconds:.2f} s, a single COPY)")
+    print(
+        f"batch of {args.batch:,}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
+        f"p95 {_pct(latencies, 0.95) * 1000:.1f} ms"
+    )
+    ratio = api_rate / copy_rate
+    verdict = "meets" if ratio >= TARGET else "misses"
+    print(f"api / copy = {ratio:.2f} ({verdict} the target of >= {TARGET:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
