@@ -176,6 +176,8 @@ def clean_stale_temporaries(directory: StrPath, kinds: tuple[str, ...] = (WRITE_
                 entry.unlink()
         except FileNotFoundError:
             continue  # another cleaner got there first
+        except OSError:
+            continue  # cleaning is best effort: a leftover that cannot go must not stop the caller's work
         removed.append(entry)
     return removed
 
