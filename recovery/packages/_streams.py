@@ -16,7 +16,7 @@ from .report import ARCHIVE_CORRUPT
 
 CHUNK = 1024 * 1024  # member data is read and hashed in pieces of this size
 _GZ_IN = 64 * 1024  # measured: 64 KiB of input per inflate call is as fast as any
-_LOOK_BACK = 64 * 1024
+_LOOK_BACK = 4 * 1024  # tarfile steps back one byte, the end-of-archive check one header (512 bytes)
 # tarfile reads a pax or GNU long-name header in one call; a legitimate one is a few KiB (paths are capped at
 # 1,024 bytes). Anything larger is refused before it is read, so a header cannot make us hold megabytes.
 MAX_HEADER_READ = 64 * 1024
@@ -90,7 +90,7 @@ class Window(io.RawIOBase):
     """A forward-only readable, seekable-within-reach file object over ``source``.
 
     Seeking forward reads and discards (so skipped bytes are still counted and checked); seeking back is
-    possible only within the last 64 KiB. ``on_pull`` sees the count of every byte taken from the source and
+    possible only within the last 4 KiB. ``on_pull`` sees the count of every byte taken from the source and
     may raise ``PackageStop``.
     """
 
