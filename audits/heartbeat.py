@@ -23,13 +23,15 @@ logger = logging.getLogger(__name__)
 
 def heartbeat_record(*, role: str, name: str, detail: dict[str, Any] | None = None) -> None:
     """Upsert the process's row; started_at is kept from the first beat of the same pid."""
-    from django.db import close_old_connections
+    from django.db import close_old_connections, connection
     from django.utils import timezone
 
     from audits.background import Heartbeat
 
-    # Timer threads are no request: drop a connection the database closed meanwhile, as a request would.
-    close_old_connections()
+    # Timer threads are no request: drop a connection the database closed meanwhile, as a request would
+    # (never inside a transaction, whose connection is in use).
+    if not connection.in_atomic_block:
+        close_old_connections()
     now = timezone.now()
     pid = os.getpid()
     updated = Heartbeat.objects.filter(name=name, pid=pid).update(last_seen=now, detail=detail or {})

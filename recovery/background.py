@@ -1,15 +1,17 @@
 """Background assessments: one pending assessment per run, enqueued after commit, stored only for the
 newest prefix.
 
-The protocol (docs/celery.md has the picture):
+The protocol (docs/celery.md has the picture). The flag's row is also the lock that orders ingest and
+the task, so neither takes the run's lock for it:
 
-1. Ingest stores a batch and, in the same transaction and under the run's row lock, calls
-   ``assessment_request``: a compare-and-set raises the run's ``PendingAssessment.pending`` flag. Only the
-   batch that raised it publishes ``assess_run`` (``transaction.on_commit``); later batches find it
-   raised and add nothing, so many batches cost one task.
-2. ``assessment_run`` (the task's body) lowers the flag under the same row lock *before* it reads the
-   prefix. Every batch committed before that point is in what it reads; every batch after it raises the
-   flag again and publishes a new task. Nothing is lost and nothing waits on a lock while the engine runs.
+1. Ingest stores a batch and, in the same transaction, calls ``assessment_request``: it locks the run's
+   ``PendingAssessment`` row and raises ``pending`` if it was lowered. Only the batch that raised it
+   publishes ``assess_run`` (``transaction.on_commit``); later batches find it raised and add nothing, so
+   many batches cost one task. Either way the row stays locked until the batch commits.
+2. ``assessment_run`` (the task's body) lowers the flag *before* it reads the prefix, with one UPDATE
+   that waits for that row lock. Every batch committed before the lowering is in what it reads; every
+   batch after it raises the flag again and publishes a new task. Nothing is lost, and ingest never
+   waits for an engine that is running.
 3. It stores the assessment only if the prefix it read is still the run's newest when it writes
    (``assessment_refresh(newest_only=True)``, else PrefixSuperseded); the store's unique identity
    (prefix, evidence, engine and projection version) makes a redelivered or concurrent run of the same
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -40,27 +42,30 @@ logger = logging.getLogger(__name__)
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
-def assessment_request(*, run: Run, locked: bool = False) -> bool:
+def assessment_request(*, run: Run) -> bool:
     """Raise the run's pending flag; True when this call raised it (it then publishes after commit).
-
-    ``locked``: the caller's transaction already holds the run's row lock (ingest does). Otherwise the
-    lock is taken here, so that the compare-and-set is ordered with ingest and with the task.
-    """
+    Inside the caller's transaction (ingest's), the flag's row stays locked until that commits."""
+    now = timezone.now()
     with transaction.atomic():
-        if not locked:
-            run = Run.objects.select_for_update().get(pk=run.pk)
-        now = timezone.now()
-        raised = PendingAssessment.objects.filter(run_id=run.pk, pending=False).update(
-            pending=True, requested_at=now, requested_seq=run.last_seq
-        )
-        if not raised:
-            _, raised = PendingAssessment.objects.get_or_create(
-                run_id=run.pk, defaults={"pending": True, "requested_at": now, "requested_seq": run.last_seq}
-            )
+        flag = PendingAssessment.objects.select_for_update().filter(run_id=run.pk).first()
+        if flag is None:
+            try:
+                with transaction.atomic():  # a savepoint: another request may create the row first
+                    PendingAssessment.objects.create(
+                        run_id=run.pk, pending=True, requested_at=now, requested_seq=run.last_seq
+                    )
+                raised = True
+            except IntegrityError:
+                flag = PendingAssessment.objects.select_for_update().get(run_id=run.pk)
+        if flag is not None:
+            raised = not flag.pending
+            if raised:
+                flag.pending, flag.requested_at, flag.requested_seq = True, now, run.last_seq
+                flag.save(update_fields=["pending", "requested_at", "requested_seq"])
         if raised:
             run_pk, run_id = run.pk, run.run_id
             transaction.on_commit(lambda: assessment_enqueue(run_pk=run_pk, run_id=run_id))
-        return bool(raised)
+        return raised
 
 
 def assessment_enqueue(*, run_pk: int, run_id: str) -> bool:
@@ -81,12 +86,11 @@ def assessment_run(*, run_id: str) -> str:
     """Assess the run's committed prefix (the body of ``assess_run``). Returns the outcome:
     ``stored`` (a new assessment), ``unchanged`` (one with this identity existed), ``superseded`` (a newer
     batch arrived meanwhile; its own task assesses it) or ``missing`` (no such run)."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(run_id=run_id).first()
-        if run is None:
-            return "missing"
-        # Lowered before the prefix is read, under the lock ingest holds while it commits (module doc, 2).
-        PendingAssessment.objects.filter(run_id=run.pk, pending=True).update(pending=False, started_at=timezone.now())
+    run = Run.objects.only("pk", "run_id").filter(run_id=run_id).first()
+    if run is None:
+        return "missing"
+    # Lowered before the prefix is read; the UPDATE waits for a batch that holds the row (module doc, 2).
+    PendingAssessment.objects.filter(run_id=run.pk, pending=True).update(pending=False, started_at=timezone.now())
     before = Assessment.objects.filter(run_id=run.pk).order_by("-id").values_list("id", flat=True).first() or 0
     failpoint("assess_run.before_assess")
     try:
