@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from journals.models import (
@@ -237,14 +238,36 @@ def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
     )
 
 
-def _lock_run(run_id: str) -> Run:
-    # Serialises ingest (seq assignment, cursors) per run; SQLite's IMMEDIATE transactions already do.
-    # One round trip for a run that exists (every batch but the first).
+_BRANCH_STATE = RawSQL(
+    "SELECT coalesce(json_agg(json_build_array(b.id, b.number, b.last_lsn, b.committed_lsn, b.record_count)),"
+    " '[]'::json) FROM journals_branch b WHERE b.run_id = journals_run.id",
+    [],
+)
+
+
+def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
+    """The run, locked for the batch, and its branches' cursors.
+
+    The lock serialises ingest (seq assignment, cursors) per run; SQLite's IMMEDIATE transactions already
+    do. On PostgreSQL an existing run and its branches come back in one round trip (every batch but the
+    first): under load, round trips are most of a batch's time.
+    """
+    if connection.vendor == "postgresql":
+        run = Run.objects.select_for_update(of=("self",)).filter(run_id=run_id).annotate(state=_BRANCH_STATE).first()
+        if run is not None:
+            branches = {}
+            for pk, number, last_lsn, committed_lsn, count in run.state:
+                branch = Branch(
+                    id=pk, run=run, number=number, last_lsn=last_lsn, committed_lsn=committed_lsn, record_count=count
+                )
+                branch._state.adding = False
+                branches[number] = branch
+            return run, branches
     run = Run.objects.select_for_update().filter(run_id=run_id).first()
     if run is None:
         created, _ = Run.objects.get_or_create(run_id=run_id)
         run = Run.objects.select_for_update().get(pk=created.pk)
-    return run
+    return run, {b.number: b for b in Branch.objects.filter(run=run)}
 
 
 # Issue 8: one `ingest_finished` event per batch (accepted, conflict or refused by code) for the metrics.
@@ -272,23 +295,26 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
             raise _conflict(rec, seen.digest)
 
     with transaction.atomic():
-        run = _lock_run(run_id)
-        branches = {b.number: b for b in Branch.objects.filter(run=run)}
+        run, branches = _lock_run(run_id)
         duplicates = batch_duplicates + _drop_stored(run, branches, fresh)
         new = list(fresh.values())  # dicts keep insertion order: file order of the batch
         now = timezone.now()
         first_seq = run.last_seq + 1 if new else None
         if new:
             _insert(run, new, now)
-            _advance_branches(run, branches, new)
-            _project_turns_and_checkpoints(run, new, first_seq or 0)
+            touched = _advance_branches(run, branches, new)
+            turns = _planned_turns(run, new, first_seq or 0)
             run.updated_at = now
-            run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
-            # Issue 4: raise the run's pending-assessment flag in this transaction (under the run lock);
-            # the batch that raises it publishes `assess_run` on commit (recovery/background.py).
+            if connection.vendor == "postgresql":
+                _write_projection_pg(run, touched, turns)
+            else:
+                _write_projection(run, touched, turns)
+            _store_checkpoints(run, new, first_seq or 0)
+            # Issue 4: raise the run's pending-assessment flag in this transaction; the batch that raises
+            # it publishes `assess_run` on commit (recovery/background.py).
             from recovery.background import assessment_request
 
-            assessment_request(run=run, locked=True)
+            assessment_request(run=run)
     return IngestResult(
         run=run,
         stored=len(new),
@@ -368,7 +394,8 @@ def _copy_rows(rows: Iterable[tuple[Any, ...]]) -> None:
                 copy.write_row(row)
 
 
-def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> None:
+def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> list[Branch]:
+    """Move the cursors of the branches the batch touches (in memory); returns them."""
     by_branch: dict[int, set[int]] = {}
     for rec in new:
         by_branch.setdefault(rec.branch, set()).add(rec.lsn)
@@ -395,36 +422,66 @@ def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared
         branch.committed_lsn = committed
         branch.last_lsn = max(branch.last_lsn, max(lsns))
         branch.record_count += len(by_branch[number])
+    return created + changed
+
+
+def _write_projection(run: Run, branches: list[Branch], turns: list[Turn]) -> None:
+    """The ORM path (SQLite): branch cursors, newly planned turns, the run's counters."""
+    created = [b for b in branches if b._state.adding]
+    changed = [b for b in branches if not b._state.adding]
     if created:
         Branch.objects.bulk_create(created)
     if changed:
         Branch.objects.bulk_update(changed, ["committed_lsn", "last_lsn", "record_count"])
+    if turns:
+        # The first planning wins; a later one (another lineage) is the assessment's business.
+        Turn.objects.bulk_create(turns, ignore_conflicts=True)
+    run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
 
 
-def _insert_turns_pg(run: Run, turns: list[Turn]) -> None:
-    """PostgreSQL: one INSERT over arrays (five parameters, whatever the count) instead of bulk_create,
-    whose per-row parameters cost more than the rest of a 1,000-record batch (benchmarks/bench_ingest.py).
-    Columns without a value here take the model's defaults, spelled out below."""
+def _write_projection_pg(run: Run, branches: list[Branch], turns: list[Turn]) -> None:
+    """PostgreSQL: the same writes as ``_write_projection`` in one statement (data-modifying CTEs over
+    arrays, a fixed number of parameters whatever the batch holds). Columns without a value here take the
+    model's defaults, spelled out. The first planning of a turn wins (ON CONFLICT DO NOTHING)."""
     now = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            INSERT INTO {Turn._meta.db_table} (run_id, turn_id, lineage, branch, plan, first_seq, status,
-                completed_phases, created_at, updated_at, assessed_digest, fencing_counter)
-            SELECT %s, t, l, b, p, s, 'open', '[]'::jsonb, %s, %s, '', 0
-            FROM unnest(%s::text[], %s::text[], %s::int[], %s::jsonb[], %s::bigint[]) AS u(t, l, b, p, s)
-            ON CONFLICT (run_id, turn_id) DO NOTHING
+            WITH planned AS (
+                INSERT INTO {Turn._meta.db_table} (run_id, turn_id, lineage, branch, plan, first_seq, status,
+                    completed_phases, created_at, updated_at, assessed_digest, fencing_counter)
+                SELECT %(run)s, t, l, b, p, s, 'open', '[]'::jsonb, %(now)s, %(now)s, '', 0
+                FROM unnest(%(t)s::text[], %(l)s::text[], %(b)s::int[], %(p)s::jsonb[], %(s)s::bigint[])
+                    AS u(t, l, b, p, s)
+                ON CONFLICT (run_id, turn_id) DO NOTHING
+            ), cursors AS (
+                INSERT INTO {Branch._meta.db_table} (run_id, number, last_lsn, committed_lsn, record_count, live)
+                SELECT %(run)s, n, l, c, k, false
+                FROM unnest(%(bn)s::int[], %(bl)s::bigint[], %(bc)s::bigint[], %(bk)s::bigint[]) AS u(n, l, c, k)
+                ON CONFLICT (run_id, number) DO UPDATE SET last_lsn = EXCLUDED.last_lsn,
+                    committed_lsn = EXCLUDED.committed_lsn, record_count = EXCLUDED.record_count
+            )
+            UPDATE {Run._meta.db_table} SET record_count = %(count)s, last_seq = %(seq)s,
+                prefix_digest = %(digest)s, updated_at = %(updated)s
+            WHERE id = %(run)s
             """,
-            [
-                run.pk,
-                now,
-                now,
-                [t.turn_id for t in turns],
-                [t.lineage for t in turns],
-                [t.branch for t in turns],
-                [json.dumps(t.plan) for t in turns],
-                [t.first_seq for t in turns],
-            ],
+            {
+                "run": run.pk,
+                "now": now,
+                "t": [t.turn_id for t in turns],
+                "l": [t.lineage for t in turns],
+                "b": [t.branch for t in turns],
+                "p": [json.dumps(t.plan) for t in turns],
+                "s": [t.first_seq for t in turns],
+                "bn": [b.number for b in branches],
+                "bl": [b.last_lsn for b in branches],
+                "bc": [b.committed_lsn for b in branches],
+                "bk": [b.record_count for b in branches],
+                "count": run.record_count,
+                "seq": run.last_seq,
+                "digest": run.prefix_digest,
+                "updated": run.updated_at,
+            },
         )
 
 
@@ -435,10 +492,9 @@ def _plan_of(obj: dict[str, Any]) -> list[str]:
     return list(DEFAULT_PHASES)
 
 
-def _project_turns_and_checkpoints(run: Run, new: list[_Prepared], first_seq: int) -> None:
+def _planned_turns(run: Run, new: list[_Prepared], first_seq: int) -> list[Turn]:
     """Turns become listable as soon as they are planned; the assessment fills in their decision."""
     turns: dict[str, Turn] = {}
-    checkpoints: list[tuple[int, _Prepared]] = []
     for offset, rec in enumerate(new):
         if rec.kind == "turn_planned" and rec.turn is not None and rec.turn not in turns:
             lineage = rec.obj.get("lineage")
@@ -450,14 +506,11 @@ def _project_turns_and_checkpoints(run: Run, new: list[_Prepared], first_seq: in
                 plan=storable(_plan_of(rec.obj)),
                 first_seq=first_seq + offset,
             )
-        elif rec.kind == "checkpoint":
-            checkpoints.append((first_seq + offset, rec))
-    if turns:
-        # The first planning wins; a later one (another lineage) is the assessment's business.
-        if connection.vendor == "postgresql":
-            _insert_turns_pg(run, list(turns.values()))
-        else:
-            Turn.objects.bulk_create(list(turns.values()), ignore_conflicts=True)
+    return list(turns.values())
+
+
+def _store_checkpoints(run: Run, new: list[_Prepared], first_seq: int) -> None:
+    checkpoints = [(first_seq + offset, rec) for offset, rec in enumerate(new) if rec.kind == "checkpoint"]
     if checkpoints:
         ids = dict(JournalRecord.objects.filter(run=run, seq__in=[s for s, _ in checkpoints]).values_list("seq", "pk"))
         rows = []
