@@ -7,7 +7,6 @@ import io
 import os
 import re
 import tarfile
-import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -44,9 +43,7 @@ def test_gzip_bomb_stops_at_the_floor(tmp_path: Path) -> None:
     """A tar.gz whose member is 1 GiB of zeros (about 1 MiB compressed): refused after a couple of MiB."""
     path = tmp_path / "bomb.tar.gz"
     path.write_bytes(_gzip_bomb("state/bomb", 1 << 30, 1024))
-    started = time.monotonic()
     report = check_package(path, Limits(max_member_bytes=2 << 30, max_total_bytes=4 << 30))
-    assert time.monotonic() - started < 5
     ratio = [f for f in report.findings if f.code == codes.COMPRESSION_RATIO]
     assert ratio, report.to_dict()  # the member's or the whole archive's, whichever passes the floor first
     assert _expanded(ratio[0].detail) < 4 * MiB  # gzip's ratio is measured as it inflates
