@@ -89,7 +89,7 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
         report.counts["published" if assessment_enqueue(run_pk=run_pk, run_id=run_id) else "publish_failed"] += 1
         report.counts["never_enqueued" if never else "republished"] += 1
 
-    in_flight_since = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    in_flight_since = now - timedelta(seconds=settings.LOOPX_ASSESS_TIME_LIMIT)  # assess_run's hard limit
     behind = list(
         Run.objects.filter(record_count__gt=0, updated_at__lt=now - grace)
         .filter(Q(assessed_seq__isnull=True) | Q(assessed_seq__lt=F("last_seq")))
