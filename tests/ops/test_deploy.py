@@ -16,7 +16,10 @@ DOC = (ROOT / "docs" / "deployment.md").read_text()
 
 
 def production_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS")}
+    # Only what a production process would have: the documented settings and the basics of a shell. The
+    # test process's own environment (DJANGO_ALLOW_ASYNC_UNSAFE from live-server tests, DEBUG, ...) is not.
+    basics = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+    env = {k: os.environ[k] for k in basics if k in os.environ}
     env.update(
         LOOPX_PRODUCTION="1",
         SECRET_KEY=secrets.token_urlsafe(50),
