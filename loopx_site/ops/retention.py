@@ -7,7 +7,8 @@ is the one sanctioned exception, and it is narrow:
   last record, not blocked, every turn ``complete`` or ``discarded`` (at least one ``complete``), no
   unresolved finding (open or acknowledged), no pending assessment, no live claim. Runs that the audit
   trail names (operator actions, evidence, gate decisions, recovery audits) are kept whole: that trail is
-  append-only evidence of what people and the gate decided and retention never deletes it.
+  append-only evidence of what people and the gate decided and retention never deletes it. So are runs
+  that any other model's rows point at (``_unknown_reference``): a model added later is safe by default.
 - The run's records are exported first, in seq order, to a recovery package (recovery.packages
   ``build_package``), which is then verified (``check_package``) and its bytes re-hashed from disk. Only
   a verified package whose sha256 matches lets the removal go ahead.
@@ -122,6 +123,55 @@ def ineligible_reason(run: Any) -> str | None:
     for model in (OperatorAction, OperatorEvidence, GateDecision, RecoveryAudit):
         if model.objects.filter(run=run).exists():
             return "audit_trail"
+    return _unknown_reference(run)
+
+
+# What _delete_run_rows deletes (app label, model name). Any other model with rows pointing at the run's
+# rows keeps the run: retention never deletes, or orphans, what it was not written to know about.
+_DELETED_HERE = frozenset(
+    {
+        ("audits", "finding"),
+        ("audits", "chaincursor"),
+        ("recovery", "pendingassessment"),
+        ("recovery", "turnassessment"),
+        ("recovery", "assessment"),
+        ("recovery", "turnclaim"),
+        ("journals", "phase"),
+        ("journals", "intent"),
+        ("journals", "turn"),
+        ("journals", "checkpoint"),
+        ("journals", "journalrecord"),
+        ("journals", "branch"),
+    }
+)
+# How a row of each deleted model leads back to its run.
+_PATH_TO_RUN = {
+    ("journals", "run"): "",
+    ("journals", "turn"): "run",
+    ("journals", "journalrecord"): "run",
+    ("journals", "branch"): "run",
+    ("recovery", "assessment"): "run",
+    ("recovery", "turnclaim"): "turn__run",
+}
+
+
+def _unknown_reference(run: Any) -> str | None:
+    from django.apps import apps
+
+    for model in apps.get_models():
+        label = (model._meta.app_label, model._meta.model_name)
+        if label in _DELETED_HERE:
+            continue
+        for rel in model._meta.get_fields():
+            if not (rel.concrete and rel.is_relation and (rel.many_to_one or rel.one_to_one)):
+                continue
+            target = rel.related_model
+            path = _PATH_TO_RUN.get((target._meta.app_label, target._meta.model_name)) if target else None
+            if path is None:
+                continue
+            lookup = f"{rel.name}__{path}" if path else rel.name
+            if model._default_manager.filter(**{lookup: run}).exists():
+                return f"referenced_by:{label[0]}.{label[1]}"
     return None
 
 

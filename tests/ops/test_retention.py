@@ -132,6 +132,17 @@ def test_only_finished_quiet_runs_go(retention_dir, operator):
     assert not retention_dir.exists() or not any(retention_dir.iterdir())  # nothing even exported
 
 
+def test_rows_retention_does_not_know_keep_the_run(retention_dir):
+    """A model retention was not written for (here the console's annotations) keeps the run whole."""
+    from console.models import TurnAnnotation
+
+    run = _store(_completed("annotated"))
+    TurnAnnotation.objects.create(turn=run.turns.get(turn_id="t1"), notes="keep an eye on this")
+    report = retention.sweep(days=30)
+    assert (report.removed, report.kept) == ([], {"annotated": "referenced_by:console.turnannotation"})
+    assert JournalRecord.objects.filter(run=run).count() == run.record_count
+
+
 def test_record_arriving_during_export_aborts_removal(retention_dir, monkeypatch):
     run = _store(_completed("busy"))
     real_export = retention.export_run
