@@ -45,6 +45,16 @@ def turn_find(*, run: Run, turn_id: str) -> Turn | None:
     return Turn.objects.filter(run=run, turn_id=turn_id).select_related("run").first()
 
 
+def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | None:
+    """A turn by its run's id and its own, in one query (joined), with its timeline prefetched when asked."""
+    if not (_usable_key(run_id) and _usable_key(turn_id)):
+        return None
+    turns = Turn.objects.select_related("run").filter(run__run_id=run_id, turn_id=turn_id)
+    if timeline:
+        turns = turns.prefetch_related(*_TIMELINE)
+    return turns.first()
+
+
 def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     turns = Turn.objects.select_related("run")
     if run_prefix:
@@ -52,16 +62,16 @@ def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     return turns.order_by("-updated_at", "-id")
 
 
+_TIMELINE = (
+    # The committing record's place, not its bytes: a timeline never shows raw lines.
+    Prefetch("phases", queryset=Phase.objects.select_related("record").defer("record__line").order_by("position")),
+    "intents",
+)
+
+
 def turn_with_timeline(*, turn: Turn) -> Turn:
     """The turn with its phases (and committing records) and intents prefetched: a fixed query count."""
-    return (
-        Turn.objects.select_related("run")
-        .prefetch_related(
-            Prefetch("phases", queryset=Phase.objects.select_related("record").order_by("position")),
-            "intents",
-        )
-        .get(pk=turn.pk)
-    )
+    return Turn.objects.select_related("run").prefetch_related(*_TIMELINE).get(pk=turn.pk)
 
 
 def turn_records(*, turn: Turn) -> QuerySet[JournalRecord]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from rest_framework import serializers
@@ -94,11 +95,39 @@ class RunDetailSerializer(RunSerializer):
         return dict(self.context.get("decisions", {}))
 
 
+def iso(value: datetime | None) -> str | None:
+    """DRF's datetime format (ISO 8601, UTC as 'Z'), without the field machinery."""
+    if value is None:
+        return None
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class TurnSerializer(serializers.ModelSerializer):
+    """Fields are declared for the schema; ``to_representation`` builds the same dict directly, because
+    lists render 50 of these per page and DRF's per-field machinery was most of a page's time
+    (benchmarks/bench_reads.py). tests/api/test_projection.py checks both agree."""
+
     run = serializers.CharField(source="run.run_id")
     turn = serializers.CharField(source="turn_id")
     plan = serializers.ListField(child=serializers.CharField())
     completed_phases = serializers.ListField(child=serializers.CharField())
+
+    def to_representation(self, turn: Turn) -> dict[str, Any]:
+        return {
+            "run": turn.run.run_id,
+            "turn": turn.turn_id,
+            "lineage": turn.lineage,
+            "branch": turn.branch,
+            "plan": list(turn.plan),
+            "status": turn.status,
+            "decision": turn.decision,
+            "reason": turn.reason,
+            "resume_from": turn.resume_from,
+            "completed_phases": list(turn.completed_phases),
+            "created_at": iso(turn.created_at),
+            "updated_at": iso(turn.updated_at),
+        }
 
     class Meta:
         model = Turn
@@ -147,6 +176,36 @@ class IntentSerializer(serializers.ModelSerializer):
 class TurnDetailSerializer(TurnSerializer):
     phases = PhaseSerializer(many=True, read_only=True)
     intents = IntentSerializer(many=True, read_only=True)
+
+    def to_representation(self, turn: Turn) -> dict[str, Any]:
+        return {
+            **super().to_representation(turn),
+            "phases": [
+                {
+                    "position": p.position,
+                    "name": p.name,
+                    "committed": p.committed,
+                    "committed_at": p.committed_at,
+                    "record": None
+                    if p.record is None
+                    else {"seq": p.record.seq, "branch": p.record.branch, "lsn": p.record.lsn},
+                }
+                for p in turn.phases.all()
+            ],
+            "intents": [
+                {
+                    "intent": i.intent_id,
+                    "effect_class": i.effect_class,
+                    "idempotency_key": i.idempotency_key,
+                    "resolution": i.resolution,
+                    "branch": i.branch,
+                    "live": i.live,
+                    "dispatches": i.dispatches,
+                    "outcome": i.outcome,
+                }
+                for i in turn.intents.all()
+            ],
+        }
 
     class Meta(TurnSerializer.Meta):
         fields = [*TurnSerializer.Meta.fields, "phases", "intents"]

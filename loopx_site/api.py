@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
 from journals.models import Run, Turn
-from journals.selectors import run_find, turn_find
+from journals.selectors import run_find, turn_lookup
 from loopx_site.access import CanView, runtime_token
 from loopx_site.errors import ServiceError
 
@@ -54,10 +54,11 @@ class LoopxView(GenericAPIView):
             raise NotFound("No such run.")
         return run
 
-    def get_turn(self, request: Request, run_id: str, turn_id: str) -> Turn:
-        turn = turn_find(run=self.get_run(request, run_id), turn_id=turn_id)
+    def get_turn(self, request: Request, run_id: str, turn_id: str, *, timeline: bool = False) -> Turn:
+        self.check_run_allowed(request, run_id)
+        turn = turn_lookup(run_id=run_id, turn_id=turn_id, timeline=timeline)
         if turn is None:
-            raise NotFound("No such turn.")
+            raise NotFound("No such run or turn.")
         return turn
 
     def token_prefix(self) -> str:

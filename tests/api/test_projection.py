@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 
 from journals.models import Turn
+from journals.selectors import turn_with_timeline
+from journals.serializers import TurnDetailSerializer, TurnSerializer
 from tests.journal_builder import JournalBuilder
 
 pytestmark = pytest.mark.django_db
@@ -190,3 +194,13 @@ def test_outsiders_read_nothing(outsider_client, client, forked):
     for url in ("/api/v1/runs", "/api/v1/turns", "/api/v1/runs/run-1/turns/t2", "/api/v1/audits"):
         assert outsider_client.get(url).status_code == 403
         assert client.get(url).status_code in (401, 403)
+
+
+def test_fast_representations_match_drf(forked):
+    """The list and detail serializers build their dicts by hand for speed; DRF's generic field-by-field
+    rendering of the same declared fields must give the same JSON."""
+    turn = turn_with_timeline(turn=Turn.objects.get(turn_id="t2"))
+    for serializer_class in (TurnSerializer, TurnDetailSerializer):
+        serializer = serializer_class(turn)
+        generic = serializers.ModelSerializer.to_representation(serializer, turn)
+        assert JSONRenderer().render(serializer.data) == JSONRenderer().render(generic)
