@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ from .paths import check_path, collision_key, in_state
 from .report import PackageReport
 
 StrPath = str | os.PathLike[str]
+# Progress hook (added for the dashboard's background import, recovery/package_services.py): called after each
+# member with (bytes of the package file read so far, the file's size). Optional and None by default, so the
+# commands and every other caller behave exactly as before.
+Progress = Callable[[int, int], None]
 
 
 class PackageUsageError(Exception):
@@ -231,17 +236,18 @@ class _Scan:
                 self.add(codes.CHECKSUM_MISMATCH, found.name, "the sha256 differs from the manifest's")
 
 
-def verify_open_file(fh: io.FileIO, limits: Limits) -> Verification:
+def verify_open_file(fh: io.FileIO, limits: Limits, progress: Progress | None = None) -> Verification:
     """Verify the package behind ``fh`` (opened unbuffered for reading). Writes nothing anywhere."""
     hasher = Pipeline()
     try:
-        return _verify(fh, limits, hasher)
+        return _verify(fh, limits, hasher, progress)
     finally:
         hasher.close()
 
 
-def _verify(fh: io.FileIO, limits: Limits, hasher: Pipeline) -> Verification:
+def _verify(fh: io.FileIO, limits: Limits, hasher: Pipeline, progress: Progress | None = None) -> Verification:
     report = PackageReport()
+    size = os.fstat(fh.fileno()).st_size if progress is not None else 0
     scan = _Scan(limits, report, hasher)
     try:
         opened = open_archive(fh, limits)
@@ -262,6 +268,10 @@ def _verify(fh: io.FileIO, limits: Limits, hasher: Pipeline) -> Verification:
                 scan.stopped = True
                 break
             scan.member(m)
+            if progress is not None:
+                # The file position is how far the readers got (zip seeks, gzip reads ahead): an estimate,
+                # which the caller keeps monotonic.
+                progress(min(fh.tell(), size), size)
     except PackageStop as stop:
         scan.add(stop.code, stop.member, stop.detail)
         scan.stopped = True
@@ -287,10 +297,11 @@ def open_package(path: StrPath) -> io.FileIO:
     return fh
 
 
-def check_package(path: StrPath, limits: Limits | None = None) -> PackageReport:
+def check_package(path: StrPath, limits: Limits | None = None, progress: Progress | None = None) -> PackageReport:
     """Verify the package at ``path`` completely, writing nothing; ``report.accepted`` says if it may be used.
 
-    Raises PackageUsageError when the file cannot be opened at all.
+    ``progress(done, total)``, when given, is called after each member with the bytes of the package file read
+    so far and its size. Raises PackageUsageError when the file cannot be opened at all.
     """
     with open_package(path) as fh:
-        return verify_open_file(fh, limits or Limits()).report
+        return verify_open_file(fh, limits or Limits(), progress).report
