@@ -116,7 +116,9 @@ def publish(ids: list[int], countdown: float = 0) -> None:
 
     for pk in ids:
         try:
-            deliver_webhook.apply_async(args=[pk], countdown=countdown or None)
+            # retry=False: with the broker down, fail at once (the sweep publishes it later) rather than
+            # hold the committing request in kombu's publish retries.
+            deliver_webhook.apply_async(args=[pk], countdown=countdown or None, retry=False)
         except Exception as exc:
             logger.warning(
                 "webhook delivery not published; the sweep will retry",
