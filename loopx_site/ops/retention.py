@@ -229,9 +229,11 @@ def export_run(run: Any, directory: Path | None = None) -> tuple[Path, str]:
         from .events import emit, package_rejected
 
         codes = report.codes()
+        path.unlink(missing_ok=True)  # an unverified package is no copy of anything
         emit(package_rejected, code=codes[0], package=path.name, run_id=run.run_id, detail="retention export")
         raise RetentionRefused(f"package failed verification: {', '.join(codes)}")
     if _file_sha256(path) != sha:
+        path.unlink(missing_ok=True)
         raise RetentionRefused("package bytes on disk differ from what was written")
     return path, sha
 
@@ -336,10 +338,14 @@ def sweep(days: int | None = None, *, limit: int | None = None, dry_run: bool = 
             if dry_run:
                 report.removed.append({"run": run.run_id, "dry_run": True})
                 continue
+            path: Path | None = None
             try:
                 path, sha = export_run(run)
                 removed = remove_run(run.run_id, path, sha, run.last_seq, run.prefix_digest, days)
             except RetentionRefused as exc:
+                if path is not None:
+                    # The run stays: a package of a prefix that is no longer the run's would only mislead.
+                    path.unlink(missing_ok=True)
                 report.kept[run.run_id] = str(exc)
                 logger.info("retention kept a run", extra={"event": "retention.kept", "reason": str(exc)})
                 continue

@@ -157,8 +157,41 @@ def test_record_arriving_during_export_aborts_removal(retention_dir, monkeypatch
     monkeypatch.setattr(retention, "export_run", export_then_ingest)
     report = retention.sweep(days=30)
     assert report.removed == [] and report.kept == {"busy": "records arrived during the export"}
+    assert list(retention_dir.iterdir()) == []  # the stale package was not left behind
     assert JournalRecord.objects.filter(run=run).count() == run.record_count + 1
     assert not OperatorAction.objects.filter(kind="retention_remove").exists()
+
+
+def test_unverified_package_keeps_the_run(retention_dir, monkeypatch, published_events):
+    from recovery.packages import PackageReport
+
+    run = _store(_completed("bad-export"))
+
+    def refuse(path, limits=None):
+        report = PackageReport(format="tar.gz")
+        report.add("checksum_mismatch", "journal.jsonl", "the bytes differ from the manifest")
+        return report
+
+    monkeypatch.setattr("recovery.packages.check_package", refuse)
+    report = retention.sweep(days=30)
+    assert report.kept == {"bad-export": "package failed verification: checksum_mismatch"}
+    assert list(retention_dir.iterdir()) == []
+    assert JournalRecord.objects.filter(run=run).count() == run.record_count
+    assert published_events == [("checksum_mismatch", "bad-export")]
+
+
+@pytest.fixture
+def published_events():
+    from loopx_site.ops import events
+
+    seen: list[tuple[str, str]] = []
+
+    def receiver(code: str = "", run_id: str = "", **_):
+        seen.append((code, run_id))
+
+    events.package_rejected.connect(receiver, weak=False, dispatch_uid="test-retention-rejected")
+    yield seen
+    events.package_rejected.disconnect(dispatch_uid="test-retention-rejected")
 
 
 def test_off_by_default(retention_dir, settings):
