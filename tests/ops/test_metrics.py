@@ -191,3 +191,15 @@ def test_recovery_audits_by_divergence(runtime):
     samples = scrape(runtime.client, HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
     assert value(samples, "loopx_recovery_audits_total", divergence="unplanned_action") == 1
     assert value(samples, "loopx_recovery_audits_total", divergence="none") == 0
+
+
+def test_a_scrape_costs_a_few_queries(client, runtime, django_assert_max_num_queries):
+    """One grouped query per family, whatever the volume (plus the token lookup and its touch)."""
+    b = JournalBuilder("volume")
+    for n in range(30):
+        b.full_turn(f"t{n}")
+    assert _ingest(runtime.client, "volume", b.body()).status_code == 200
+    assessment_refresh(run=Run.objects.get(run_id="volume"))
+    with django_assert_max_num_queries(10):
+        samples = scrape(client, HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
+    assert value(samples, "loopx_turns", decision="complete", reason="") == 30
