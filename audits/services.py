@@ -37,9 +37,12 @@ def operator_action_record(
     turn: Turn | None = None,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
+    actor_name: str | None = None,
 ) -> OperatorAction:
-    """Append one audit row. ``actor`` None is the system (the gate itself); before/after are redacted."""
+    """Append one audit row. ``actor`` None is the system: the gate itself unless ``actor_name`` says who
+    (e.g. ``manage.py``); before/after are redacted."""
     name = actor.get_username() if actor is not None and hasattr(actor, "get_username") else "recovery-gate"
+    name = actor_name or name
     return OperatorAction.objects.create(
         actor=actor if getattr(actor, "pk", None) else None,
         actor_name=str(name)[:150],

@@ -11,7 +11,7 @@ and measures, one request at a time over a keep-alive connection:
 - ``baseline``: a plain Django view rendering 50 rows of one indexed table (turns of one decision, newest
   first, as JSON: no authentication, no serializer, no pagination count);
 - ``list``: GET /api/v1/turns?decision=... (page of 50, with its count), as a runtime token;
-- ``list-run``: GET /api/v1/runs/{run}/turns?page=N;
+- ``list-run``: GET /api/v1/runs/{run}/turns (first page of a run);
 - ``detail``: GET /api/v1/runs/{run}/turns/{turn} (phases with committing records, intents).
 
 Target: every API p95 within 2x the baseline's p95.
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": ([f"/bench/baseline?decision={d}" for d in DECISIONS], {}),
         "list": ([f"/api/v1/turns?decision={d}" for d in DECISIONS], {"Authorization": f"Bearer {token}"}),
         "list-run": (
-            [f"/api/v1/runs/{rng.choice(runs)}/turns?page={rng.randint(1, 20)}" for _ in range(50)],
+            [f"/api/v1/runs/{rng.choice(runs)}/turns" for _ in range(50)],
             {"Authorization": f"Bearer {token}"},
         ),
         "detail": (

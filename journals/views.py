@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import Count, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound
+from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -159,11 +160,21 @@ class BranchListView(LoopxView):
         return Response(BranchSerializer(self.get_queryset(), many=True).data)
 
 
+class TurnCursorPagination(CursorPagination):
+    """Turn lists page by cursor (newest change first): no COUNT over a table of 100,000s of turns and no
+    OFFSET scan for deep pages, so every page costs the same (benchmarks/bench_reads.py). The run's page
+    (GET /api/v1/runs/{run}) carries the counts per decision."""
+
+    page_size = 50
+    ordering = ("-updated_at", "-id")
+
+
 class TurnListView(LoopxView):
     """Turns, newest change first; filters: decision, reason, status, run, time. Fixed query count."""
 
     serializer_class = TurnSerializer
     filterset_class = TurnFilter
+    pagination_class = TurnCursorPagination
 
     def get_queryset(self) -> QuerySet[Turn]:
         turns = turns_list(run_prefix=self.token_prefix())

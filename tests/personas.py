@@ -49,7 +49,7 @@ def outsider(db) -> User:
 
 @pytest.fixture
 def admin_user(db) -> User:
-    return _user("ada-admin", "admin")
+    return _user("ada-admin", "admin", is_staff=True)  # administrators also use the Django admin
 
 
 @pytest.fixture

@@ -144,11 +144,28 @@ def test_turn_list_costs_a_fixed_number_of_queries(runtime, viewer_client, djang
     ingest(runtime.client, b)
     assess(runtime.client, "run-q")
     assert Turn.objects.count() == 40
-    # session + user + role, then count + page: the same however many turns the page holds.
+    # session + user + role, then the page (cursor pagination: no count): the same however many turns.
     with django_assert_num_queries(few):
         page = viewer_client.get("/api/v1/turns?decision=resume").json()
-    assert len(page["results"]) == 40 and page["count"] == 40
+    assert len(page["results"]) == 40 and page["next"] is None
     assert _page_queries(viewer_client, "/api/v1/turns") == few
+    assert few == 4
+
+
+def test_turn_pages_follow_cursors(runtime, viewer_client):
+    b = JournalBuilder("run-p")
+    for i in range(120):
+        b.plan(f"t{i:03d}")
+    ingest(runtime.client, b)
+    seen: list[str] = []
+    url = "/api/v1/runs/run-p/turns"
+    while url:
+        page = viewer_client.get(url).json()
+        assert len(page["results"]) <= 50
+        seen += [t["turn"] for t in page["results"]]
+        url = page["next"]
+    assert sorted(seen) == [f"t{i:03d}" for i in range(120)] and len(set(seen)) == 120
+    assert viewer_client.get("/api/v1/runs/no-such-run/turns").status_code == 404
 
 
 def test_audit_list_costs_a_fixed_number_of_queries(runtime, viewer_client):

@@ -191,3 +191,40 @@ def test_create_api_token_prints_the_token_once_and_stores_its_hash():
     assert token.run_prefix == "prod-" and token.token_hash == ApiToken.hash(raw) and raw not in token.token_hash
     assert api_token_find(raw=raw) == token
     assert raw not in err.getvalue()
+    action = OperatorAction.objects.get(kind="api_token_create")
+    assert (action.actor, action.actor_name, action.after["run_prefix"]) == (None, "manage.py", "prod-")
+
+
+def test_tokens_are_created_in_the_admin_shown_once_and_audited(admin_user, client):
+    client.force_login(admin_user)
+    answer = client.post("/admin/journals/apitoken/add/", {"name": "runtime-9", "run_prefix": "prod-"})
+    assert answer.status_code == 200 and "no-store" in answer["Cache-Control"]
+    raw = answer.context["raw"]
+    assert raw.startswith("lxr_") and raw.encode() in answer.content
+    token = ApiToken.objects.get(name="runtime-9")
+    assert api_token_find(raw=raw) == token and token.run_prefix == "prod-"
+    listing = client.get("/admin/journals/apitoken/")
+    assert listing.status_code == 200 and raw.encode() not in listing.content
+    assert token.token_hash.encode() not in client.get(f"/admin/journals/apitoken/{token.pk}/change/").content
+    revoked = client.post(
+        "/admin/journals/apitoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True
+    )
+    assert revoked.status_code == 200 and api_token_find(raw=raw) is None
+    actions = list(OperatorAction.objects.filter(kind__startswith="api_token").order_by("id"))
+    assert [(a.kind, a.actor, a.after["name"]) for a in actions] == [
+        ("api_token_create", admin_user, "runtime-9"),
+        ("api_token_revoke", admin_user, "runtime-9"),
+    ]
+    assert all(raw not in str(a.before) + str(a.after) for a in actions)
+
+
+def test_tokens_are_not_for_viewers_or_operators_in_the_admin(operator):
+    from django.test import Client
+
+    operator.is_staff = True
+    operator.save()
+    client = Client()
+    client.force_login(operator)
+    assert client.get("/admin/journals/apitoken/add/").status_code == 403
+    assert client.post("/admin/journals/apitoken/add/", {"name": "sneaky"}).status_code == 403
+    assert not ApiToken.objects.filter(name="sneaky").exists()

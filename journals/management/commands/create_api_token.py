@@ -24,6 +24,6 @@ class Command(BaseCommand):
         name: str = options["name"]
         if ApiToken.objects.filter(name=name).exists():
             raise CommandError(f"a token named {name!r} exists already")
-        _, raw = api_token_create(name=name, run_prefix=options["run_prefix"])
+        _, raw = api_token_create(name=name, run_prefix=options["run_prefix"], actor_name="manage.py")
         self.stderr.write(f"Token {name!r} created; it is shown once and cannot be read again:")
         self.stdout.write(raw)
