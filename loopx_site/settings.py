@@ -187,6 +187,9 @@ else:
         # older than the visibility timeout); the fault tests shorten both (docs/celery.md).
         "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
         "unacked_restore_throttle": env_int("CELERY_UNACKED_RESTORE_THROTTLE", 10),
+        # An unreachable Redis fails a publish in seconds instead of hanging an ingest answer (the batch is
+        # committed either way; the sweep publishes what could not be).
+        "socket_connect_timeout": env_int("CELERY_REDIS_CONNECT_TIMEOUT", 5),
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
