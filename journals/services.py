@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
@@ -478,7 +479,10 @@ def _write_projection_pg(run: Run, branches: list[Branch], turns: list[Turn]) ->
     arrays, a fixed number of parameters whatever the batch holds). Columns without a value here take the
     model's defaults, spelled out. The first planning of a turn wins (ON CONFLICT DO NOTHING)."""
     now = timezone.now()
-    with connection.cursor() as cursor:
+    connection.ensure_connection()
+    # Server-side binding (a plain psycopg cursor on the same connection and transaction): the arrays go
+    # to the server as parameters instead of being quoted into the SQL text client-side.
+    with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             f"""
             WITH planned AS (

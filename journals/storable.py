@@ -13,6 +13,9 @@ REPLACEMENT = "\ufffd"
 
 
 def is_storable(text: str) -> bool:
+    # ASCII without NUL is the common case, and a cheaper test than the pattern.
+    if text.isascii():
+        return "\x00" not in text
     return _UNSTORABLE.search(text) is None
 
 
