@@ -228,3 +228,30 @@ def test_tokens_are_not_for_viewers_or_operators_in_the_admin(operator):
     assert client.get("/admin/journals/apitoken/add/").status_code == 403
     assert client.post("/admin/journals/apitoken/add/", {"name": "sneaky"}).status_code == 403
     assert not ApiToken.objects.filter(name="sneaky").exists()
+
+
+def test_one_assessment_per_prefix_evidence_and_engine():
+    from recovery.models import Assessment
+    from recovery.services import assessment_refresh
+
+    b = JournalBuilder()
+    b.plan("t1")
+    run = _ingest(b)
+    first = assessment_refresh(run=run)
+    assert assessment_refresh(run=run) == first
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Assessment.objects.create(
+            run=run,
+            prefix_records=first.prefix_records,
+            prefix_last_seq=first.prefix_last_seq,
+            prefix_digest=first.prefix_digest,
+            prefix_key=first.prefix_key,
+            evidence_digest=first.evidence_digest,
+            engine_version=first.engine_version,
+            projection_version=first.projection_version,
+            output={},
+        )
+    b.commit("t1", "plan")
+    run = _ingest(b, body=b.body(b.lines[-1:]))
+    second = assessment_refresh(run=run)
+    assert second != first and second.prefix_records == 2 and second.prefix_key != first.prefix_key
