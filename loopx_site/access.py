@@ -97,3 +97,13 @@ class CanOperate(BasePermission):
         if request.method in SAFE_METHODS:
             return can_view(request.user)
         return can_operate(request.user)
+
+
+class CanExportRaw(BasePermission):
+    """The run export, which hands out raw journal bytes, secrets included (contract section 8): the operator
+    role, for reads too; never a runtime token, never a viewer."""
+
+    message = "You need the operator role to export a run's raw bytes."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return runtime_token(request) is None and can_operate(request.user)

@@ -7,10 +7,13 @@ middle runs it again; the services make a second run find its work already done 
 from __future__ import annotations
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from recovery.background import assessment_run
+from recovery.package_models import PackageUpload
+from recovery.package_services import package_abandon, package_process
 
 
 @shared_task(
@@ -30,3 +33,35 @@ from recovery.background import assessment_run
 def assess_run(run_id: str) -> str:
     """Assess a run's committed prefix (coalesced: one pending assessment per run)."""
     return assessment_run(run_id=run_id)
+
+
+# Verification reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES (512 MiB by default) and the import ingests up to a
+# 64 MiB journal: minutes, not seconds. Overridable by setting; the soft limit leaves time to record why.
+PACKAGE_TIME_LIMIT: int = int(getattr(settings, "LOOPX_PACKAGE_TIME_LIMIT", 1800))
+
+
+@shared_task(
+    name="recovery.tasks.validate_package",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=max(1, PACKAGE_TIME_LIMIT - 60),
+    time_limit=PACKAGE_TIME_LIMIT,
+    # As for assess_run: a database briefly unreachable is worth another try. Every step is a
+    # compare-and-set on the upload's state, so a retry (or a redelivery) resumes where the last one stopped.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=5,
+    ignore_result=True,
+)
+def validate_package(upload_id: str) -> str:
+    """Verify an uploaded package (recovery/package_services.py) and import it as a run when accepted."""
+    try:
+        return package_process(upload_id=upload_id)
+    except SoftTimeLimitExceeded:
+        # Out of time: an unfinished check refuses the package, an unfinished import (rolled back) fails
+        # typed. Left as it was, the upload would say "checking" for ever.
+        upload = PackageUpload.objects.filter(pk=upload_id).first()
+        if upload is None:
+            return "missing"
+        return package_abandon(upload=upload, detail=f"not finished within {PACKAGE_TIME_LIMIT - 60} seconds").state

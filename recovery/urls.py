@@ -1,6 +1,6 @@
 from django.urls import path
 
-from recovery import views
+from recovery import package_views, views
 
 T = "runs/<str:run_id>/turns/<str:turn_id>"
 
@@ -9,6 +9,9 @@ urlpatterns = [
     path(
         "runs/<str:run_id>/assessments/<int:assessment_id>", views.AssessmentDetailView.as_view(), name="api-assessment"
     ),
+    path("runs/<str:run_id>/export", package_views.RunExportView.as_view(), name="api-run-export"),
+    path("packages", package_views.PackageUploadView.as_view(), name="api-packages"),
+    path("packages/<uuid:upload_id>", package_views.PackageDetailView.as_view(), name="api-package"),
     path(f"{T}/decision", views.DecisionView.as_view(), name="api-turn-decision"),
     path(f"{T}/claim", views.ClaimView.as_view(), name="api-turn-claim"),
     path(f"{T}/release", views.ReleaseView.as_view(), name="api-turn-release"),

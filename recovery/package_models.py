@@ -1,0 +1,112 @@
+"""Uploaded recovery packages and what became of them (issue 5, "In the dashboard").
+
+A model module of the `recovery` app (imported by recovery/models.py). An upload's bytes are stored under
+``LOOPX_PACKAGE_DIR/uploads`` through the atomic-write helper and never unpacked there; this row is the truth
+about the upload: its digest, who sent it, how far verification got, the findings, and the run it became.
+
+States (recovery/package_services.py holds the transitions, each a compare-and-set on ``state``)::
+
+    received -> checking -> accepted -> imported
+                         \\           \\-> import_failed
+                          \\-> rejected
+
+A rejected upload keeps its findings and nothing else: no run, no records, and its bytes are removed.
+The run is named by its id, not by a foreign key: retention may remove a run (loopx_site/ops/retention.py,
+raw deletes in a fixed order) and the upload's history must outlive it without holding it back.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from journals.models import ID_MAX, ApiToken
+
+RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED = (
+    "received",
+    "checking",
+    "accepted",
+    "rejected",
+    "imported",
+    "import_failed",
+)
+UPLOAD_STATES: tuple[str, ...] = (RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED)
+# States after which nothing more happens to an upload (a task that finds one of these does nothing).
+FINAL_STATES: tuple[str, ...] = (REJECTED, IMPORTED, IMPORT_FAILED)
+UPLOAD_FORMATS: tuple[str, ...] = ("tar", "tar.gz", "zip")
+
+
+class PackageUpload(models.Model):
+    # A random id: the status URL is handed to whoever uploaded, and must not let anyone walk the others.
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    state = models.CharField(max_length=16, default=RECEIVED, choices=[(s, s.replace("_", " ")) for s in UPLOAD_STATES])
+    # The stored file, relative to LOOPX_PACKAGE_DIR; empty once the bytes are gone (rejected or imported).
+    stored_name = models.CharField(max_length=200, blank=True, default="")
+    # The uploader's own name for the file: shown escaped, never used as a path, never sent in events.
+    original_name = models.CharField(max_length=200, blank=True, default="")
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    uploader = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    # A runtime token uploads as itself: its run prefix then limits the import as it limits ingest.
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    uploader_name = models.CharField(max_length=150)
+    # Verification progress: bytes of the package file read so far, out of its size.
+    progress_done = models.BigIntegerField(default=0)
+    progress_total = models.BigIntegerField(default=0)
+    format = models.CharField(max_length=8, null=True, blank=True)
+    member_count = models.IntegerField(null=True, blank=True)
+    # [{"code", "member", "detail"}] exactly as check_package reports them; details never quote contents.
+    findings = models.JSONField(default=list, blank=True)
+    # The run the package carries (read from its manifest when the import starts): once imported, the run
+    # it is now in the store under.
+    run_ident = models.CharField(max_length=ID_MAX, null=True, blank=True)
+    # Import outcome: {"stored", "duplicates", "records", "batches"}; or, for import_failed, the typed
+    # refusal {"error", "detail", "line", ...} of the ingest service (never record bytes).
+    result = models.JSONField(default=dict, blank=True)
+    checks = models.IntegerField(default=0)  # how many times verification started (a redelivery adds one)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    checking_at = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=UPLOAD_STATES), name="packageupload_state_valid"),
+            models.CheckConstraint(
+                condition=Q(format__isnull=True) | Q(format__in=UPLOAD_FORMATS), name="packageupload_format_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(progress_done__gte=0) & Q(progress_done__lte=F("progress_total")),
+                name="packageupload_progress_valid",
+            ),
+            models.CheckConstraint(condition=Q(size__gte=0), name="packageupload_size_valid"),
+            # Only an imported upload names the run it became (rejections create nothing).
+            models.CheckConstraint(
+                condition=~Q(state=IMPORTED) | Q(run_ident__isnull=False), name="packageupload_imported_has_run"
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "created_at"], name="packageupload_state")]
+
+    def __str__(self) -> str:
+        return f"package {self.id} ({self.state})"
+
+    @property
+    def percent(self) -> int:
+        if self.state in (ACCEPTED, IMPORTED, IMPORT_FAILED, REJECTED):
+            return 100
+        if self.progress_total <= 0:
+            return 0
+        return min(100, self.progress_done * 100 // self.progress_total)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
