@@ -155,6 +155,8 @@ class Turn(models.Model):
             models.Index(fields=["decision", "-updated_at"], name="turn_decision_updated"),
             models.Index(fields=["reason", "-updated_at"], name="turn_reason_updated"),
             models.Index(fields=["-updated_at", "-id"], name="turn_updated_id"),
+            # A run's turn list, newest change first, without sorting all of a long run's turns.
+            models.Index(fields=["run", "-updated_at", "-id"], name="turn_run_updated_id"),
         ]
 
     def __str__(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import F, Prefetch, QuerySet
 
 from journals.models import ApiToken, Branch, JournalRecord, Phase, Run, Turn
 from journals.storable import is_storable, storable
@@ -60,6 +60,33 @@ def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     if run_prefix:
         turns = turns.filter(run__run_id__startswith=run_prefix)
     return turns.order_by("-updated_at", "-id")
+
+
+TURN_ROW_FIELDS = (
+    "id",
+    "turn_id",
+    "lineage",
+    "branch",
+    "plan",
+    "status",
+    "decision",
+    "reason",
+    "resume_from",
+    "completed_phases",
+    "created_at",
+    "updated_at",
+)
+
+
+def turn_rows(*, run_prefix: str = "", run_id: str | None = None) -> QuerySet[Turn]:
+    """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
+    (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py)."""
+    turns = Turn.objects.all()
+    if run_prefix:
+        turns = turns.filter(run__run_id__startswith=run_prefix)
+    if run_id is not None:
+        turns = turns.filter(run__run_id=run_id)
+    return turns.order_by("-updated_at", "-id").values(*TURN_ROW_FIELDS, run_key=F("run__run_id"))
 
 
 _TIMELINE = (

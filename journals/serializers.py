@@ -113,6 +113,24 @@ class TurnSerializer(serializers.ModelSerializer):
     plan = serializers.ListField(child=serializers.CharField())
     completed_phases = serializers.ListField(child=serializers.CharField())
 
+    @staticmethod
+    def row(row: dict[str, Any]) -> dict[str, Any]:
+        """The same shape from a selectors.turn_rows row (a dict), for list pages."""
+        return {
+            "run": row["run_key"],
+            "turn": row["turn_id"],
+            "lineage": row["lineage"],
+            "branch": row["branch"],
+            "plan": list(row["plan"]),
+            "status": row["status"],
+            "decision": row["decision"],
+            "reason": row["reason"],
+            "resume_from": row["resume_from"],
+            "completed_phases": list(row["completed_phases"]),
+            "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"]),
+        }
+
     def to_representation(self, turn: Turn) -> dict[str, Any]:
         return {
             "run": turn.run.run_id,

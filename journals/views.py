@@ -22,7 +22,7 @@ from journals.selectors import (
     run_find,
     runs_list,
     turn_records,
-    turns_list,
+    turn_rows,
 )
 from journals.serializers import (
     BranchSerializer,
@@ -177,17 +177,16 @@ class TurnListView(LoopxView):
     pagination_class = TurnCursorPagination
 
     def get_queryset(self) -> QuerySet[Turn]:
-        turns = turns_list(run_prefix=self.token_prefix())
-        if "run_id" in self.kwargs:
+        run_id = self.kwargs.get("run_id")
+        if run_id is not None:
             # Joined, not looked up first: one query less per page. An empty page asks whether the run exists.
-            self.check_run_allowed(self.request, self.kwargs["run_id"])
-            turns = turns.filter(run__run_id=self.kwargs["run_id"])
-        return turns
+            self.check_run_allowed(self.request, run_id)
+        return turn_rows(run_prefix=self.token_prefix(), run_id=run_id)
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(TurnSerializer(page, many=True).data)
+        return self.get_paginated_response([TurnSerializer.row(row) for row in page])
 
 
 class RunTurnListView(TurnListView):
@@ -196,7 +195,7 @@ class RunTurnListView(TurnListView):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         if not page and run_find(run_id=run_id or "") is None:
             raise NotFound("No such run.")
-        return self.get_paginated_response(TurnSerializer(page, many=True).data)
+        return self.get_paginated_response([TurnSerializer.row(row) for row in page])
 
 
 class TurnDetailView(LoopxView):

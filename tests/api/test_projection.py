@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
 from journals.models import Turn
-from journals.selectors import turn_with_timeline
+from journals.selectors import turn_rows, turn_with_timeline
 from journals.serializers import TurnDetailSerializer, TurnSerializer
 from tests.journal_builder import JournalBuilder
 
@@ -221,3 +221,5 @@ def test_fast_representations_match_drf(forked):
         serializer = serializer_class(turn)
         generic = serializers.ModelSerializer.to_representation(serializer, turn)
         assert JSONRenderer().render(serializer.data) == JSONRenderer().render(generic)
+    row = turn_rows(run_id="run-1").get(turn_id="t2")
+    assert JSONRenderer().render(TurnSerializer.row(row)) == JSONRenderer().render(TurnSerializer(turn).data)
