@@ -313,20 +313,35 @@ def test_a_parked_crash_loop_is_announced(runtime, published, settings, django_c
     assert published == [(item.pk, None)]
 
 
-def test_a_rejected_package_upload_is_announced(client, operator, published, settings, tmp_path,
-                                                django_capture_on_commit_callbacks):
-    from django.core.files.uploadedfile import SimpleUploadedFile
-    from django.urls import reverse
+def _traversing_package() -> bytes:
+    import io
+    import tarfile
 
-    from tests.console.test_packages import hostile_package
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        data = b"{}"
+        info = tarfile.TarInfo("../../etc/cron.d/evil")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_a_rejected_package_upload_is_announced(operator, published, settings, tmp_path,
+                                                django_capture_on_commit_callbacks):
+    """The package service's verification (what the validate_package task runs) rejects a hostile upload:
+    one `package.rejected` delivery, naming the upload by its id, never by the uploader's file name."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from recovery.package_services import package_process, package_upload_receive
 
     settings.LOOPX_PACKAGE_DIR = tmp_path
     _hook("http://127.0.0.1:9/hook", ["package.rejected"])
-    client.force_login(operator)
-    upload = SimpleUploadedFile("evil-PLANTED-name.tar.gz", hostile_package(), content_type="application/gzip")
+    upload = SimpleUploadedFile("evil-PLANTED-name.tar.gz", _traversing_package(), content_type="application/gzip")
     with django_capture_on_commit_callbacks(execute=True):
-        assert client.post(reverse("console:package_upload"), {"package": upload}).status_code == 302
+        received = package_upload_receive(file=upload, actor=operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert package_process(upload_id=str(received.pk)) == "rejected"
     item = WebhookDelivery.objects.get()
     data = json.loads(item.body)["data"]
-    assert (item.event, data["code"]) == ("package.rejected", "path_traversal")
-    assert "PLANTED" not in item.body  # the uploader's file name is not repeated
+    assert (item.event, data["code"], data["package"]) == ("package.rejected", "path_traversal", str(received.pk))
+    assert "PLANTED" not in item.body
