@@ -25,7 +25,7 @@ from journals.models import Run, Turn
 from journals.storable import storable
 from recovery.engine.secrets import redact
 from recovery.selectors import DONE, HOLD
-from recovery.services import GateError, claim_require, turn_decision, turn_park
+from recovery.services import GateError, claim_require, gate_locked, turn_park
 
 
 def operator_action_record(
@@ -65,9 +65,8 @@ def recovery_audit_open(*, turn: Turn, fencing_token: int) -> RecoveryAudit:
     """
     parked: GateError | None = None
     with transaction.atomic():
-        locked = Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
+        locked, view = gate_locked(turn=turn)  # the assessment refreshed first, then the turn locked
         claim = claim_require(turn=locked, fencing_token=fencing_token)
-        view = turn_decision(turn=locked)
         if view.state == HOLD:
             raise GateError(409, "turn_blocked", "the gate holds this turn", reason=view.reason)
         if view.state == DONE:

@@ -344,8 +344,20 @@ def _worker(worker_id: Any) -> str:
 
 
 def _lock_turn(turn: Turn) -> Turn:
-    # One owner at a time: every gate transition of a turn serialises on its row.
+    """One owner at a time: every gate transition of a turn serialises on its row.
+
+    Lock order: a transition refreshes the assessment (which may lock the run's row to store it) before
+    it locks the turn, never after; the background assessment locks the run, then writes turn rows. The
+    same order everywhere, so the two never deadlock.
+    """
     return Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
+
+
+def gate_locked(*, turn: Turn) -> tuple[Turn, GateView]:
+    """Refresh the assessment, then lock the turn and read the gate under the lock (see _lock_turn)."""
+    assessment = assessment_refresh(run=turn.run)
+    locked = _lock_turn(turn)
+    return locked, gate_view(turn=locked, assessment=assessment)
 
 
 def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
@@ -422,27 +434,31 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
     reason = _reason(reason)
     findings = dict(evidence or {})
     with transaction.atomic():
+        first = assessment_refresh(run=turn.run)
+        if findings:
+            # Evidence goes in, and the engine reads it, before the turn is locked (lock order: _lock_turn).
+            known = set(Intent.objects.filter(turn=turn).values_list("intent_id", flat=True))
+            for intent_id, finding in findings.items():
+                if intent_id not in known:
+                    raise GateError(400, "evidence_invalid", "evidence names an intent this turn does not have")
+                if finding not in FINDINGS:
+                    raise GateError(400, "evidence_invalid", "evidence must be `happened` or `not_happened`")
+            for intent_id, finding in sorted(findings.items()):
+                OperatorEvidence.objects.create(
+                    run=turn.run,
+                    turn=turn,
+                    intent_id=intent_id,
+                    finding=finding,
+                    actor=actor,
+                    actor_name=_actor_name(actor),
+                    reason=reason,
+                )
+        latest = assessment_refresh(run=turn.run) if findings else first
         locked = _lock_turn(turn)
-        before = turn_decision(turn=locked)
+        before = gate_view(turn=locked, assessment=first)
         if before.state != HOLD:
             raise GateError(409, "nothing_to_approve", "the turn is not held: there is nothing to approve")
-        known = {i.intent_id for i in before.intents}
-        for intent_id, finding in findings.items():
-            if intent_id not in known:
-                raise GateError(400, "evidence_invalid", "evidence names an intent this turn does not have")
-            if finding not in FINDINGS:
-                raise GateError(400, "evidence_invalid", "evidence must be `happened` or `not_happened`")
-        for intent_id, finding in sorted(findings.items()):
-            OperatorEvidence.objects.create(
-                run=locked.run,
-                turn=locked,
-                intent_id=intent_id,
-                finding=finding,
-                actor=actor,
-                actor_name=_actor_name(actor),
-                reason=reason,
-            )
-        current = turn_decision(turn=locked) if findings else before
+        current = gate_view(turn=locked, assessment=latest) if findings else before
         row = current.row
         if row.decision == "discarded":
             raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
@@ -492,8 +508,7 @@ def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
 
     reason = _reason(reason)
     with transaction.atomic():
-        locked = _lock_turn(turn)
-        before = turn_decision(turn=locked)
+        locked, before = gate_locked(turn=turn)
         GateDecision.objects.create(
             run=locked.run,
             turn=locked,

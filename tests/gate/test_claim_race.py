@@ -4,6 +4,8 @@ each round, and fencing tokens only grow."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -61,3 +63,47 @@ def _round(turn: Turn, round_no: int) -> tuple[list[tuple[str, int]], list[str],
     for thread in threads:
         thread.join()
     return wins, losses, errors
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_gate_transitions_and_background_assessments_never_deadlock(operator):
+    """An assessment stores under the run's lock and then writes turn rows; a gate transition refreshes
+    first and locks its turn after. Raced many times over real connections: no deadlock, no error."""
+    from recovery.services import assessment_refresh, turn_block
+
+    b = JournalBuilder("lock-order")
+    for i in range(5):
+        b.plan(f"t{i}")
+    records_ingest(run_id="lock-order", body=b.body(), content_type="application/x-ndjson", token=None)
+    turn = Turn.objects.get(run__run_id="lock-order", turn_id="t0")
+    for round_no in range(15):
+        b.commit(f"t{round_no % 5}", "plan") if round_no < 5 else b.dispatch("t1", f"i{round_no}")
+        records_ingest(run_id="lock-order", body=b.body(b.lines[-1:]), content_type="application/x-ndjson", token=None)
+        errors = _together(
+            lambda: assessment_refresh(run=turn.run),
+            lambda: turn_block(turn=turn, actor=operator, reason="hold"),
+        )
+        assert not errors, errors
+
+
+def _together(*actions: Callable[[], Any]) -> list[BaseException]:
+    """Run the actions at the same moment, each on its own thread and connection; their errors."""
+    barrier = threading.Barrier(len(actions))
+    errors: list[BaseException] = []
+
+    def run(action: Callable[[], Any]) -> None:
+        try:
+            barrier.wait()
+            action()
+        except BaseException as exc:  # returned to the caller: a thread's failure must fail the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(action,)) for action in actions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
