@@ -11,21 +11,31 @@ Memory therefore grows with the number of turns (times the number of branches), 
 records. Run-level checks (shape, run, lsn, chain, schema, kinds, forks, checkpoints) are per record;
 turn rules apply on the timeline of the record's branch; effects (dispatches and readbacks) go into a
 world ledger shared by all branches, because a side effect is a fact about the world, not about a branch.
+
+Speed: the main pass is the hot path (benchmarks/bench_engine.py). A record that a conforming writer
+wrote (canonical bytes, every check passing) goes through a straight-line fast path: one orjson parse,
+one re-serialisation compared with the raw bytes (which proves canonical form, no duplicate key, no big
+integer), one sha256 over the raw bytes (they *are* the canonical bytes), and a fold step. Anything
+unusual falls back to the general code, which classifies precisely; both give the same result
+(tests/engine: the properties and the receipt tests run every path).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from functools import partial
+from itertools import islice, repeat
+from operator import eq, itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .canonical import ParsedLine, digest, parse_line
-from .fold import TurnState, View, merge_outcome, next_generation
+from .canonical import _HAVE_ORJSON, _strict, digest, digest_no_float
+from .fold import IntentEntry, TurnState, View, merge_outcome, next_generation
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
     EFFECT_INDETERMINATE,
@@ -36,13 +46,26 @@ from .types import (
     BranchView,
     Code,
     Decision,
-    EffectClass,
     Evidence,
     IntentView,
     Resolution,
     TurnDecision,
     Violation,
+    new_intent_view,
+    new_turn_decision,
 )
+
+if _HAVE_ORJSON:
+    import orjson
+
+    _loads: Callable[[bytes], Any] | None = orjson.loads
+    _dumps = orjson.dumps
+    _SORT_KEYS = orjson.OPT_SORT_KEYS
+    _dumps_sorted = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+    _DecodeError: type[Exception] = orjson.JSONDecodeError
+else:  # pragma: no cover - exercised only on installs without orjson
+    _loads = None
+    _DecodeError = ValueError
 
 # Bumped whenever a decision for the same input could change; stored beside every assessment.
 ENGINE_VERSION = "1.1.0"
@@ -60,7 +83,50 @@ _RFC3339 = re.compile(
 _MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _DEFINITIVE = frozenset({"succeeded", "failed"})
 _OUTCOMES = frozenset({"succeeded", "failed", "unknown"})
-_PRESCAN_MARKERS = (b"fork", b"checkpoint", b"\\u")  # \u: a kind could be spelled with escapes
+_CLASSES = frozenset({"safe", "idempotent", "unsafe"})
+# A fork names `from_lsn`, a checkpoint `covers_lsn`: a line that is either holds "_lsn", or spells the key
+# with an escape and so holds a backslash. Two searches at C speed (one of them memchr) find every
+# candidate; ordinary records hold neither.
+_PRESCAN_MARKERS = (b"_lsn", b"\\")
+_BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
+_LINES_PER_BATCH = 256
+_INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
+_AT_CACHE_LIMIT = 4096
+_ABSENT = object()  # a field that is not there (a null `prev` is present, and wrong)
+_sha256 = hashlib.sha256
+
+
+# The hot path's per-line C functions (mapped over a whole batch).
+_ENVELOPE = itemgetter("at", "branch", "kind", "lsn", "run", "v")
+_FIND_DOT = methodcaller("find", b".")
+_FIND_PLUS = methodcaller("find", b"+")
+_FIND_EXP = methodcaller("find", b"e-")
+_HEXDIGEST = type(hashlib.sha256()).hexdigest
+_NO_ENVELOPE = (None, None, None, None, None, None)
+
+
+def _prepare_each(lines: Iterable[bytes]) -> Iterator[tuple[bytes, Any, Any, bool, int, str]]:
+    """What feed_batch's maps compute, line by line, for a batch where some line is not an object with an
+    envelope (that line gets `canonical=False` and goes to the general path)."""
+    assert _loads is not None
+    for line in lines:
+        try:
+            obj = _loads(line)
+            envelope = _ENVELOPE(obj)
+        except (_DecodeError, KeyError, TypeError):
+            yield line, None, _NO_ENVELOPE, False, -1, ""
+            continue
+        yield (
+            line,
+            obj,
+            envelope,
+            _dumps_sorted(obj) == line,
+            max(line.find(b"."), line.find(b"+"), line.find(b"e-")),
+            _sha256(line).hexdigest(),
+        )
+
+
+_UNTURNED = frozenset({"fork", "checkpoint"})
 
 
 class JournalUnreadable(Exception):
@@ -90,8 +156,40 @@ def _valid_at(at: Any) -> bool:
     return day <= _MONTH_DAYS[month]
 
 
-def iter_lines(source: Source) -> Callable[[], Iterator[bytes]]:
-    """A re-openable line iterator: each call starts from the first line again."""
+def _turn_of(obj: dict[str, Any], error: str | None) -> str | None:
+    """The turn a violation names: the record's `turn` when it is a string. An invalid record's turn may
+    hold a lone surrogate: it is then not named, so the output stays encodable (and never quotes what
+    could not be read)."""
+    turn = obj.get("turn")
+    if type(turn) is not str:
+        return None
+    if error is not None:
+        try:
+            turn.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return turn
+
+
+def _has_float(value: Any) -> bool:
+    """Any float at any depth of an orjson-parsed value (orjson already refused lone surrogates)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        cls = item.__class__
+        if cls is float:
+            return True
+        if cls is dict:
+            stack.extend(item.values())
+        elif cls is list:
+            stack.extend(item)
+    return False
+
+
+# -- sources -----------------------------------------------------------------------------------------------
+
+
+def _path_of(source: Source) -> Path | None:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
@@ -99,95 +197,235 @@ def iter_lines(source: Source) -> Callable[[], Iterator[bytes]]:
                 pass
         except OSError as exc:
             raise JournalUnreadable(f"cannot read {path.name}: {exc.strerror or exc}") from exc
-
-        def from_file() -> Iterator[bytes]:
-            with open(path, "rb") as fh:
-                for raw in fh:
-                    # The file may end with one newline; a last object without one is complete too.
-                    yield raw[:-1] if raw.endswith(b"\n") else raw
-
-        return from_file
-    if callable(source):
-        factory = source
-        return lambda: iter(factory())
-    lines = source
-    return lambda: iter(lines)
+        return path
+    return None
 
 
-@dataclass(slots=True)
-class _Dispatch:
-    branch: int
-    lsn: int
-    line: int
-    effect_class: str
-    key: str | None
-    outcome: str | None = None
+def _blocks(path: Path) -> Iterator[bytes]:
+    """The file in blocks that end at a line boundary (the last one may end without a newline)."""
+    with open(path, "rb") as fh:
+        pending: list[bytes] = []
+        while block := fh.read(_BLOCK):
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending.append(block)  # a very long line: keep collecting, never re-copy
+                continue
+            head = block[: cut + 1]
+            yield b"".join((*pending, head)) if pending else head
+            rest = block[cut + 1 :]
+            pending = [rest] if rest else []
+        if pending:
+            yield b"".join(pending)
 
 
-@dataclass(slots=True)
-class _WorldIntent:
-    turn: str
-    intent: str
-    first_line: int
-    dispatches: list[_Dispatch] = field(default_factory=list)
-    # (line, code, branch, lsn, detail)
-    violations: list[tuple[int, str, int, int, str]] = field(default_factory=list)
+class _Reader:
+    """A journal source, readable as often as needed: in raw blocks of whole lines (the pre-scan searches
+    them at C speed) or in batches of lines (bytes, no newline), in file order."""
+
+    def __init__(self, source: Source) -> None:
+        self.path = _path_of(source)
+        self.source = source
+
+    def blocks(self) -> Iterator[bytes] | None:
+        return _blocks(self.path) if self.path is not None else None
+
+    def chunks(self) -> Iterator[tuple[bytes | None, list[bytes]]]:
+        """(the raw block or None, its lines): a file in blocks, anything else in lists of a few thousand
+        lines (feed_batch maps over a batch several times, so a batch is a list, never a generator)."""
+        if self.path is not None:
+            for block in _blocks(self.path):
+                lines = block.split(b"\n")
+                if block.endswith(b"\n"):
+                    lines.pop()  # the newline ends the last line; it does not start another
+                yield block, lines
+            return
+        if callable(self.source):
+            lines_in: Iterable[bytes] = self.source()
+        else:
+            assert not isinstance(self.source, (str, os.PathLike))
+            lines_in = self.source
+        iterator = iter(lines_in)
+        while batch := list(islice(iterator, _LINES_PER_BATCH)):
+            yield None, batch
+
+    def batches(self) -> Iterator[list[bytes]]:
+        for _, lines in self.chunks():
+            yield lines
+
+    def prescan(self) -> Counter[tuple[int, int]]:
+        blocks = self.blocks()
+        if blocks is not None:
+            return _prescan_blocks(blocks)
+        return _prescan_lines(line for batch in self.batches() for line in batch)
 
 
-@dataclass(slots=True)
+def iter_lines(source: Source) -> Callable[[], Iterator[bytes]]:
+    """A re-openable line iterator: each call starts from the first line again."""
+    reader = _Reader(source)
+
+    def lines() -> Iterator[bytes]:
+        for batch in reader.batches():
+            yield from batch
+
+    return lines
+
+
+# -- state ---------------------------------------------------------------------------------------------------
+
+
+class _World:
+    """One intent (named by turn and id) in the world ledger, across every branch, in O(1) memory whatever
+    the number of its dispatches and readbacks: the first dispatch's class and key (a retry must keep
+    them), the latest dispatch (which a readback is about and which describes the intent), where evidence
+    binds, and the first dispatch on each branch (enough to tell whether any is on the live timeline)."""
+
+    __slots__ = (
+        "turn",
+        "intent",
+        "first_line",
+        "count",
+        "first_class",
+        "first_key",
+        "branch",
+        "lsn",
+        "effect_class",
+        "key",
+        "outcome",
+        "bound",
+        "firsts",
+        "violations",
+    )
+
+    def __init__(self, turn: str, intent: str, first_line: int) -> None:
+        self.turn = turn
+        self.intent = intent
+        self.first_line = first_line
+        self.count = 0  # dispatches
+        self.first_class = ""
+        self.first_key: str | None = None
+        self.branch = -1  # the latest dispatch: branch, lsn, class, key, merged readback
+        self.lsn = -1
+        self.effect_class = ""
+        self.key: str | None = None
+        self.outcome: str | None = None
+        # Operator evidence is about the first dispatch without a definitive readback: the index of the
+        # first *earlier* one (its readbacks are final once another dispatch follows), else None.
+        self.bound: int | None = None
+        # (branch, lsn, branch, lsn, ...): the first dispatch on each branch, flat (one small tuple).
+        self.firsts: tuple[int, ...] = ()
+        self.violations: list[tuple[int, str]] | None = None  # (line, code)
+
+    def evidence_bound(self) -> int | None:
+        if self.bound is not None:
+            return self.bound
+        return self.count - 1 if self.count and self.outcome not in _DEFINITIVE else None
+
+
 class _Branch:
-    branch: int
-    parent: int | None
-    from_lsn: int | None
-    fork_lsn: int | None
-    next_lsn: int = 0
-    last_digest: str | None = None
-    discarded_from: int | None = None
+    __slots__ = ("branch", "parent", "from_lsn", "fork_lsn", "next_lsn", "last_digest", "discarded_from", "points")
+
+    def __init__(
+        self,
+        branch: int,
+        parent: int | None,
+        from_lsn: int | None,
+        fork_lsn: int | None,
+        last_digest: str | None,
+        points: set[int],
+    ) -> None:
+        self.branch = branch
+        self.parent = parent
+        self.from_lsn = from_lsn
+        self.fork_lsn = fork_lsn
+        self.next_lsn = 0
+        self.last_digest = last_digest
+        self.discarded_from: int | None = None
+        self.points = points  # own lsns whose fold a later fork or checkpoint needs (shared, may grow)
 
 
-@dataclass(slots=True)
-class _TurnFirst:
-    line: int
-    lineage: str | None
-    branch: int
+def _note_point(points: Counter[tuple[int, int]], line: bytes) -> None:
+    obj: Any = None
+    if _loads is not None:
+        try:
+            obj = _loads(line)
+        except _DecodeError:
+            obj = None
+    if obj is None:
+        obj = _strict(line).obj  # what orjson refuses may still be an object (a big integer, say)
+    if obj.__class__ is not dict:
+        return
+    kind, branch = obj.get("kind"), obj.get("branch")
+    if not _is_int(branch):
+        return
+    if kind == "fork" and _is_int(obj.get("from_lsn")):
+        points[(branch, obj["from_lsn"])] += 1
+    elif kind == "checkpoint" and _is_int(obj.get("covers_lsn")):
+        points[(branch, obj["covers_lsn"])] += 1
 
 
-def _prescan(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
-    """Points (branch, lsn) whose fold a later fork or checkpoint needs, counted by how many need it."""
+def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
+    """Points (branch, lsn) whose fold a later fork or checkpoint needs, counted by how many need it.
+    Only lines that could be fork or checkpoint records are parsed."""
     points: Counter[tuple[int, int]] = Counter()
     for line in lines:
-        if not any(marker in line for marker in _PRESCAN_MARKERS):
-            continue
-        obj = parse_line(line).obj
-        if obj is None:
-            continue
-        kind, branch = obj.get("kind"), obj.get("branch")
-        if not _is_int(branch):
-            continue
-        if kind == "fork" and _is_int(obj.get("from_lsn")):
-            points[(branch, obj["from_lsn"])] += 1
-        elif kind == "checkpoint" and _is_int(obj.get("covers_lsn")):
-            points[(branch, obj["covers_lsn"])] += 1
+        if line.find(b"_lsn") >= 0 or line.find(b"\\") >= 0:
+            _note_point(points, line)
+    return points
+
+
+def _prescan_blocks(blocks: Iterable[bytes]) -> Counter[tuple[int, int]]:
+    """The same, searching whole blocks for the markers and parsing only the lines around them."""
+    points: Counter[tuple[int, int]] = Counter()
+    for block in blocks:
+        starts: set[int] = set()
+        for marker in _PRESCAN_MARKERS:
+            at = block.find(marker)
+            while at >= 0:
+                start = block.rfind(b"\n", 0, at) + 1
+                end = block.find(b"\n", at)
+                end = len(block) if end < 0 else end
+                if start not in starts:
+                    starts.add(start)
+                    _note_point(points, block[start:end])
+                at = block.find(marker, end)
+    # A line found by two markers is noted once per block (`starts`); lines never span blocks.
     return points
 
 
 class _Assessor:
-    def __init__(self, points: Counter[tuple[int, int]]) -> None:
+    def __init__(self, points: Counter[tuple[int, int]], evidence: Mapping[Any, str] | None = None) -> None:
         self.points = points
+        self.evidence = evidence or {}
         self.snapshots: dict[tuple[int, int], View] = {}
         self.run: str | None = None
         self.records = 0
         self.violations: list[Violation] = []
-        self.branches: dict[int, _Branch] = {0: _Branch(0, None, None, None)}
+        self._point_lsns: dict[int, set[int]] = {}
+        for b, lsn in points:
+            self._point_lsns.setdefault(b, set()).add(lsn)
+        self.branches: dict[int, _Branch] = {
+            0: _Branch(0, None, None, None, None, self._point_lsns.setdefault(0, set()))
+        }
         self.views: dict[int, View] = {0: View()}
         self.live = 0
-        self.world: dict[tuple[str, str], _WorldIntent] = {}
-        self.turns_first: dict[str, _TurnFirst] = {}
+        self.world: dict[tuple[str, str], _World] = {}
+        self.turns_first: dict[str, tuple[int, str | None, int]] = {}  # turn -> (line, lineage, branch)
         self.checkpoints: list[dict[str, Any]] = []
         self.line_no = 0
+        self._plans: dict[tuple[str, ...], tuple[str, ...]] = {_DEFAULT_PHASES: _DEFAULT_PHASES}
+        # "YYYY-MM-DDTHH:MM" of the last valid `at` (never a prefix of an invalid one: it starts empty but
+        # then no suffix is known, so the first time is always checked in full).
+        self._at_prefix = ""
+        self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
         self._take_snapshot(0, -1)
 
-    # -- helpers -----------------------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------------------------------
+    def add_point(self, branch: int, lsn: int) -> None:
+        """Ask for the fold of (branch, lsn) to be kept for a later fork or checkpoint (the writer uses
+        this to mark rewind points in advance)."""
+        self.points[(branch, lsn)] += 1
+        self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
+
     def _violate(self, code: str, branch: int | None, lsn: int | None, turn: str | None, detail: str) -> None:
         self.violations.append(Violation(code, branch, lsn, turn, detail, self.line_no))
 
@@ -216,13 +454,231 @@ class _Assessor:
 
     def _turn_violation(self, view: View, turn: str, code: str, branch: int, lsn: int, detail: str) -> None:
         state = view.writable(turn)
-        state.violations.append((code, branch, lsn, self.line_no))
+        state.violations += ((code, branch, lsn, self.line_no),)
         self._violate(code, branch, lsn, turn, detail)
 
-    # -- the main pass -----------------------------------------------------------------------------
+    def _world_violation(self, world: _World, code: str, b: int, ln: int, detail: str) -> None:
+        if world.violations is None:
+            world.violations = []
+        world.violations.append((self.line_no, code))
+        self._violate(code, b, ln, world.turn, detail)
+
+    def _at_ok(self, at: Any) -> bool:
+        """`at` is RFC 3339. A writer's times share their date, hour and minute with the previous record's
+        and repeat their seconds, so both halves are remembered once proven (the full check runs otherwise)."""
+        if at.__class__ is not str:
+            return False
+        if at.startswith(self._at_prefix) and at[16:] in self._at_suffixes:
+            return True
+        if not _valid_at(at):
+            return False
+        self._at_prefix = at[:16]
+        if len(self._at_suffixes) < _AT_CACHE_LIMIT:
+            self._at_suffixes.add(at[16:])
+        return True
+
+    # -- the main pass -------------------------------------------------------------------------------------
     def feed(self, line: bytes) -> None:
-        self.line_no += 1
-        parsed = parse_line(line)
+        """Fold one line (the writer and fold_state feed line by line)."""
+        self.feed_batch((line,))  # no block: each line is searched for float markers itself
+
+    def feed_batch(self, lines: Sequence[bytes], block: bytes | None = None) -> None:
+        """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
+
+        This is the hot path of every assessment (benchmarks/bench_engine.py). The per-line work that is
+        the same for every line runs as C-level maps over the whole batch (parse, canonical check, float
+        markers, sha256, the envelope's fields); the Python loop then only checks and folds. A record that a
+        conforming writer wrote and whose every check passes goes through straight-line code, with what it
+        needs held in local variables; the commonest fold steps (a new turn, the next phase, a first
+        dispatch, a readback, a terminal record) are inline. Anything else goes, before anything has been
+        changed, to _feed_general or _semantics, which classify precisely; tests/engine runs every path and
+        compares the results with an independent model."""
+        if _loads is None:  # pragma: no cover - installs without orjson
+            for line in lines:
+                self.line_no += 1
+                self._feed_general(line)
+            return
+        # Equal bytes prove: one value, canonical form, no duplicate key, no big integer turned float,
+        # nothing re-escaped. A float in orjson's spelling has a "." or an exponent with a sign ("1e+20",
+        # "1e-07"): a line with one of those takes the general path, which walks the object. A block
+        # without any of them has no float at all (one search instead of three per line).
+        prepared: Iterable[tuple[bytes, Any, Any, bool, int, str]]
+        try:
+            objs = list(map(_loads, lines))
+            envelopes = list(map(_ENVELOPE, objs))
+        except (_DecodeError, KeyError, TypeError):
+            prepared = _prepare_each(lines)  # a line that is not an object with an envelope: one by one
+        else:
+            if block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and block.find(b"e-") < 0:
+                marks: Iterable[int] = repeat(-1)
+            else:
+                marks = map(max, map(_FIND_DOT, lines), map(_FIND_PLUS, lines), map(_FIND_EXP, lines))
+            prepared = zip(  # noqa: B905 - `marks` may be endless (repeat); the others have one item per line
+                lines,
+                objs,
+                envelopes,
+                map(eq, map(_dumps_sorted, objs), lines),
+                marks,
+                map(_HEXDIGEST, map(_sha256, lines)),
+            )
+        absent, classes, outcomes, terminal_statuses = _ABSENT, _CLASSES, _OUTCOMES, TERMINAL_STATUSES
+        turns_first = self.turns_first
+        branches_get = self.branches.get
+        views = self.views
+        world = self.world
+        suffixes = self._at_suffixes
+        prefix = self._at_prefix
+        run = self.run
+        general = self._feed_general
+        semantics = self._semantics
+        n = self.line_no
+        fast = 0
+        for line, obj, (at, b, kind, ln, record_run, v), canonical, mark, record_digest in prepared:
+            n += 1
+            info = branches_get(b) if b.__class__ is int else None
+            if not (
+                canonical
+                and mark < 0
+                and record_run == run
+                and info is not None  # branches are created >= 0
+                and v.__class__ is int
+                and 0 < v < 3
+                and ln.__class__ is int
+                and ln == info.next_lsn  # so ln >= 0
+                and kind.__class__ is str
+                and kind in KINDS
+                and at.__class__ is str
+            ):
+                # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
+                # another type, out of sequence: not the common case.
+                self.line_no = n
+                general(line)
+                run = self.run
+                continue
+            if not (at.startswith(prefix) and at[16:] in suffixes):
+                if not self._at_ok(at):
+                    self.line_no = n
+                    general(line)
+                    continue
+                prefix = self._at_prefix
+            # record_digest: the raw bytes are the canonical bytes, so theirs is the record's digest.
+            expected = info.last_digest
+            view = views[b]
+            if (v == 2 and (obj.get("prev") != expected or (expected is None and "prev" in obj))) or (v < view.schema):
+                self.line_no = n
+                general(line, record_digest)
+                continue
+            # Every run-level check passed: fold.
+            fast += 1
+            view.schema = v
+            info.next_lsn = ln + 1
+            info.last_digest = record_digest
+            done_here = False
+            turn = obj.get("turn")
+            state = view.turns.get(turn) if turn.__class__ is str else None
+            if state is None:
+                if kind == "turn_planned" and turn.__class__ is str and turn and not view.unplanned:
+                    # A new turn on this timeline, with a lineage and the default or a well-formed plan.
+                    lineage = obj.get("lineage")
+                    raw = obj.get("phases" if v == 2 else "stages", absent)
+                    phases = _DEFAULT_PHASES if raw is absent else self._plan(raw)
+                    if phases is not None and lineage.__class__ is str and lineage:
+                        if turn not in turns_first:
+                            turns_first[turn] = (n, lineage, b)
+                        view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+                        done_here = True
+            elif state.terminal is not None:
+                pass  # a record after the terminal record: the general rules decide
+            elif kind == "phase_committed":
+                done = state.done
+                if done < len(state.phases) and state.phases[done] == obj.get("phase"):  # the next phase
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    state.done = done + 1
+                    done_here = True
+            elif kind == "effect_observed":
+                intent = obj.get("intent")
+                outcome = obj.get("outcome")
+                entry = world.get((turn, intent)) if intent.__class__ is str and intent else None
+                if entry is not None and entry.count and outcome.__class__ is str and outcome in outcomes:
+                    # A readback of the intent's latest dispatch, wherever that was made.
+                    entry.outcome = merge_outcome(entry.outcome, outcome)
+                    mine = state.intents.get(intent) if state.intents is not None else None
+                    if mine is not None:
+                        if state.gen != view.gen:
+                            state = view.writable(turn)
+                        intents: Any = state.intents
+                        intents[intent] = (mine[0], mine[1], mine[2], merge_outcome(mine[3], outcome))
+                    done_here = True
+            elif kind == "intent_dispatched":
+                intent = obj.get("intent")
+                effect_class = obj.get("effect_class")
+                key = obj.get("idempotency_key")
+                if (
+                    v == 2
+                    and intent.__class__ is str
+                    and intent
+                    and (turn, intent) not in world
+                    and effect_class.__class__ is str
+                    and effect_class in classes
+                    and (key.__class__ is str and key if effect_class == "idempotent" else key is None)
+                    and obj.get("args_digest", "").__class__ is str
+                ):
+                    # An intent's first dispatch, well formed: a new fact in the world ledger.
+                    entry = world[(turn, intent)] = _World(turn, intent, n)
+                    entry.count = 1
+                    entry.first_class = entry.effect_class = effect_class
+                    entry.first_key = entry.key = key
+                    entry.branch, entry.lsn = b, ln
+                    entry.firsts = (b, ln)
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    if state.intents is None:
+                        state.intents = {intent: (effect_class, key, 1, None)}
+                    else:
+                        state.intents[intent] = (effect_class, key, 1, None)
+                    done_here = True
+            elif kind == "turn_terminal":
+                status = obj.get("status")
+                if (
+                    status.__class__ is str
+                    and status in terminal_statuses
+                    and (status != "completed" or state.done == len(state.phases))
+                ):
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    state.terminal = status
+                    done_here = True
+            if not done_here:
+                self.line_no = n
+                semantics(obj, v, b, ln, view)
+            if ln in info.points:
+                self._take_snapshot(b, ln)
+        self.line_no = n
+        self.records += fast
+
+    def _plan(self, raw: Any) -> tuple[str, ...] | None:
+        """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
+        (turns usually share a few plans: memory grows with turns, not with their plans); else None."""
+        if raw.__class__ is not list or not raw:
+            return None
+        for name in raw:
+            if name.__class__ is not str or not name:
+                return None
+        if len(set(raw)) != len(raw):
+            return None
+        key = tuple(raw)
+        return self._plans.setdefault(key, key)
+
+    def _feed_general(self, line: bytes, canonical_digest: str | None = None) -> None:
+        """One line, any line: parsed strictly unless it is known canonical (then its digest is given)."""
+        if canonical_digest is not None or (_loads is not None and self._canonical(line)):
+            obj = _loads(line) if _loads is not None else None
+            assert isinstance(obj, dict)
+            self.records += 1
+            self._record(obj, None, "", canonical_digest or _sha256(line).hexdigest())
+            return
+        parsed = _strict(line)
         obj = parsed.obj
         if obj is None:
             # A torn line's branch and lsn are unknown (section 1): never repaired, never quoted.
@@ -231,100 +687,144 @@ class _Assessor:
             )
             return
         self.records += 1
-        self._record(obj, parsed)
+        self._record(obj, parsed.error, parsed.detail, parsed.digest)
 
-    def _record(self, obj: dict[str, Any], parsed: ParsedLine) -> None:
+    @staticmethod
+    def _canonical(line: bytes) -> bool:
+        """orjson reads the line as one object whose canonical bytes are the line, and it holds no float."""
+        assert _loads is not None
+        try:
+            obj = _loads(line)
+        except _DecodeError:
+            return False
+        return obj.__class__ is dict and _dumps(obj, option=_SORT_KEYS) == line and not _has_float(obj)
+
+    def _envelope_problem(self, obj: dict[str, Any], error: str | None, detail: str) -> tuple[str, str] | None:
+        """The first problem of a record's envelope (docs/engine.md, "check order"), or None."""
         n = self.line_no
-        branch, lsn = obj.get("branch"), obj.get("lsn")
-        envelope_ok = _is_int(branch) and branch >= 0 and _is_int(lsn) and lsn >= 0
-        b: int | None = branch if envelope_ok else None
-        ln: int | None = lsn if envelope_ok else None
-        raw_turn = obj.get("turn")
-        turn = raw_turn if type(raw_turn) is str else None
-        if turn is not None and parsed.error is not None:
-            # An invalid record's turn may hold a lone surrogate: it is then not named in the output, which
-            # must stay encodable (and never quotes what could not be read).
-            try:
-                turn.encode("utf-8")
-            except UnicodeEncodeError:
-                turn = None
-
-        problem: tuple[str, str] | None = None
         v = obj.get("v")
-        if parsed.error is not None:
-            problem = (Code.RECORD_INVALID, f"line {n}: {parsed.detail}")
-        elif not _is_int(v):
-            problem = (Code.RECORD_INVALID, f"line {n}: missing or non-integer schema version v")
-        elif v not in (1, 2):
-            problem = (Code.SCHEMA_UNSUPPORTED, f"line {n}: schema version {v} is not supported (1 or 2)")
-        elif type(obj.get("run")) is not str:
-            problem = (Code.RECORD_INVALID, f"line {n}: missing or non-string run")
-        elif not envelope_ok:
-            problem = (Code.RECORD_INVALID, f"line {n}: branch and lsn must be integers >= 0")
-        elif type(obj.get("kind")) is not str:
-            problem = (Code.RECORD_INVALID, f"line {n}: missing or non-string kind")
-        elif not _valid_at(obj.get("at")):
-            problem = (Code.RECORD_INVALID, f"line {n}: at is not an RFC 3339 time")
+        if error is not None:
+            return (Code.RECORD_INVALID, f"line {n}: {detail}")
+        if not _is_int(v):
+            return (Code.RECORD_INVALID, f"line {n}: missing or non-integer schema version v")
+        if v not in (1, 2):
+            return (Code.SCHEMA_UNSUPPORTED, f"line {n}: schema version {v} is not supported (1 or 2)")
+        if type(obj.get("run")) is not str:
+            return (Code.RECORD_INVALID, f"line {n}: missing or non-string run")
+        branch, lsn = obj.get("branch"), obj.get("lsn")
+        if not (_is_int(branch) and branch >= 0 and _is_int(lsn) and lsn >= 0):
+            return (Code.RECORD_INVALID, f"line {n}: branch and lsn must be integers >= 0")
+        if type(obj.get("kind")) is not str:
+            return (Code.RECORD_INVALID, f"line {n}: missing or non-string kind")
+        if not self._at_ok(obj.get("at")):
+            return (Code.RECORD_INVALID, f"line {n}: at is not an RFC 3339 time")
+        if self.run is None:
+            self.run = obj["run"]
+        elif obj["run"] != self.run:
+            return (Code.RUN_MISMATCH, f"line {n}: the record names another run than the first record")
+        if obj["kind"] not in KINDS:
+            return (Code.KIND_UNKNOWN, f"line {n}: unknown record kind")
+        return None
 
-        if problem is None:
-            if self.run is None:
-                self.run = obj["run"]
-            elif obj["run"] != self.run:
-                problem = (Code.RUN_MISMATCH, f"line {n}: the record names another run than the first record")
-        if problem is None and obj["kind"] not in KINDS:
-            problem = (Code.KIND_UNKNOWN, f"line {n}: unknown record kind")
-
+    def _record(self, obj: dict[str, Any], error: str | None, detail: str, record_digest: str | None) -> None:
+        v = obj.get("v")
+        branch = obj.get("branch")
+        lsn = obj.get("lsn")
+        kind = obj.get("kind")
+        problem: tuple[str, str] | None = None
+        if not (
+            # The common case, in one expression: a valid envelope of this run and a known kind.
+            error is None
+            and v.__class__ is int
+            and 0 < v < 3
+            and branch.__class__ is int
+            and branch >= 0
+            and lsn.__class__ is int
+            and lsn >= 0
+            and kind.__class__ is str
+            and kind in KINDS
+            and self.run is not None
+            and obj.get("run") == self.run
+            and self._at_ok(obj.get("at"))
+        ):
+            problem = self._envelope_problem(obj, error, detail)
+        envelope_ok = _is_int(branch) and branch >= 0 and _is_int(lsn) and lsn >= 0
         if problem is not None:
-            self._violate(problem[0], b, ln, turn, problem[1])
-        if b is None or ln is None:
+            self._violate(
+                problem[0],
+                branch if envelope_ok else None,
+                lsn if envelope_ok else None,
+                _turn_of(obj, error),
+                problem[1],
+            )
+        if not envelope_ok:
             return
-        assert branch is not None and lsn is not None
+        assert _is_int(branch) and _is_int(lsn)
+        b, ln = branch, lsn
 
         info = self.branches.get(b)
         if info is None:
-            self._violate(Code.FORK_INVALID, b, ln, turn, f"line {n}: branch {b} was not created by a fork")
+            self._violate(
+                Code.FORK_INVALID,
+                b,
+                ln,
+                _turn_of(obj, error),
+                f"line {self.line_no}: branch {b} was not created by a fork",
+            )
             return
         # lsn continuity per branch: 0, 1, 2, ... in file order.
-        if ln != info.next_lsn:
-            self._violate(Code.LSN_GAP, b, ln, turn, f"line {n}: lsn {ln} on branch {b}, expected {info.next_lsn}")
-        first_at_lsn = ln >= info.next_lsn
-        info.next_lsn = max(info.next_lsn, ln + 1)
+        first_at_lsn = True
+        if ln == info.next_lsn:
+            info.next_lsn = ln + 1
+        else:
+            self._lsn_gap(obj, info, b, ln, error)
+            first_at_lsn = ln > info.next_lsn
+            info.next_lsn = max(info.next_lsn, ln + 1)
         # The hash chain (v2 only; a v1 record's prev is ignored).
         if v == 2:
-            prev = obj.get("prev", None)
-            has_prev = "prev" in obj
-            if info.last_digest is None:
-                if has_prev:
-                    self._violate(
-                        Code.CHAIN_BROKEN, b, ln, turn, f"line {n}: prev present on the first record of branch 0"
+            expected = info.last_digest
+            if expected is None:
+                if "prev" in obj:
+                    self._chain(obj, b, ln, error, "prev present on the first record of branch 0")
+            elif obj.get("prev") != expected:
+                if "prev" not in obj:
+                    self._chain(obj, b, ln, error, "prev missing")
+                else:
+                    self._chain(
+                        obj, b, ln, error, f"prev does not match the digest of the previous record of branch {b}"
                     )
-            elif not has_prev:
-                self._violate(Code.CHAIN_BROKEN, b, ln, turn, f"line {n}: prev missing")
-            elif prev != info.last_digest:
-                self._violate(
-                    Code.CHAIN_BROKEN,
-                    b,
-                    ln,
-                    turn,
-                    f"line {n}: prev does not match the digest of the previous record of branch {b}",
-                )
-        info.last_digest = parsed.digest or hashlib.sha256(b"\x00invalid").hexdigest()
+        info.last_digest = record_digest or _INVALID_DIGEST
 
-        view = self.views[b]
-        if problem is None and _is_int(v):
-            if v < view.schema:
-                self._violate(
-                    Code.SCHEMA_REGRESSION,
-                    b,
-                    ln,
-                    turn,
-                    f"line {n}: a v{v} record after a v{view.schema} record on this timeline",
-                )
-            else:
-                view.schema = max(view.schema, v)
+        if problem is None:
+            assert _is_int(v)
+            view = self.views[b]
+            if v != view.schema:
+                if v < view.schema:
+                    turn = obj.get("turn")
+                    self._violate(
+                        Code.SCHEMA_REGRESSION,
+                        b,
+                        ln,
+                        turn if type(turn) is str else None,
+                        f"line {self.line_no}: a v{v} record after a v{view.schema} record on this timeline",
+                    )
+                else:
+                    view.schema = v
             self._semantics(obj, v, b, ln, view)
-        if first_at_lsn:
+        if first_at_lsn and ln in info.points:
             self._take_snapshot(b, ln)
+
+    def _lsn_gap(self, obj: dict[str, Any], info: _Branch, b: int, ln: int, error: str | None) -> None:
+        self._violate(
+            Code.LSN_GAP,
+            b,
+            ln,
+            _turn_of(obj, error),
+            f"line {self.line_no}: lsn {ln} on branch {b}, expected {info.next_lsn}",
+        )
+
+    def _chain(self, obj: dict[str, Any], b: int, ln: int, error: str | None, why: str) -> None:
+        self._violate(Code.CHAIN_BROKEN, b, ln, _turn_of(obj, error), f"line {self.line_no}: {why}")
 
     def _invalid(self, b: int, ln: int, turn: str | None, what: str) -> None:
         self._violate(Code.RECORD_INVALID, b, ln, turn, f"line {self.line_no}: {what}")
@@ -338,17 +838,17 @@ class _Assessor:
             self._checkpoint(obj, b, ln)
             return
         turn = obj.get("turn")
-        if not _nonempty_str(turn):
+        if turn.__class__ is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
             return
-        if kind == "turn_planned":
-            self._planned(obj, v, b, ln, view, turn)
-        elif kind == "phase_committed":
+        if kind == "phase_committed":
             self._phase(obj, b, ln, view, turn)
         elif kind == "intent_dispatched":
             self._dispatched(obj, v, b, ln, view, turn)
         elif kind == "effect_observed":
             self._observed(obj, b, ln, view, turn)
+        elif kind == "turn_planned":
+            self._planned(obj, v, b, ln, view, turn)
         else:
             self._terminal(obj, b, ln, view, turn)
 
@@ -370,11 +870,11 @@ class _Assessor:
         plan_field = "stages" if v == 1 else "phases"
         phases: tuple[str, ...] = _DEFAULT_PHASES
         if plan_field in obj:
-            raw = obj[plan_field]
-            if type(raw) is not list or not raw or not all(_nonempty_str(p) for p in raw) or len(set(raw)) != len(raw):
+            plan = self._plan(obj[plan_field])
+            if plan is None:
                 self._invalid(b, ln, turn, f"{plan_field} must be a non-empty list of distinct phase names")
                 return
-            phases = tuple(raw)
+            phases = plan
         lineage_raw = obj.get("lineage")
         if lineage_raw is not None and type(lineage_raw) is not str:
             self._invalid(b, ln, turn, "lineage must be a string")
@@ -382,11 +882,12 @@ class _Assessor:
         lineage = lineage_raw or None
         n = self.line_no
         if turn not in self.turns_first:
-            self.turns_first[turn] = _TurnFirst(n, lineage, b)
+            self.turns_first[turn] = (n, lineage, b)
         existing = view.turns.get(turn)
         if existing is None:
             state = view.turns[turn] = TurnState(lineage, phases, b, view.gen)
-            state.violations.extend(view.take_unplanned(turn))
+            if view.unplanned:
+                state.violations = view.take_unplanned(turn)
             if lineage is None:
                 self._turn_violation(view, turn, Code.LINEAGE_MISSING, b, ln, f"line {n}: the turn has no lineage")
             return
@@ -406,24 +907,28 @@ class _Assessor:
 
     def _phase(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
         phase = obj.get("phase")
+        state = view.turns.get(turn)
+        if state is not None and state.terminal is None:
+            done = state.done
+            if done < len(state.phases) and state.phases[done] == phase:  # the next phase of the plan
+                if state.gen != view.gen:
+                    state = view.writable(turn)
+                state.done = done + 1
+                return
         if not _nonempty_str(phase):
             self._invalid(b, ln, turn, "phase_committed needs a non-empty string phase")
             return
         n = self.line_no
-        if turn not in view.turns:
+        if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a phase of a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
-        state = view.turns[turn]
-        done = len(state.committed)
+        done = state.done
         expected = state.phases[done] if done < len(state.phases) else None
-        if phase == expected:
-            view.writable(turn).committed.append(phase)
-            return
         if phase not in state.phases:
             why = "a phase not in the plan"
-        elif phase in state.committed:
+        elif phase in state.phases[:done]:
             why = "a phase committed twice"
         else:
             why = f"out of order: {expected} is not committed yet"
@@ -431,52 +936,79 @@ class _Assessor:
 
     def _dispatched(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent = obj.get("intent")
-        if not _nonempty_str(intent):
+        if intent.__class__ is not str or not intent:
             self._invalid(b, ln, turn, "intent_dispatched needs a non-empty string intent")
             return
-        key: str | None = obj.get("idempotency_key")
-        if key is not None and type(key) is not str:
+        key = obj.get("idempotency_key")
+        if key is not None and key.__class__ is not str:
             self._invalid(b, ln, turn, "idempotency_key must be a string")
             return
-        if "args_digest" in obj and type(obj["args_digest"]) is not str:
+        if "args_digest" in obj and obj["args_digest"].__class__ is not str:
             self._invalid(b, ln, turn, "args_digest must be a string")
             return
         if v == 1:
             unsafe = obj.get("unsafe")
-            if type(unsafe) is not bool:
+            if unsafe.__class__ is not bool:
                 self._invalid(b, ln, turn, "a v1 intent_dispatched needs unsafe: true|false")
                 return
             effect_class = "unsafe" if unsafe else ("idempotent" if key else "safe")
         else:
             raw_class = obj.get("effect_class")
-            if raw_class not in ("safe", "idempotent", "unsafe"):
+            if raw_class.__class__ is not str or raw_class not in _CLASSES:
                 self._invalid(b, ln, turn, "effect_class must be safe, idempotent or unsafe")
                 return
-            effect_class = str(raw_class)
+            effect_class = raw_class
         key = key or None
         n = self.line_no
         # The world ledger: every dispatch is a fact, whatever the branch.
         wkey = (turn, intent)
         world = self.world.get(wkey)
         if world is None:
-            world = self.world[wkey] = _WorldIntent(turn, intent, n)
-        elif world.dispatches:
-            first = world.dispatches[0]
-            if effect_class != first.effect_class or key != first.key:
-                world.violations.append(
-                    (n, Code.INTENT_CONFLICT, b, ln, f"line {n}: a retry changed the intent's effect class or key")
+            world = self.world[wkey] = _World(turn, intent, n)
+        redispatch = False
+        if world.count == 0:
+            world.first_class, world.first_key = effect_class, key
+            world.firsts = (b, ln)
+        else:
+            if effect_class != world.first_class or key != world.first_key:
+                self._world_violation(
+                    world, Code.INTENT_CONFLICT, b, ln, f"line {n}: a retry changed the intent's effect class or key"
                 )
-                self._violate(
-                    Code.INTENT_CONFLICT, b, ln, turn, f"line {n}: a retry changed the intent's effect class or key"
-                )
-        world.dispatches.append(_Dispatch(b, ln, n, effect_class, key))
-        # The timeline.
-        if turn not in view.turns:
+            # The previous dispatch's readbacks are final now (a readback is about the latest dispatch).
+            previous = world.outcome
+            if world.bound is None and previous not in _DEFINITIVE:
+                world.bound = world.count - 1
+            if effect_class == "unsafe" and previous != "failed":
+                # Legal only when evidence says the previous dispatch did not happen, and only when it is
+                # the dispatch the evidence is about (so the evidence allows exactly one new dispatch).
+                found = self._evidence_for(turn, intent) if self.evidence else None
+                redispatch = not (found == Evidence.NOT_HAPPENED and world.bound == world.count - 1)
+            if b not in world.firsts[::2]:
+                world.firsts += (b, ln)
+        world.count += 1
+        world.branch, world.lsn, world.effect_class, world.key, world.outcome = b, ln, effect_class, key, None
+        self._timeline_dispatch(view, turn, intent, effect_class, key, b, ln)
+        if redispatch:
+            self._world_violation(
+                world,
+                Code.UNSAFE_REDISPATCH,
+                b,
+                ln,
+                f"line {n}: an unsafe intent dispatched again while its previous dispatch may have happened",
+            )
+
+    def _timeline_dispatch(
+        self, view: View, turn: str, intent: str, effect_class: str, key: str | None, b: int, ln: int
+    ) -> None:
+        n = self.line_no
+        state = view.turns.get(turn)
+        if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: an intent of a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
-        state = view.writable(turn)
+        if state.gen != view.gen:
+            state = view.writable(turn)
         if effect_class == "idempotent" and key is None:
             self._turn_violation(
                 view,
@@ -486,47 +1018,50 @@ class _Assessor:
                 ln,
                 f"line {n}: an idempotent intent without an idempotency key",
             )
-        entry = state.intents.get(intent)
+        intents = state.intents
+        if intents is None:
+            state.intents = {intent: (effect_class, key, 1, None)}
+            return
+        entry = intents.get(intent)
         if entry is None:
-            state.intents[intent] = [effect_class, key, 1, None]
+            intents[intent] = (effect_class, key, 1, None)
         else:
-            entry[2] += 1
-            entry[3] = None
+            intents[intent] = (entry[0], entry[1], entry[2] + 1, None)
 
     def _observed(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
         intent, outcome = obj.get("intent"), obj.get("outcome")
-        if not _nonempty_str(intent):
+        if intent.__class__ is not str or not intent:
             self._invalid(b, ln, turn, "effect_observed needs a non-empty string intent")
             return
-        if outcome not in _OUTCOMES:
+        if outcome.__class__ is not str or outcome not in _OUTCOMES:
             self._invalid(b, ln, turn, "outcome must be succeeded, failed or unknown")
             return
         n = self.line_no
         world = self.world.get((turn, intent))
-        if world is None or not world.dispatches:
+        if world is None or not world.count:
             if world is None:
-                world = self.world[(turn, intent)] = _WorldIntent(turn, intent, n)
-            world.violations.append(
-                (n, Code.INTENT_UNKNOWN, b, ln, f"line {n}: a readback of an intent never dispatched")
+                world = self.world[(turn, intent)] = _World(turn, intent, n)
+            self._world_violation(
+                world, Code.INTENT_UNKNOWN, b, ln, f"line {n}: a readback of an intent never dispatched"
             )
-            self._violate(Code.INTENT_UNKNOWN, b, ln, turn, f"line {n}: a readback of an intent never dispatched")
         else:
             # A readback is of the intent's latest dispatch before it, wherever it was recorded.
-            latest = world.dispatches[-1]
-            latest.outcome = merge_outcome(latest.outcome, outcome)
-        if turn not in view.turns:
+            world.outcome = merge_outcome(world.outcome, outcome)
+        state = view.turns.get(turn)
+        if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a readback for a turn not planned on this timeline")
             return
         if self._after_terminal(view, turn, b, ln):
             return
-        entry = view.turns[turn].intents.get(intent)
+        entry: IntentEntry | None = state.intents.get(intent) if state.intents is not None else None
         if entry is not None:
-            entry = view.writable(turn).intents[intent]
-            entry[3] = merge_outcome(entry[3], outcome)
+            state = view.writable(turn)
+            assert state.intents is not None
+            state.intents[intent] = (entry[0], entry[1], entry[2], merge_outcome(entry[3], outcome))
 
     def _terminal(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
         status = obj.get("status")
-        if status not in TERMINAL_STATUSES:
+        if status.__class__ is not str or status not in TERMINAL_STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
             return
         n = self.line_no
@@ -537,14 +1072,14 @@ class _Assessor:
             return
         state = view.writable(turn)
         state.terminal = status
-        if status == "completed" and len(state.committed) != len(state.phases):
+        if status == "completed" and state.done != len(state.phases):
             self._turn_violation(
                 view,
                 turn,
                 Code.STATUS_PHASE_MISMATCH,
                 b,
                 ln,
-                f"line {n}: completed with {len(state.phases) - len(state.committed)} phase(s) uncommitted",
+                f"line {n}: completed with {len(state.phases) - state.done} phase(s) uncommitted",
             )
 
     def _fork(self, obj: dict[str, Any], b: int, ln: int) -> None:
@@ -568,8 +1103,9 @@ class _Assessor:
             self._violate(Code.FORK_INVALID, b, ln, None, f"line {n}: {why}")
             return
         assert base is not None
-        digest_of_fork = digest(obj)
-        self.branches[new_branch] = _Branch(new_branch, b, from_lsn, ln, 0, digest_of_fork)
+        self.branches[new_branch] = _Branch(
+            new_branch, b, from_lsn, ln, digest(obj), self._point_lsns.setdefault(new_branch, set())
+        )
         self.branches[b].discarded_from = from_lsn
         base.gen = next_generation()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base
@@ -586,9 +1122,9 @@ class _Assessor:
         if -1 <= covers < ln:
             snap = self._use_snapshot(b, covers)
             if snap is not None:
-                ok = digest(snap.to_canonical()) == state_digest
+                ok = snap.digest() == state_digest
                 if ok and "state" in obj:
-                    ok = digest(obj["state"]) == state_digest
+                    ok = digest_no_float(obj["state"]) == state_digest  # a valid record holds no float
         self.checkpoints.append({"branch": b, "lsn": ln, "covers_lsn": covers, "verified": ok})
         if not ok:
             self._violate(
@@ -599,8 +1135,12 @@ class _Assessor:
                 f"line {n}: the checkpoint's state digest does not match the re-fold through lsn {covers}",
             )
 
-    # -- deciding ----------------------------------------------------------------------------------
-    def finish(self, expect: Mapping[int, int], evidence: EvidenceMap) -> Assessment:
+    # -- deciding ----------------------------------------------------------------------------------------
+    def _evidence_for(self, turn: str, intent: str) -> str | None:
+        found = self.evidence.get((turn, intent))
+        return found if found is not None else self.evidence.get(intent)
+
+    def finish(self, expect: Mapping[int, int]) -> Assessment:
         end_line = self.line_no + 1
         for branch, expected in sorted(expect.items()):
             info = self.branches.get(branch)
@@ -618,22 +1158,47 @@ class _Assessor:
                 )
 
         live_cut = self._live_cut()
-        world_by_turn: dict[str, list[_WorldIntent]] = {}
-        for w in self.world.values():
-            world_by_turn.setdefault(w.turn, []).append(w)
-            self._unsafe_retries(w, evidence)
         self.violations.sort(key=lambda x: x.line)  # stable: file order, ties in order found
-
         run_level = next((x for x in self.violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
         if run_level is None:
             run_level = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
 
-        live_view = self.views[self.live]
-        decisions: list[TurnDecision] = []
-        for turn, first in sorted(self.turns_first.items(), key=lambda item: item[1].line):
-            decisions.append(
-                self._decide(turn, first, live_view, live_cut, world_by_turn.get(turn, []), evidence, run_level)
+        # A turn's intents, in order of first dispatch (the ledger's insertion order is file order).
+        intents_of: dict[str, list[IntentView]] = {}
+        blocking: dict[str, list[tuple[int, str]]] = {}  # world-ledger violations per turn
+        resolve = self._resolve
+        for w in self.world.values():
+            if w.violations:
+                blocking.setdefault(w.turn, []).extend(w.violations)
+            if not w.count:
+                continue
+            firsts = w.firsts
+            if len(firsts) == 2:
+                live = firsts[1] <= live_cut.get(firsts[0], -1)
+            else:
+                live = any(firsts[i + 1] <= live_cut.get(firsts[i], -1) for i in range(0, len(firsts), 2))
+            view = new_intent_view(w.intent, w.effect_class, w.branch, live, resolve(w), w.key, w.count, w.outcome)
+            mine = intents_of.get(w.turn)
+            if mine is None:
+                intents_of[w.turn] = [view]
+            else:
+                mine.append(view)
+
+        live_turns = self.views[self.live].turns
+        decide = self._decide
+        no_intents: list[IntentView] = []
+        # turns_first is in order of first planning (insertion order is file order).
+        decisions = [
+            decide(
+                turn,
+                first,
+                live_turns.get(turn),
+                intents_of.get(turn, no_intents),
+                blocking.get(turn),
+                run_level,
             )
+            for turn, first in self.turns_first.items()
+        ]
         branch_views = tuple(
             BranchView(
                 branch=i.branch,
@@ -666,86 +1231,42 @@ class _Assessor:
             info = self.branches[info.parent]
         return cut
 
-    @staticmethod
-    def _evidence_for(evidence: EvidenceMap, w: _WorldIntent) -> str | None:
-        found = evidence.get((w.turn, w.intent), evidence.get(w.intent))
-        return str(found.value if isinstance(found, Evidence) else found) if found is not None else None
-
-    @staticmethod
-    def _bound(w: _WorldIntent) -> int | None:
-        """Operator evidence is about the intent's first dispatch without a definitive readback."""
-        for i, d in enumerate(w.dispatches):
-            if d.outcome not in _DEFINITIVE:
-                return i
-        return None
-
-    def _unsafe_retries(self, w: _WorldIntent, evidence: EvidenceMap) -> None:
-        found = self._evidence_for(evidence, w)
-        bound = self._bound(w)
-        for i in range(1, len(w.dispatches)):
-            d, prev = w.dispatches[i], w.dispatches[i - 1]
-            if d.effect_class != "unsafe":
-                continue
-            if prev.outcome == "failed" or (bound == i - 1 and found == Evidence.NOT_HAPPENED):
-                continue
-            detail = f"line {d.line}: an unsafe intent dispatched again while its previous dispatch may have happened"
-            w.violations.append((d.line, Code.UNSAFE_REDISPATCH, d.branch, d.lsn, detail))
-            self.violations.append(Violation(Code.UNSAFE_REDISPATCH, d.branch, d.lsn, w.turn, detail, d.line))
-
-    def _resolve(self, w: _WorldIntent, evidence: EvidenceMap) -> str:
-        latest = w.dispatches[-1]
-        if latest.outcome in _DEFINITIVE:
+    def _resolve(self, w: _World) -> str:
+        if w.outcome in _DEFINITIVE:
             return Resolution.SETTLED
-        found = self._evidence_for(evidence, w)
-        if found is not None and self._bound(w) == len(w.dispatches) - 1:
+        found = self._evidence_for(w.turn, w.intent) if self.evidence else None
+        if found is not None and w.evidence_bound() == w.count - 1:
             if found == Evidence.HAPPENED:
                 return Resolution.SETTLED
             if found == Evidence.NOT_HAPPENED:
                 return Resolution.REPLAY
-        return {
-            EffectClass.SAFE: Resolution.REPLAY,
-            EffectClass.IDEMPOTENT: Resolution.REISSUE,
-        }.get(EffectClass(latest.effect_class), Resolution.INDETERMINATE)
+        if w.effect_class == "safe":
+            return Resolution.REPLAY
+        if w.effect_class == "idempotent":
+            return Resolution.REISSUE
+        return Resolution.INDETERMINATE
 
     def _decide(
         self,
         turn: str,
-        first: _TurnFirst,
-        live_view: View,
-        live_cut: dict[int, float],
-        worlds: list[_WorldIntent],
-        evidence: EvidenceMap,
+        first: tuple[int, str | None, int],
+        state: TurnState | None,
+        intents: list[IntentView],
+        world_violations: list[tuple[int, str]] | None,
         run_level: Violation | None,
     ) -> TurnDecision:
-        state = live_view.turns.get(turn)
-        intents: list[IntentView] = []
-        for w in sorted(worlds, key=lambda w: w.first_line):
-            if not w.dispatches:
-                continue
-            latest = w.dispatches[-1]
-            live = any(d.lsn <= live_cut.get(d.branch, -1) for d in w.dispatches)
-            intents.append(
-                IntentView(
-                    w.intent,
-                    latest.effect_class,
-                    latest.branch,
-                    live,
-                    self._resolve(w, evidence),
-                    latest.key,
-                    len(w.dispatches),
-                    latest.outcome,
-                )
-            )
+        """The first rule of section 6 that applies to the turn (`state`: its fold on the live timeline)."""
         if state is None:
             # Planned only on a discarded suffix: evidence, never resumed (rule 2 unless the run is blocked).
-            home = self.views[first.branch].turns.get(turn)
-            completed = tuple(home.committed) if home else ()
+            _, first_lineage, first_branch = first
+            home = self.views[first_branch].turns.get(turn)
+            completed = home.committed if home else ()
             phases = home.phases if home else ()
             if run_level is not None:
-                return TurnDecision(
+                return new_turn_decision(
                     turn,
-                    first.lineage,
-                    first.branch,
+                    first_lineage,
+                    first_branch,
                     Decision.BLOCKED,
                     None,
                     run_level.code,
@@ -755,10 +1276,10 @@ class _Assessor:
                     None,
                     run_level.line,
                 )
-            return TurnDecision(
+            return new_turn_decision(
                 turn,
-                first.lineage,
-                first.branch,
+                first_lineage,
+                first_branch,
                 Decision.DISCARDED,
                 None,
                 None,
@@ -766,43 +1287,48 @@ class _Assessor:
                 tuple(intents),
                 phases,
                 home.terminal if home else None,
+                None,
             )
-        completed = tuple(state.committed)
-        live_state = state
-
-        def make(
-            decision: Decision, resume_from: str | None = None, reason: str | None = None, line: int | None = None
-        ) -> TurnDecision:
-            return TurnDecision(
-                turn,
-                live_state.lineage,
-                live_state.plan_branch,
-                decision,
-                resume_from,
-                reason,
-                completed,
-                tuple(intents),
-                live_state.phases,
-                live_state.terminal,
-                line,
-            )
-
+        decision = Decision.RESUME
+        resume_from: str | None = None
+        reason: str | None = None
+        line: int | None = None
         if run_level is not None:
-            return make(Decision.BLOCKED, reason=run_level.code, line=run_level.line)
-        turn_level = [(line, code) for code, _b, _l, line in state.violations]
-        for w in worlds:
-            turn_level.extend((line, code) for line, code, *_ in w.violations)
-        if turn_level:
-            line, code = min(turn_level, key=lambda item: item[0])
-            return make(Decision.BLOCKED, reason=code, line=line)
-        for iv in intents:
-            if iv.live and iv.resolution == Resolution.INDETERMINATE:
-                return make(Decision.BLOCKED, reason=EFFECT_INDETERMINATE)
-        if state.terminal is not None:
-            return make(Decision.COMPLETE)
-        if len(completed) == len(state.phases):
-            return make(Decision.FINALIZE)
-        return make(Decision.RESUME, resume_from=state.phases[len(completed)])
+            decision, reason, line = Decision.BLOCKED, run_level.code, run_level.line
+        elif state.violations or world_violations:
+            turn_level = [(at, code) for code, _b, _l, at in state.violations]
+            turn_level.extend(world_violations or ())
+            line, reason = min(turn_level, key=lambda item: item[0])
+            decision = Decision.BLOCKED
+        elif intents and _indeterminate(intents):
+            decision, reason = Decision.BLOCKED, EFFECT_INDETERMINATE
+        elif state.terminal is not None:
+            decision = Decision.COMPLETE
+        elif state.done == len(state.phases):
+            decision = Decision.FINALIZE
+        else:
+            resume_from = state.phases[state.done]
+        return new_turn_decision(
+            turn,
+            state.lineage,
+            state.plan_branch,
+            decision,
+            resume_from,
+            reason,
+            state.committed,
+            tuple(intents),
+            state.phases,
+            state.terminal,
+            line,
+        )
+
+
+def _indeterminate(intents: list[IntentView]) -> bool:
+    """Rule 4: a live intent whose latest dispatch is unsafe and unresolved."""
+    for iv in intents:
+        if iv.live and iv.resolution == Resolution.INDETERMINATE:
+            return True
+    return False
 
 
 def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, str]:
@@ -810,6 +1336,20 @@ def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, str]:
     for key, value in (evidence or {}).items():
         out[key] = Evidence(value.value if isinstance(value, Evidence) else value).value
     return out
+
+
+class _NoCycleCollection:
+    """The fold allocates millions of small objects that never form cycles; the cyclic garbage collector
+    would walk all of them again and again (a third of the run time on large journals) to find nothing.
+    Reference counting frees everything as usual; the collector is re-enabled (if it was on) afterwards."""
+
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was_enabled:
+            gc.enable()
 
 
 def assess(
@@ -821,11 +1361,13 @@ def assess(
     """Assess a journal. ``source``: a path, a sequence of lines (bytes, no newline) in file order, or a
     callable returning a fresh iterable of lines. ``expect``: branch -> expected high-water lsn.
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
-    lines = iter_lines(source)
-    assessor = _Assessor(_prescan(lines()))
-    for line in lines():
-        assessor.feed(line)
-    return assessor.finish(dict(expect or {}), _normalise_evidence(evidence))
+    reader = _Reader(source)
+    normalised = _normalise_evidence(evidence)
+    with _NoCycleCollection():
+        assessor = _Assessor(reader.prescan(), normalised)
+        for block, lines in reader.chunks():
+            assessor.feed_batch(lines, block)
+        return assessor.finish(dict(expect or {}))
 
 
 assess_path = assess
@@ -834,15 +1376,19 @@ assess_path = assess
 def fold_state(source: Source, branch: int, through_lsn: int) -> dict[str, Any]:
     """The canonical fold of ``branch``'s timeline through its own ``through_lsn`` (-1: only what it
     inherited). A runtime writes ``digest(fold_state(...))`` as a checkpoint's ``state_digest``."""
-    lines = iter_lines(source)
-    points = _prescan(lines())
+    reader = _Reader(source)
+    points = reader.prescan()
     points[(branch, through_lsn)] += 1
     assessor = _Assessor(points)
-    for line in lines():
-        assessor.feed(line)
-        snap = assessor.snapshots.get((branch, through_lsn))
-        if snap is not None:
-            return snap.to_canonical()
+    snap = assessor.snapshots.get((branch, through_lsn))  # (0, -1): the empty timeline, before any line
+    if snap is not None:
+        return snap.to_canonical()
+    for batch in reader.batches():
+        for line in batch:
+            assessor.feed(line)
+            snap = assessor.snapshots.get((branch, through_lsn))
+            if snap is not None:
+                return snap.to_canonical()
     raise ValueError(f"branch {branch} has no lsn {through_lsn} in this journal")
 
 
@@ -853,7 +1399,7 @@ def rebuild_state(state: Mapping[str, Any], records_above: Iterable[bytes]) -> d
     view = View.from_canonical(dict(state))
     for line in records_above:
         assessor.line_no += 1
-        parsed = parse_line(line)
+        parsed = _strict(line)
         obj = parsed.obj
         if obj is None or parsed.error is not None or not _is_int(obj.get("v")):
             raise ValueError(f"record {assessor.line_no} above the checkpoint is not a valid record")

@@ -8,7 +8,7 @@ Bytes in, never guessed. A line is classified as one of:
 Speed: the common case is a writer that already emits canonical bytes. orjson parses that line and its
 canonical re-serialisation is compared with the raw bytes; equality proves there was no duplicate key and
 no out-of-range integer (orjson would have changed either). Everything else takes the strict stdlib path,
-which is slower but classifies precisely. Both paths give identical results (tests/engine/test_canonical.py
+which is slower but classifies precisely. Both paths give identical results (tests/engine/test_receipt.py
 checks the equivalence with Hypothesis).
 """
 
@@ -38,6 +38,26 @@ def canonical_bytes(obj: Any) -> bytes:
 def digest(obj: Any) -> str:
     """sha256 hex of the canonical bytes; the chain's ``prev`` and checkpoints' ``state_digest``."""
     return hashlib.sha256(canonical_bytes(obj)).hexdigest()
+
+
+def canonical_bytes_no_float(obj: Any) -> bytes:
+    """The canonical bytes of a value that holds no float (a fold, a checkpoint's state), fast.
+
+    orjson with sorted keys writes exactly the contract's bytes for strings, integers, booleans, null,
+    lists and objects with string keys (tests/engine/test_receipt.py checks it with Hypothesis); floats it
+    spells differently ("0.00001" for 1e-05), which is why a value with floats must not come here. What
+    orjson refuses (an integer beyond 64 bits, nesting beyond its limit, a non-string key) takes the
+    formula itself."""
+    if _HAVE_ORJSON:
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
+    return canonical_bytes(obj)
+
+
+def digest_no_float(obj: Any) -> str:
+    return hashlib.sha256(canonical_bytes_no_float(obj)).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,25 +12,39 @@ The canonical form (docs/engine.md, "The canonical fold") is::
      "turns": [                                    # sorted by turn id
         {"turn", "lineage", "phases", "committed", "terminal",
          "intents": [{"intent", "effect_class", "idempotency_key", "dispatches", "outcome"}],  # first dispatch order
-         "violations": [{"code", "branch", "lsn"}]}]}                                           # timeline order
+         "violations": [{"code", "branch", "lsn"}]}],                                          # timeline order
+     "unplanned": [{"turn", "code", "branch", "lsn"}]}  # unknown_turn of turns not planned (yet), timeline order
 
 A checkpoint's ``state_digest`` is ``digest(fold)`` of its timeline through ``covers_lsn``.
 
 Effects are facts about the world, not about a branch: retries across branches, readbacks recorded on
 another branch, ``intent_unknown``/``intent_conflict``/``unsafe_redispatch`` are decided by the world ledger
 (assess.py), which is rebuilt from every record, not carried in a timeline fold.
+
+Memory: one ``TurnState`` per turn and timeline, whatever the number of records that name it. Committed
+phases are a count (they are always a prefix of the plan), intents are immutable tuples in a dict created
+on the first dispatch, violations a tuple (usually empty, shared).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from .canonical import canonical_bytes_no_float
 from .types import Code
 
 # Copy-on-write: a TurnState may be shared by several views (a snapshot taken for a fork or checkpoint
 # shares the live view's objects). Each view has a generation; a state whose generation differs from its
 # view's is copied before the first write. Snapshots bump the view's generation.
 _GENERATION = 0
+
+# An intent on a timeline: (effect_class, idempotency_key, dispatches on this timeline, merged outcome of
+# the latest dispatch). Immutable, so a copied TurnState can share them.
+IntentEntry = tuple[str, str | None, int, str | None]
+# A turn-level violation on a timeline: (code, branch, lsn, line). `line` orders it against world-ledger
+# violations and is not part of the canonical form.
+TurnViolation = tuple[str, int, int, int]
 
 
 def next_generation() -> int:
@@ -40,32 +54,30 @@ def next_generation() -> int:
 
 
 class TurnState:
-    __slots__ = ("lineage", "phases", "committed", "terminal", "intents", "violations", "plan_branch", "gen")
+    __slots__ = ("lineage", "phases", "done", "terminal", "intents", "violations", "plan_branch", "gen", "canon")
 
-    def __init__(
-        self,
-        lineage: str | None,
-        phases: tuple[str, ...],
-        plan_branch: int,
-        gen: int,
-    ) -> None:
+    def __init__(self, lineage: str | None, phases: tuple[str, ...], plan_branch: int, gen: int) -> None:
         self.lineage = lineage
         self.phases = phases
-        self.committed: list[str] = []
+        self.done = 0  # committed phases: always phases[:done]
         self.terminal: str | None = None
-        # intent id -> [effect_class, idempotency_key, dispatches on this timeline, outcome of the latest]
-        self.intents: dict[str, list[Any]] = {}
-        # (code, branch, lsn, line): line orders them against world-ledger violations; not in the canonical form
-        self.violations: list[tuple[str, int, int, int]] = []
+        self.intents: dict[str, IntentEntry] | None = None
+        self.violations: tuple[TurnViolation, ...] = ()
         self.plan_branch = plan_branch
         self.gen = gen
+        # Its canonical bytes, kept once the state can no longer change (see View.digest).
+        self.canon: bytes | None = None
+
+    @property
+    def committed(self) -> tuple[str, ...]:
+        return self.phases[: self.done]
 
     def copy(self, gen: int) -> TurnState:
         other = TurnState(self.lineage, self.phases, self.plan_branch, gen)
-        other.committed = list(self.committed)
+        other.done = self.done
         other.terminal = self.terminal
-        other.intents = {k: list(v) for k, v in self.intents.items()}
-        other.violations = list(self.violations)
+        other.intents = dict(self.intents) if self.intents is not None else None
+        other.violations = self.violations
         return other
 
     def to_canonical(self, turn: str) -> dict[str, Any]:
@@ -73,11 +85,11 @@ class TurnState:
             "turn": turn,
             "lineage": self.lineage,
             "phases": list(self.phases),
-            "committed": list(self.committed),
+            "committed": list(self.phases[: self.done]),
             "terminal": self.terminal,
             "intents": [
                 {"intent": i, "effect_class": c, "idempotency_key": k, "dispatches": n, "outcome": o}
-                for i, (c, k, n, o) in self.intents.items()
+                for i, (c, k, n, o) in (self.intents or {}).items()
             ],
             "violations": [{"code": c, "branch": b, "lsn": ln} for c, b, ln, _ in self.violations],
         }
@@ -86,13 +98,17 @@ class TurnState:
     def from_canonical(cls, item: dict[str, Any], gen: int) -> TurnState:
         # plan_branch is not part of the canonical form; a rebuilt state only needs it for display.
         state = cls(item["lineage"], tuple(item["phases"]), -1, gen)
-        state.committed = list(item["committed"])
+        committed = list(item["committed"])
+        if committed != list(state.phases[: len(committed)]):
+            raise ValueError("a checkpoint state whose committed phases are not a prefix of the plan")
+        state.done = len(committed)
         state.terminal = item["terminal"]
-        state.intents = {
-            i["intent"]: [i["effect_class"], i["idempotency_key"], i["dispatches"], i["outcome"]]
+        intents = {
+            i["intent"]: (i["effect_class"], i["idempotency_key"], i["dispatches"], i["outcome"])
             for i in item["intents"]
         }
-        state.violations = [(v["code"], v["branch"], v["lsn"], 0) for v in item["violations"]]
+        state.intents = intents or None
+        state.violations = tuple((v["code"], v["branch"], v["lsn"], 0) for v in item["violations"])
         return state
 
 
@@ -120,12 +136,12 @@ class View:
         self.gen = next_generation()
         return snap
 
-    def take_unplanned(self, turn: str) -> list[tuple[str, int, int, int]]:
+    def take_unplanned(self, turn: str) -> tuple[TurnViolation, ...]:
         """Remove and return (code, branch, lsn, line) of the violations that named ``turn`` before its
         planning on this timeline."""
         if not self.unplanned:
-            return []
-        mine = [(c, b, ln, line) for t, c, b, ln, line in self.unplanned if t == turn]
+            return ()
+        mine = tuple((c, b, ln, line) for t, c, b, ln, line in self.unplanned if t == turn)
         if mine:
             self.unplanned = tuple(item for item in self.unplanned if item[0] != turn)
         return mine
@@ -136,6 +152,30 @@ class View:
             state = state.copy(self.gen)
             self.turns[turn] = state
         return state
+
+    def digest(self) -> str:
+        """``digest(self.to_canonical())``, without building the whole form: each turn's canonical bytes
+        are computed once and kept on its TurnState as soon as the state can no longer change, i.e. when
+        its generation is not this view's (a state shared with a snapshot is copied before any write, so
+        it stays as it is for good). A checkpoint then costs the turns that changed since the last one,
+        plus one sha256 over the joined bytes. The top-level keys are written in their sorted order."""
+        gen = self.gen
+        turns = self.turns
+        parts = []
+        for turn in sorted(turns):
+            state = turns[turn]
+            canon = state.canon
+            if canon is None:
+                canon = canonical_bytes_no_float(state.to_canonical(turn))
+                if state.gen != gen:
+                    # A right-sized copy: orjson's result keeps its whole (4 KiB) write buffer.
+                    canon = state.canon = bytes(memoryview(canon))
+            parts.append(canon)
+        unplanned = [{"turn": t, "code": c, "branch": b, "lsn": ln} for t, c, b, ln, _ in self.unplanned]
+        h = hashlib.sha256(b'{"schema":%d,"turns":[' % self.schema)
+        h.update(b",".join(parts))
+        h.update(b'],"unplanned":' + canonical_bytes_no_float(unplanned) + b"}")
+        return h.hexdigest()
 
     def to_canonical(self) -> dict[str, Any]:
         return {
@@ -171,5 +211,6 @@ TIMELINE_CODES = frozenset(
         Code.PHASE_PREFIX_VIOLATION,
         Code.STATUS_PHASE_MISMATCH,
         Code.IDEMPOTENCY_KEY_MISSING,
+        Code.UNKNOWN_TURN,
     }
 )

@@ -52,8 +52,7 @@ class JournalWriter:
         self.next_lsn: dict[int, int] = {0: 0}
         self.last_digest: dict[int, str | None] = {0: None}
         # The writer folds what it writes, so that checkpoints cost O(turns), not O(records).
-        self._points: Counter[tuple[int, int]] = Counter()
-        self._fold = _Assessor(self._points)
+        self._fold = _Assessor(Counter())
 
     # -- low level -------------------------------------------------------------------------------
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -93,7 +92,7 @@ class JournalWriter:
     def mark(self) -> int:
         """Register the next record of the live branch as a future rewind point; returns its lsn."""
         lsn = self.next_lsn[self.branch]
-        self._points[(self.branch, lsn)] += 1
+        self._fold.add_point(self.branch, lsn)
         return lsn
 
     # -- records ---------------------------------------------------------------------------------
@@ -145,8 +144,8 @@ class JournalWriter:
             self._fold.snapshots[(parent, from_lsn)] = View.from_canonical(
                 fold_state(list(self.lines), parent, from_lsn)
             )
-            self._points[(parent, from_lsn)] += 1
-        self._points[(new_branch, -1)] += 1
+            self._fold.add_point(parent, from_lsn)
+        self._fold.add_point(new_branch, -1)
         self.append("fork", new_branch=new_branch, from_lsn=from_lsn, reason=reason)
         fork_digest = self.last_digest[parent]
         self.highest = new_branch
@@ -157,13 +156,15 @@ class JournalWriter:
 
     def checkpoint(self, *, with_state: bool = False) -> dict[str, Any]:
         """A checkpoint of the live timeline through its latest record."""
-        state = self._fold.views[self.branch].to_canonical()
-        fields: dict[str, Any] = {"covers_lsn": self.next_lsn[self.branch] - 1, "state_digest": digest(state)}
+        covers = self.next_lsn[self.branch] - 1
+        # The point is current: keep its fold, so the writer's own fold verifies the checkpoint like a
+        # reader would (and the digest is computed on the snapshot, whose turn states no longer change).
+        snap = self._fold.views[self.branch].snapshot()
+        self._fold.add_point(self.branch, covers)
+        self._fold.snapshots[(self.branch, covers)] = snap
+        fields: dict[str, Any] = {"covers_lsn": covers, "state_digest": snap.digest()}
         if with_state:
-            fields["state"] = state
-        # The point is current: register it so the writer's own fold verifies it like a reader would.
-        self._points[(self.branch, fields["covers_lsn"])] += 1
-        self._fold.snapshots[(self.branch, fields["covers_lsn"])] = self._fold.views[self.branch].snapshot()
+            fields["state"] = snap.to_canonical()
         return self.append("checkpoint", **fields)
 
     # -- output ----------------------------------------------------------------------------------

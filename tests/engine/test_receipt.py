@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -245,6 +246,8 @@ ENVELOPE_BREAKS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "lsn-bool": ({"lsn": False}, ()),
     "kind-missing": ({}, ("kind",)),
     "kind-int": ({"kind": 3}, ()),
+    "kind-list": ({"kind": ["fork"]}, ()),
+    "run-list": ({"run": ["run-1"]}, ()),
     "at-missing": ({}, ("at",)),
     "at-int": ({"at": 1767225600}, ()),
     "at-words": ({"at": "yesterday"}, ()),
@@ -318,6 +321,17 @@ KIND_BREAKS: dict[str, tuple[str, dict[str, Any]]] = {
     "checkpoint-no-digest": ("checkpoint", {"covers_lsn": 0}),
     "checkpoint-no-covers": ("checkpoint", {"state_digest": "00"}),
     "checkpoint-int-digest": ("checkpoint", {"covers_lsn": 0, "state_digest": 0}),
+    # Values that cannot even be compared with the allowed words (unhashable): invalid, never a crash.
+    "terminal-list-status": ("turn_terminal", {"turn": "t1", "status": ["failed"]}),
+    "observed-object-outcome": ("effect_observed", {"turn": "t1", "intent": "i", "outcome": {"failed": 1}}),
+    "dispatch-list-class": ("intent_dispatched", {"turn": "t1", "intent": "i", "effect_class": ["safe"]}),
+    "dispatch-object-key": (
+        "intent_dispatched",
+        {"turn": "t1", "intent": "i", "effect_class": "idempotent", "idempotency_key": {"k": 1}},
+    ),
+    "phase-list": ("phase_committed", {"turn": "t1", "phase": ["envelope"]}),
+    "planned-list-turn": ("turn_planned", {"turn": ["t1"], "lineage": "l"}),
+    "planned-object-lineage": ("turn_planned", {"turn": "t9", "lineage": {"a": 1}}),
 }
 
 
@@ -696,6 +710,14 @@ def test_fast_and_strict_paths_agree_on_every_truncation(record: dict[str, Any],
     torn = line[: cut % len(line)]
     _agree(torn)
     assert parse_line(torn).error == "storage_corruption"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_orjson_spells_every_float_with_a_dot_or_a_signed_exponent(number: float) -> None:
+    # The fast path skips the float walk for a line without ".", "+" and "e-": this is why that is sound.
+    spelled = orjson.dumps({"a": number})
+    assert b"." in spelled or b"e+" in spelled or b"e-" in spelled
 
 
 def test_the_decision_of_a_valid_journal_is_not_blocked_by_reading() -> None:

@@ -1122,3 +1122,13 @@ def test_a_turn_level_violation_before_a_run_level_one_does_not_decide() -> None
     result = run(w)
     assert codes(result) == ["phase_prefix_violation", "lsn_gap"]
     assert_run_blocked(result, "lsn_gap")
+
+
+def test_the_fold_of_the_empty_timeline_and_a_fork_as_the_very_first_record() -> None:
+    assert fold_state([], 0, -1) == {"schema": 0, "turns": [], "unplanned": []}
+    w = writer()
+    w.fork(-1)  # legal: j = -1 < k = 0
+    w.plan("t1")
+    result = run(w)
+    assert_clean(result)
+    assert (result.live_branch, turn(result, "t1").branch) == (1, 1)

@@ -1,0 +1,73 @@
+"""Run the benchmarks: every ``benchmarks/bench_*.py`` that defines ``main(argv)``, or only those named.
+
+    python -m benchmarks                      # all of them, one after another
+    python -m benchmarks engine packages      # bench_engine and bench_packages only
+    python -m benchmarks engine -- --records 100000   # arguments after "--" go to each selected main()
+
+Each benchmark prints its own figures (and its own "skipped: ..." line when a service it needs, such as
+PostgreSQL or Redis, is not configured). The exit code is the highest any of them returned; a benchmark
+that cannot even be imported is reported and counts as 1, and the others still run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def available() -> list[str]:
+    """The short names (``engine`` for bench_engine.py) of the benchmark modules, sorted: those that define
+    ``main`` (bench_settings.py and bench_urls.py only serve another benchmark's server)."""
+    return sorted(
+        p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py") if "\ndef main(" in p.read_text(encoding="utf-8")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    passed: list[str] = []
+    if "--" in args:
+        cut = args.index("--")
+        args, passed = args[:cut], args[cut + 1 :]
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__.strip())
+        print("\navailable: " + ", ".join(available()))
+        return 0
+    names = [a.removeprefix("bench_").removesuffix(".py") for a in args] or available()
+    unknown = [n for n in names if n not in available()]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; available: {', '.join(available())}", file=sys.stderr)
+        return 2
+    worst = 0
+    for name in names:
+        try:
+            module = importlib.import_module(f"benchmarks.bench_{name}")
+        except Exception:  # a broken benchmark must not stop the others
+            print(f"== {name}: cannot be imported", flush=True)
+            traceback.print_exc()
+            worst = max(worst, 1)
+            continue
+        entry = getattr(module, "main", None)
+        if not callable(entry):
+            continue  # a helper module (settings, URLs) that only shares the prefix
+        print(f"== {name}", flush=True)
+        started = time.perf_counter()
+        try:
+            code = entry(list(passed))
+        except SystemExit as exc:  # argparse and friends exit instead of returning
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        print(f"== {name}: exit {code or 0} in {time.perf_counter() - started:.1f} s", flush=True)
+        worst = max(worst, int(code or 0))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

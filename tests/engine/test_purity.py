@@ -1,0 +1,71 @@
+"""The engine is plain Python: no module in recovery/engine imports Django (docs/engine.md). Checked twice:
+statically over the source, and by importing and running it in a process where Django cannot be imported."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+from tests.engine.helpers import PYTHON, REPO_ROOT
+
+ENGINE = REPO_ROOT / "recovery" / "engine"
+MODULES = sorted(ENGINE.rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(absolute module name, relative level) of every import in the file, wherever it is (functions too)."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", node.level))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
+            found.append((ast.unparse(node.args[0]) if node.args else "", 0))
+    return found
+
+
+def test_the_engine_has_modules_to_check() -> None:
+    names = {p.name for p in MODULES}
+    assert {"__init__.py", "assess.py", "canonical.py", "fold.py", "types.py", "writer.py"} <= names
+
+
+def test_no_engine_module_imports_django_or_the_rest_of_the_project() -> None:
+    offenders = []
+    for path in MODULES:
+        for module, level in _imports(path):
+            top = module.split(".")[0]
+            if top in {"django", "rest_framework", "celery", "journals", "audits", "loopx_site"} or "django" in module:
+                offenders.append((path.name, module))
+            if level > 1 or (level == 0 and module.startswith("recovery") and not module.startswith("recovery.engine")):
+                offenders.append((path.name, f"{'.' * level}{module}"))  # reaches outside the engine package
+    assert offenders == []
+
+
+BLOCKED = """
+import sys
+sys.modules["django"] = None  # any `import django...` now raises ImportError
+import pkgutil, importlib
+import recovery.engine as engine
+for info in pkgutil.walk_packages(engine.__path__, "recovery.engine."):
+    importlib.import_module(info.name)
+from recovery.engine.writer import JournalWriter
+w = JournalWriter("r")
+w.plan("t1")
+w.commit("t1", "plan")
+w.checkpoint(with_state=True)
+result = engine.assess(w.lines)
+assert [t.resume_from for t in result.turns] == ["envelope"], result
+tops = {"django", "rest_framework"}
+loaded = sorted(m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] in tops)
+assert loaded == [], loaded
+print("ok")
+"""
+
+
+def test_the_engine_imports_and_runs_with_django_blocked() -> None:
+    proc = subprocess.run(
+        [PYTHON, "-c", BLOCKED], cwd=REPO_ROOT, capture_output=True, timeout=120, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"ok\n", b"")
