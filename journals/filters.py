@@ -41,6 +41,16 @@ class ShallowFilterSet(django_filters.FilterSet):
             filter_.model = self.queryset.model
             filter_.parent = self
 
+    def get_form_class(self) -> Any:
+        # The form class depends only on the declared filters (static choices), not on the request; django-
+        # filter builds it anew, labels and all, on every request. Built once per filter set class.
+        cls = type(self)
+        form_class = cls.__dict__.get("_loopx_form_class")
+        if form_class is None:
+            form_class = super().get_form_class()
+            cls._loopx_form_class = form_class
+        return form_class
+
 
 class TurnFilter(ShallowFilterSet):
     decision = django_filters.ChoiceFilter(choices=[(d, d) for d in DECISIONS])
