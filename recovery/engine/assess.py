@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from .canonical import _HAVE_ORJSON, _strict, digest, digest_no_float
-from .fold import IntentEntry, TurnState, View, merge_outcome, next_generation
+from .fold import DigestCache, IntentEntry, TurnState, View, merge_outcome, next_generation
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
     EFFECT_INDETERMINATE,
@@ -413,6 +413,7 @@ class _Assessor:
         self.checkpoints: list[dict[str, Any]] = []
         self.line_no = 0
         self._plans: dict[tuple[str, ...], tuple[str, ...]] = {_DEFAULT_PHASES: _DEFAULT_PHASES}
+        self.digest_cache = DigestCache()  # checkpoints resume hashing where the fold changed
         # "YYYY-MM-DDTHH:MM" of the last valid `at` (never a prefix of an invalid one: it starts empty but
         # then no suffix is known, so the first time is always checked in full).
         self._at_prefix = ""
@@ -1122,7 +1123,7 @@ class _Assessor:
         if -1 <= covers < ln:
             snap = self._use_snapshot(b, covers)
             if snap is not None:
-                ok = snap.digest() == state_digest
+                ok = snap.digest(self.digest_cache) == state_digest
                 if ok and "state" in obj:
                     ok = digest_no_float(obj["state"]) == state_digest  # a valid record holds no float
         self.checkpoints.append({"branch": b, "lsn": ln, "covers_lsn": covers, "verified": ok})
@@ -1163,42 +1164,86 @@ class _Assessor:
         if run_level is None:
             run_level = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
 
-        # A turn's intents, in order of first dispatch (the ledger's insertion order is file order).
-        intents_of: dict[str, list[IntentView]] = {}
+        # A turn's intents, in order of first dispatch (the ledger's insertion order is file order). This
+        # and the loop below run once per intent and turn of the journal: the common case is inline.
+        intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}  # world-ledger violations per turn
+        undetermined: set[str] = set()  # turns with a live, unsafe, unresolved intent (rule 4)
+        evidence = self.evidence
         resolve = self._resolve
+        settled, replay, reissue, indeterminate = (
+            Resolution.SETTLED,
+            Resolution.REPLAY,
+            Resolution.REISSUE,
+            Resolution.INDETERMINATE,
+        )
+        live_get = live_cut.get
         for w in self.world.values():
+            turn = w.turn
             if w.violations:
-                blocking.setdefault(w.turn, []).extend(w.violations)
+                blocking.setdefault(turn, []).extend(w.violations)
             if not w.count:
                 continue
             firsts = w.firsts
             if len(firsts) == 2:
-                live = firsts[1] <= live_cut.get(firsts[0], -1)
+                live = firsts[1] <= live_get(firsts[0], -1)
             else:
-                live = any(firsts[i + 1] <= live_cut.get(firsts[i], -1) for i in range(0, len(firsts), 2))
-            view = new_intent_view(w.intent, w.effect_class, w.branch, live, resolve(w), w.key, w.count, w.outcome)
-            mine = intents_of.get(w.turn)
-            if mine is None:
-                intents_of[w.turn] = [view]
+                live = any(firsts[i + 1] <= live_get(firsts[i], -1) for i in range(0, len(firsts), 2))
+            outcome = w.outcome
+            resolution: str
+            if outcome == "succeeded" or outcome == "failed":
+                resolution = settled
+            elif evidence:
+                resolution = resolve(w)
+            elif w.effect_class == "safe":
+                resolution = replay
+            elif w.effect_class == "idempotent":
+                resolution = reissue
             else:
-                mine.append(view)
+                resolution = indeterminate
+            if live and resolution is indeterminate:
+                undetermined.add(turn)
+            iv = new_intent_view(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, outcome)
+            mine = intents_of.get(turn)
+            intents_of[turn] = (iv,) if mine is None else (*mine, iv)
 
-        live_turns = self.views[self.live].turns
+        live_turns_get = self.views[self.live].turns.get
         decide = self._decide
-        no_intents: list[IntentView] = []
+        blocked, complete, finalize, resume = Decision.BLOCKED, Decision.COMPLETE, Decision.FINALIZE, Decision.RESUME
+        decisions: list[TurnDecision] = []
+        append = decisions.append
         # turns_first is in order of first planning (insertion order is file order).
-        decisions = [
-            decide(
-                turn,
-                first,
-                live_turns.get(turn),
-                intents_of.get(turn, no_intents),
-                blocking.get(turn),
-                run_level,
+        for turn, first in self.turns_first.items():
+            state = live_turns_get(turn)
+            intents = intents_of.get(turn, ())
+            if state is None or run_level is not None or state.violations or turn in blocking:
+                append(decide(turn, first, state, intents, blocking.get(turn), run_level))
+                continue
+            resume_from: str | None = None
+            reason: str | None = None
+            if turn in undetermined:
+                decision, reason = blocked, EFFECT_INDETERMINATE
+            elif state.terminal is not None:
+                decision = complete
+            elif state.done == len(state.phases):
+                decision = finalize
+            else:
+                decision, resume_from = resume, state.phases[state.done]
+            append(
+                new_turn_decision(
+                    turn,
+                    state.lineage,
+                    state.plan_branch,
+                    decision,
+                    resume_from,
+                    reason,
+                    state.phases[: state.done],
+                    intents,
+                    state.phases,
+                    state.terminal,
+                    None,
+                )
             )
-            for turn, first in self.turns_first.items()
-        ]
         branch_views = tuple(
             BranchView(
                 branch=i.branch,
@@ -1251,7 +1296,7 @@ class _Assessor:
         turn: str,
         first: tuple[int, str | None, int],
         state: TurnState | None,
-        intents: list[IntentView],
+        intents: Sequence[IntentView],
         world_violations: list[tuple[int, str]] | None,
         run_level: Violation | None,
     ) -> TurnDecision:
@@ -1323,7 +1368,7 @@ class _Assessor:
         )
 
 
-def _indeterminate(intents: list[IntentView]) -> bool:
+def _indeterminate(intents: Sequence[IntentView]) -> bool:
     """Rule 4: a live intent whose latest dispatch is unsafe and unresolved."""
     for iv in intents:
         if iv.live and iv.resolution == Resolution.INDETERMINATE:

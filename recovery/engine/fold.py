@@ -29,6 +29,8 @@ on the first dispatch, violations a tuple (usually empty, shared).
 from __future__ import annotations
 
 import hashlib
+from itertools import compress, count, repeat
+from operator import is_
 from typing import Any
 
 from .canonical import canonical_bytes_no_float
@@ -153,27 +155,35 @@ class View:
             self.turns[turn] = state
         return state
 
-    def digest(self) -> str:
-        """``digest(self.to_canonical())``, without building the whole form: each turn's canonical bytes
-        are computed once and kept on its TurnState as soon as the state can no longer change, i.e. when
-        its generation is not this view's (a state shared with a snapshot is copied before any write, so
-        it stays as it is for good). A checkpoint then costs the turns that changed since the last one,
-        plus one sha256 over the joined bytes. The top-level keys are written in their sorted order."""
+    def digest(self, cache: DigestCache | None = None) -> str:
+        """``digest(self.to_canonical())``, without building the whole form.
+
+        Each turn's canonical bytes are computed once and kept on its TurnState as soon as the state can no
+        longer change, i.e. when its generation is not this view's (a state shared with a snapshot is
+        copied before any write, so it stays as it is for good). With a `cache` from an earlier digest
+        (the previous checkpoint), the sha256 resumes from the last saved state before the first turn
+        that differs (in sorted order: a new turn, or a state that changed), so a checkpoint costs the
+        turns after that point, not the whole fold; with identifiers that grow over time (sequence
+        numbers, time-ordered ids) that is the few recent turns. The result is the same either way
+        (tests/engine compares it with the contract's formula over the whole fold)."""
         gen = self.gen
         turns = self.turns
-        parts = []
-        for turn in sorted(turns):
-            state = turns[turn]
-            canon = state.canon
-            if canon is None:
-                canon = canonical_bytes_no_float(state.to_canonical(turn))
-                if state.gen != gen:
-                    # A right-sized copy: orjson's result keeps its whole (4 KiB) write buffer.
-                    canon = state.canon = bytes(memoryview(canon))
-            parts.append(canon)
+        keys = sorted(turns)
+        parts: list[Any] = [turns[turn].canon for turn in keys]
+        for i in compress(count(), map(is_, parts, repeat(None))):  # the turns without kept bytes
+            state = turns[keys[i]]
+            canon = canonical_bytes_no_float(state.to_canonical(keys[i]))
+            if state.gen != gen:
+                # A right-sized copy: orjson's result keeps its whole (4 KiB) write buffer.
+                canon = state.canon = bytes(memoryview(canon))
+            parts[i] = canon
+        head = b'{"schema":%d,"turns":[' % self.schema
+        if cache is None:
+            h = hashlib.sha256(head)
+            h.update(b",".join(parts))
+        else:
+            h = cache.resume(head, keys, parts)
         unplanned = [{"turn": t, "code": c, "branch": b, "lsn": ln} for t, c, b, ln, _ in self.unplanned]
-        h = hashlib.sha256(b'{"schema":%d,"turns":[' % self.schema)
-        h.update(b",".join(parts))
         h.update(b'],"unplanned":' + canonical_bytes_no_float(unplanned) + b"}")
         return h.hexdigest()
 
@@ -192,6 +202,48 @@ class View:
             view.turns[item["turn"]] = TurnState.from_canonical(item, view.gen)
         view.unplanned = tuple((u["turn"], u["code"], u["branch"], u["lsn"], 0) for u in state["unplanned"])
         return view
+
+
+_HASH_EVERY = 256  # turns between saved hash states
+
+
+class DigestCache:
+    """What the last View.digest hashed (sorted turn ids, their canonical bytes, the hash state every
+    256 turns), so that the next one can resume where the two first differ. Holding it costs a few
+    references per turn; it is correct whatever views it is used with (everything is compared)."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.keys: list[str] = []
+        self.parts: list[bytes] = []
+        self.states: list[Any] = []  # hashlib objects: states[j] has hashed head + parts[: j * 256]
+
+    def resume(self, head: bytes, keys: list[str], parts: list[bytes]) -> Any:
+        """A sha256 object that has hashed ``head`` and ``b",".join(parts)``."""
+        j = 0  # the saved state to resume from: every chunk of 256 before it is unchanged
+        if head == self.head and self.states:
+            old_keys, old_parts = self.keys, self.parts
+            last = min(len(self.states) - 1, len(keys) // _HASH_EVERY)
+            # Chunk by chunk, as list comparisons in C (equal objects, or equal bytes, are equal input).
+            while j < last:
+                a, b = j * _HASH_EVERY, (j + 1) * _HASH_EVERY
+                if keys[a:b] != old_keys[a:b] or parts[a:b] != old_parts[a:b]:
+                    break
+                j += 1
+        if self.states and head == self.head:
+            h = self.states[j].copy()
+            del self.states[j + 1 :]
+        else:
+            h = hashlib.sha256(head)
+            self.states = [h.copy()]
+            j = 0
+        for start in range(j * _HASH_EVERY, len(parts), _HASH_EVERY):
+            chunk = b",".join(parts[start : start + _HASH_EVERY])
+            h.update(chunk if start == 0 else b"," + chunk)
+            if start + _HASH_EVERY <= len(parts):
+                self.states.append(h.copy())
+        self.head, self.keys, self.parts = head, keys, parts
+        return h
 
 
 def merge_outcome(current: str | None, observed: str) -> str:

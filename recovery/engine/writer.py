@@ -162,7 +162,7 @@ class JournalWriter:
         snap = self._fold.views[self.branch].snapshot()
         self._fold.add_point(self.branch, covers)
         self._fold.snapshots[(self.branch, covers)] = snap
-        fields: dict[str, Any] = {"covers_lsn": covers, "state_digest": snap.digest()}
+        fields: dict[str, Any] = {"covers_lsn": covers, "state_digest": snap.digest(self._fold.digest_cache)}
         if with_state:
             fields["state"] = snap.to_canonical()
         return self.append("checkpoint", **fields)

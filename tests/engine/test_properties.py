@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recovery.engine import assess, canonical_bytes, fold_state, rebuild_state
@@ -172,3 +172,46 @@ def test_rebuilding_across_a_v1_to_v2_upgrade(model: JournalModel, data: st.Data
     assert rebuild_state(checkpoint["state"], lines[covers + 1 :]) == whole
     result = assess(lines, evidence=model.evidence)
     assert result.to_dict() == model.expected()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(ids=list(range(700)), every=[100, 1, 300], data=None)  # growing ids: resumes deep in the fold
+@example(ids=list(range(700, 0, -1)), every=[90, 250], data=None)  # shrinking ids: every new turn comes first
+@given(
+    st.lists(st.integers(0, 10**6), min_size=1, max_size=700, unique=True),
+    st.lists(st.integers(1, 120), min_size=1, max_size=8),
+    st.data(),
+)
+def test_checkpoint_digests_resumed_from_a_cache_equal_the_contract_digest(
+    ids: list[int], every: list[int], data: st.DataObject | None
+) -> None:
+    """The engine hashes a checkpoint's fold incrementally (resuming where the sorted turns first differ
+    from the last checkpoint's); whatever the order of the turn ids (growing or not), the changes between
+    checkpoints and the hash states it keeps every 256 turns, the digest must be the contract's."""
+    from recovery.engine.writer import JournalWriter
+
+    w = JournalWriter("run-digests")
+    marks = iter(every * 100)
+    next_checkpoint = next(marks)
+    open_turns: list[str] = []
+    for n, i in enumerate(ids):
+        padded = data.draw(st.booleans(), label="padded") if data is not None else True
+        name = f"t{i:07d}" if padded else f"t{i}"
+        w.plan(name, "l", ["a", "b"])
+        open_turns.append(name)
+        if data is None or data.draw(st.booleans(), label="commit a phase of an earlier turn"):
+            pick = data.draw(st.integers(0, len(open_turns) - 1), label="which") if data is not None else n // 2
+            done = open_turns.pop(min(pick, len(open_turns) - 1))
+            w.commit(done, "a")
+        if n + 1 == next_checkpoint:
+            w.checkpoint()
+            next_checkpoint += next(marks)
+    w.checkpoint()
+    lines = w.lines
+    result = assess(lines)
+    assert result.violations == ()
+    assert all(c["verified"] for c in result.checkpoints)
+    for line in lines:
+        record = obj(line)
+        if record["kind"] == "checkpoint":
+            assert record["state_digest"] == contract_digest(fold_state(lines, 0, record["covers_lsn"]))
