@@ -24,7 +24,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	# A throwaway var/ per run: tests that commit publish tasks to the filesystem broker, which must not
+	# leak into the var/ that `make run` serves from.
+	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
