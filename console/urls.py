@@ -22,7 +22,8 @@ urlpatterns = [
     path("packages/", packages.packages, name="packages"),
     path("runs/<int:pk>/export/", packages.run_export, name="run_export"),
     path("packages/upload/", packages.package_upload, name="package_upload"),
-    path("packages/<str:token>/", packages.package_detail, name="package"),
-    path("packages/<str:token>/import/", packages.package_import, name="package_import"),
+    path("packages/<uuid:pk>/", packages.package_detail, name="package"),
+    path("packages/<uuid:pk>/status/", packages.package_status, name="package_status"),
+    path("packages/<uuid:pk>/requeue/", packages.package_requeue, name="package_requeue"),
     path("preferences/", views.preferences, name="preferences"),
 ]

@@ -112,9 +112,15 @@ def test_turn_page_layout_shows_every_planned_phase_in_order(live_server, page, 
     shot(page, "turn-timeline-layout")
 
 
-def test_upload_a_hostile_package_and_see_its_findings(live_server, page, shot, settings, tmp_path):
+def test_upload_a_hostile_package_and_see_its_findings(live_server, page, shot, settings, tmp_path, monkeypatch):
+    """The upload is verified by the background task, not in the request: the page says so, then picks the
+    verdict up by itself (htmx polls the status partial every second) once the worker is done."""
+    from recovery.models import PackageUpload
+    from recovery.tasks import validate_package
     from tests.console.test_packages import hostile_package
 
+    published: list[str] = []
+    monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
     settings.LOOPX_PACKAGE_DIR = tmp_path
     archive = tmp_path / "evil.tar.gz"
     archive.write_bytes(hostile_package())
@@ -125,8 +131,15 @@ def test_upload_a_hostile_package_and_see_its_findings(live_server, page, shot, 
     page.get_by_label("Package file (.tar, .tar.gz or .zip)").set_input_files(str(archive))
     page.get_by_role("button", name="Upload and verify").click()
     verdict = page.locator("#verdict")
-    assert "Refused" in verdict.inner_text()
+    assert "waiting for a worker" in verdict.inner_text()
+    shot(page, "package-waiting")
+
+    assert published == [str(PackageUpload.objects.get().pk)]
+    validate_package(published[0])  # the worker's turn; the open page is not reloaded
+    page.locator("#package-status[data-state='rejected']").wait_for()
+    assert "Refused" in page.locator("#verdict").inner_text()
     findings = page.locator("#package-findings").inner_text()
     assert "path traversal" in findings and "link member" in findings
     assert page.get_by_role("button", name="Import the run").count() == 0
+    assert page.get_by_role("button", name="Queue again").count() == 0
     shot(page, "package-hostile-refused")
