@@ -29,8 +29,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from itertools import islice, repeat
-from operator import eq, itemgetter, methodcaller
+from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -82,14 +82,18 @@ _RFC3339 = re.compile(
 )
 _MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _DEFINITIVE = frozenset({"succeeded", "failed"})
-_OUTCOMES = frozenset({"succeeded", "failed", "unknown"})
-_CLASSES = frozenset({"safe", "idempotent", "unsafe"})
+# The words the contract allows, each mapped to one shared object: a record's word is checked and then
+# stored as the shared one (100,000 turns would otherwise keep 100,000 copies of "completed").
+_OUTCOMES = {w: w for w in ("succeeded", "failed", "unknown")}
+_CLASSES = {w: w for w in ("safe", "idempotent", "unsafe")}
+_STATUSES = {w: w for w in sorted(TERMINAL_STATUSES)}
 # A fork names `from_lsn`, a checkpoint `covers_lsn`: a line that is either holds "_lsn", or spells the key
 # with an escape and so holds a backslash. Two searches at C speed (one of them memchr) find every
 # candidate; ordinary records hold neither.
 _PRESCAN_MARKERS = (b"_lsn", b"\\")
 _BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
 _LINES_PER_BATCH = 256
+_PRESCAN_BLOCK = 1 << 17
 _INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
 _AT_CACHE_LIMIT = 4096
 _ABSENT = object()  # a field that is not there (a null `prev` is present, and wrong)
@@ -98,32 +102,6 @@ _sha256 = hashlib.sha256
 
 # The hot path's per-line C functions (mapped over a whole batch).
 _ENVELOPE = itemgetter("at", "branch", "kind", "lsn", "run", "v")
-_FIND_DOT = methodcaller("find", b".")
-_FIND_PLUS = methodcaller("find", b"+")
-_FIND_EXP = methodcaller("find", b"e-")
-_HEXDIGEST = type(hashlib.sha256()).hexdigest
-_NO_ENVELOPE = (None, None, None, None, None, None)
-
-
-def _prepare_each(lines: Iterable[bytes]) -> Iterator[tuple[bytes, Any, Any, bool, int, str]]:
-    """What feed_batch's maps compute, line by line, for a batch where some line is not an object with an
-    envelope (that line gets `canonical=False` and goes to the general path)."""
-    assert _loads is not None
-    for line in lines:
-        try:
-            obj = _loads(line)
-            envelope = _ENVELOPE(obj)
-        except (_DecodeError, KeyError, TypeError):
-            yield line, None, _NO_ENVELOPE, False, -1, ""
-            continue
-        yield (
-            line,
-            obj,
-            envelope,
-            _dumps_sorted(obj) == line,
-            max(line.find(b"."), line.find(b"+"), line.find(b"e-")),
-            _sha256(line).hexdigest(),
-        )
 
 
 _UNTURNED = frozenset({"fork", "checkpoint"})
@@ -226,9 +204,6 @@ class _Reader:
         self.path = _path_of(source)
         self.source = source
 
-    def blocks(self) -> Iterator[bytes] | None:
-        return _blocks(self.path) if self.path is not None else None
-
     def chunks(self) -> Iterator[tuple[bytes | None, list[bytes]]]:
         """(the raw block or None, its lines): a file in blocks, anything else in lists of a few thousand
         lines (feed_batch maps over a batch several times, so a batch is a list, never a generator)."""
@@ -253,9 +228,8 @@ class _Reader:
             yield lines
 
     def prescan(self) -> Counter[tuple[int, int]]:
-        blocks = self.blocks()
-        if blocks is not None:
-            return _prescan_blocks(blocks)
+        if self.path is not None:
+            return _prescan_file(self.path)
         return _prescan_lines(line for batch in self.batches() for line in batch)
 
 
@@ -292,7 +266,9 @@ class _World:
         "key",
         "outcome",
         "bound",
-        "firsts",
+        "first_branch",
+        "first_lsn",
+        "more_firsts",
         "violations",
     )
 
@@ -311,8 +287,11 @@ class _World:
         # Operator evidence is about the first dispatch without a definitive readback: the index of the
         # first *earlier* one (its readbacks are final once another dispatch follows), else None.
         self.bound: int | None = None
-        # (branch, lsn, branch, lsn, ...): the first dispatch on each branch, flat (one small tuple).
-        self.firsts: tuple[int, ...] = ()
+        # The first dispatch on each branch (enough to tell whether any is on the live timeline): the first
+        # one, and (branch, lsn, branch, lsn, ...) for any further branch, rare.
+        self.first_branch = -1
+        self.first_lsn = -1
+        self.more_firsts: tuple[int, ...] = ()
         self.violations: list[tuple[int, str]] | None = None  # (line, code)
 
     def evidence_bound(self) -> int | None:
@@ -373,23 +352,41 @@ def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
     return points
 
 
-def _prescan_blocks(blocks: Iterable[bytes]) -> Counter[tuple[int, int]]:
-    """The same, searching whole blocks for the markers and parsing only the lines around them."""
+def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
+    """The same for a file, searching it in 128 KiB windows of whole lines for the markers and parsing only
+    the lines around them. One buffer is read into over and over (no allocation per block); a line longer
+    than the buffer grows it."""
     points: Counter[tuple[int, int]] = Counter()
-    for block in blocks:
-        starts: set[int] = set()
-        for marker in _PRESCAN_MARKERS:
-            at = block.find(marker)
-            while at >= 0:
-                start = block.rfind(b"\n", 0, at) + 1
-                end = block.find(b"\n", at)
-                end = len(block) if end < 0 else end
-                if start not in starts:
-                    starts.add(start)
-                    _note_point(points, block[start:end])
-                at = block.find(marker, end)
-    # A line found by two markers is noted once per block (`starts`); lines never span blocks.
-    return points
+    buf = bytearray(_PRESCAN_BLOCK)
+    kept = 0  # bytes at the start of buf: the unfinished last line of the previous window
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            if kept == len(buf):
+                buf.extend(bytes(len(buf)))  # one line longer than the buffer
+            got = fh.readinto(memoryview(buf)[kept:])
+            size = kept + (got or 0)
+            if not got:
+                end = size  # the end of the file: the last line may end without a newline
+            else:
+                end = buf.rfind(b"\n", 0, size) + 1  # whole lines only
+                if end == 0:
+                    kept = size
+                    continue
+            starts: set[int] = set()  # a line with both markers is noted once
+            for marker in _PRESCAN_MARKERS:
+                at = buf.find(marker, 0, end)
+                while at >= 0:
+                    start = buf.rfind(b"\n", 0, at) + 1
+                    stop = buf.find(b"\n", at, end)
+                    stop = end if stop < 0 else stop
+                    if start not in starts:
+                        starts.add(start)
+                        _note_point(points, bytes(buf[start:stop]))
+                    at = buf.find(marker, stop, end)
+            if not got:
+                return points
+            kept = size - end
+            buf[:kept] = buf[end:size]
 
 
 class _Assessor:
@@ -414,6 +411,7 @@ class _Assessor:
         self.line_no = 0
         self._plans: dict[tuple[str, ...], tuple[str, ...]] = {_DEFAULT_PHASES: _DEFAULT_PHASES}
         self.digest_cache = DigestCache()  # checkpoints resume hashing where the fold changed
+        self._names: dict[str, str] = {}  # lineages and intent ids, one object each
         # "YYYY-MM-DDTHH:MM" of the last valid `at` (never a prefix of an invalid one: it starts empty but
         # then no suffix is known, so the first time is always checked in full).
         self._at_prefix = ""
@@ -503,26 +501,12 @@ class _Assessor:
         # nothing re-escaped. A float in orjson's spelling has a "." or an exponent with a sign ("1e+20",
         # "1e-07"): a line with one of those takes the general path, which walks the object. A block
         # without any of them has no float at all (one search instead of three per line).
-        prepared: Iterable[tuple[bytes, Any, Any, bool, int, str]]
-        try:
-            objs = list(map(_loads, lines))
-            envelopes = list(map(_ENVELOPE, objs))
-        except (_DecodeError, KeyError, TypeError):
-            prepared = _prepare_each(lines)  # a line that is not an object with an envelope: one by one
-        else:
-            if block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and block.find(b"e-") < 0:
-                marks: Iterable[int] = repeat(-1)
-            else:
-                marks = map(max, map(_FIND_DOT, lines), map(_FIND_PLUS, lines), map(_FIND_EXP, lines))
-            prepared = zip(  # noqa: B905 - `marks` may be endless (repeat); the others have one item per line
-                lines,
-                objs,
-                envelopes,
-                map(eq, map(_dumps_sorted, objs), lines),
-                marks,
-                map(_HEXDIGEST, map(_sha256, lines)),
-            )
-        absent, classes, outcomes, terminal_statuses = _ABSENT, _CLASSES, _OUTCOMES, TERMINAL_STATUSES
+        check_marks = not (
+            block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and block.find(b"e-") < 0
+        )
+        loads, dumps_sorted, sha256 = _loads, _dumps_sorted, _sha256
+        absent, classes, outcomes, statuses = _ABSENT, _CLASSES, _OUTCOMES, _STATUSES
+        names = self._names.setdefault
         turns_first = self.turns_first
         branches_get = self.branches.get
         views = self.views
@@ -534,12 +518,22 @@ class _Assessor:
         semantics = self._semantics
         n = self.line_no
         fast = 0
-        for line, obj, (at, b, kind, ln, record_run, v), canonical, mark, record_digest in prepared:
+        for line in lines:
             n += 1
+            try:
+                obj = loads(line)
+                at, b, kind, ln, record_run, v = _ENVELOPE(obj)
+                canonical = dumps_sorted(obj) == line
+            except (_DecodeError, KeyError, TypeError):
+                self.line_no = n
+                general(line)
+                run = self.run
+                continue
+            if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
+                canonical = False
             info = branches_get(b) if b.__class__ is int else None
             if not (
                 canonical
-                and mark < 0
                 and record_run == run
                 and info is not None  # branches are created >= 0
                 and v.__class__ is int
@@ -562,7 +556,7 @@ class _Assessor:
                     general(line)
                     continue
                 prefix = self._at_prefix
-            # record_digest: the raw bytes are the canonical bytes, so theirs is the record's digest.
+            record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
             expected = info.last_digest
             view = views[b]
             if (v == 2 and (obj.get("prev") != expected or (expected is None and "prev" in obj))) or (v < view.schema):
@@ -584,6 +578,7 @@ class _Assessor:
                     raw = obj.get("phases" if v == 2 else "stages", absent)
                     phases = _DEFAULT_PHASES if raw is absent else self._plan(raw)
                     if phases is not None and lineage.__class__ is str and lineage:
+                        lineage = names(lineage, lineage)  # turns of one job share their lineage
                         if turn not in turns_first:
                             turns_first[turn] = (n, lineage, b)
                         view.turns[turn] = TurnState(lineage, phases, b, view.gen)
@@ -600,8 +595,9 @@ class _Assessor:
             elif kind == "effect_observed":
                 intent = obj.get("intent")
                 outcome = obj.get("outcome")
+                outcome = outcomes.get(outcome) if outcome.__class__ is str else None
                 entry = world.get((turn, intent)) if intent.__class__ is str and intent else None
-                if entry is not None and entry.count and outcome.__class__ is str and outcome in outcomes:
+                if entry is not None and entry.count and outcome is not None:
                     # A readback of the intent's latest dispatch, wherever that was made.
                     entry.outcome = merge_outcome(entry.outcome, outcome)
                     mine = state.intents.get(intent) if state.intents is not None else None
@@ -614,24 +610,25 @@ class _Assessor:
             elif kind == "intent_dispatched":
                 intent = obj.get("intent")
                 effect_class = obj.get("effect_class")
+                effect_class = classes.get(effect_class) if effect_class.__class__ is str else None
                 key = obj.get("idempotency_key")
                 if (
                     v == 2
                     and intent.__class__ is str
                     and intent
                     and (turn, intent) not in world
-                    and effect_class.__class__ is str
-                    and effect_class in classes
+                    and effect_class is not None
                     and (key.__class__ is str and key if effect_class == "idempotent" else key is None)
                     and obj.get("args_digest", "").__class__ is str
                 ):
                     # An intent's first dispatch, well formed: a new fact in the world ledger.
+                    intent = names(intent, intent)  # ids repeat across turns: keep one of each
                     entry = world[(turn, intent)] = _World(turn, intent, n)
                     entry.count = 1
                     entry.first_class = entry.effect_class = effect_class
                     entry.first_key = entry.key = key
                     entry.branch, entry.lsn = b, ln
-                    entry.firsts = (b, ln)
+                    entry.first_branch, entry.first_lsn = b, ln
                     if state.gen != view.gen:
                         state = view.writable(turn)
                     if state.intents is None:
@@ -641,11 +638,8 @@ class _Assessor:
                     done_here = True
             elif kind == "turn_terminal":
                 status = obj.get("status")
-                if (
-                    status.__class__ is str
-                    and status in terminal_statuses
-                    and (status != "completed" or state.done == len(state.phases))
-                ):
+                status = statuses.get(status) if status.__class__ is str else None
+                if status is not None and (status != "completed" or state.done == len(state.phases)):
                     if state.gen != view.gen:
                         state = view.writable(turn)
                     state.terminal = status
@@ -958,7 +952,7 @@ class _Assessor:
             if raw_class.__class__ is not str or raw_class not in _CLASSES:
                 self._invalid(b, ln, turn, "effect_class must be safe, idempotent or unsafe")
                 return
-            effect_class = raw_class
+            effect_class = _CLASSES[raw_class]
         key = key or None
         n = self.line_no
         # The world ledger: every dispatch is a fact, whatever the branch.
@@ -969,7 +963,7 @@ class _Assessor:
         redispatch = False
         if world.count == 0:
             world.first_class, world.first_key = effect_class, key
-            world.firsts = (b, ln)
+            world.first_branch, world.first_lsn = b, ln
         else:
             if effect_class != world.first_class or key != world.first_key:
                 self._world_violation(
@@ -984,8 +978,8 @@ class _Assessor:
                 # the dispatch the evidence is about (so the evidence allows exactly one new dispatch).
                 found = self._evidence_for(turn, intent) if self.evidence else None
                 redispatch = not (found == Evidence.NOT_HAPPENED and world.bound == world.count - 1)
-            if b not in world.firsts[::2]:
-                world.firsts += (b, ln)
+            if b != world.first_branch and b not in world.more_firsts[::2]:
+                world.more_firsts += (b, ln)
         world.count += 1
         world.branch, world.lsn, world.effect_class, world.key, world.outcome = b, ln, effect_class, key, None
         self._timeline_dispatch(view, turn, intent, effect_class, key, b, ln)
@@ -1037,6 +1031,7 @@ class _Assessor:
         if outcome.__class__ is not str or outcome not in _OUTCOMES:
             self._invalid(b, ln, turn, "outcome must be succeeded, failed or unknown")
             return
+        outcome = _OUTCOMES[outcome]
         n = self.line_no
         world = self.world.get((turn, intent))
         if world is None or not world.count:
@@ -1062,9 +1057,10 @@ class _Assessor:
 
     def _terminal(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
         status = obj.get("status")
-        if status.__class__ is not str or status not in TERMINAL_STATUSES:
+        if status.__class__ is not str or status not in _STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
             return
+        status = _STATUSES[status]
         n = self.line_no
         if turn not in view.turns:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a terminal record for a turn not planned")
@@ -1184,11 +1180,10 @@ class _Assessor:
                 blocking.setdefault(turn, []).extend(w.violations)
             if not w.count:
                 continue
-            firsts = w.firsts
-            if len(firsts) == 2:
-                live = firsts[1] <= live_get(firsts[0], -1)
-            else:
-                live = any(firsts[i + 1] <= live_get(firsts[i], -1) for i in range(0, len(firsts), 2))
+            live = w.first_lsn <= live_get(w.first_branch, -1)
+            if not live and w.more_firsts:
+                more = w.more_firsts
+                live = any(more[i + 1] <= live_get(more[i], -1) for i in range(0, len(more), 2))
             outcome = w.outcome
             resolution: str
             if outcome == "succeeded" or outcome == "failed":

@@ -97,3 +97,31 @@ def test_a_generator_factory_is_streamed_and_may_be_called_again(tmp_path: Path)
     assert calls >= 1
     assert peak < path.stat().st_size / 4, peak
     assert to_json(result) == to_json(assess(path))
+
+
+def test_the_pre_scan_finds_every_fork_and_checkpoint_whatever_the_window(tmp_path: Path, monkeypatch) -> None:
+    """The pre-scan reads a file in windows of whole lines; a fork or checkpoint line that straddles a
+    window or is longer than it (a checkpoint with its state) must be found all the same."""
+    import importlib
+
+    engine_assess = importlib.import_module("recovery.engine.assess")
+    w = JournalWriter("run-windows")
+    for i in range(30):
+        point = w.mark()
+        w.plan(f"t{i}", "job")
+        w.commit(f"t{i}", "plan")
+        if i % 7 == 3:
+            w.checkpoint(with_state=i % 2 == 1)
+        if i % 5 == 4:
+            w.fork(point)
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(w.data())
+    expected = engine_assess._prescan_lines(w.lines)
+    assert sum(expected.values()) >= 10  # 6 forks and 4 checkpoints
+    for size in (1, 7, 100, 1000, 1 << 20):
+        monkeypatch.setattr(engine_assess, "_PRESCAN_BLOCK", size)
+        assert engine_assess._Reader(path).prescan() == expected, size
+        result = assess(path)
+        assert result.violations == () and all(c["verified"] for c in result.checkpoints)
+    path.write_bytes(w.data()[:-1])  # no final newline
+    assert engine_assess._Reader(path).prescan() == expected
