@@ -219,6 +219,8 @@ LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages"))
 # most LOOPX_AUDIT_BATCH runs or turns so that a pass stays well inside its task's time limit.
 LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
 LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
+# validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal (issue 5).
+LOOPX_PACKAGE_TIME_LIMIT = env_int("LOOPX_PACKAGE_TIME_LIMIT", 1800)
 LOOPX_AUDIT_BATCH = env_int("LOOPX_AUDIT_BATCH", 500)
 LOOPX_SWEEP_GRACE_SECONDS = env_int("LOOPX_SWEEP_GRACE_SECONDS", 30)
 LOOPX_SWEEP_REPUBLISH_SECONDS = env_int("LOOPX_SWEEP_REPUBLISH_SECONDS", 900)
