@@ -48,6 +48,7 @@ from journals.selectors import journal_bytes
 from journals.services import IngestError, records_ingest
 from loopx_site import access
 from loopx_site.errors import ServiceError
+from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import emit, package_rejected
 from recovery.atomic import atomic_write, clean_stale_temporaries
 from recovery.package_models import (
@@ -245,6 +246,7 @@ def package_validate(*, upload: PackageUpload, progress_interval: float = PROGRE
     upload.refresh_from_db()
     if not started:
         return upload
+    failpoint("package_validate.checking")
     path = upload_path(upload)
     findings: list[dict[str, Any]]
     fmt: str | None = None
@@ -394,6 +396,7 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
                 if locked is None:
                     return
                 totals = _ingest_journal(run_ident, target / "journal.jsonl", token)
+                failpoint("package_import.before_commit")
                 now = timezone.now()
                 PackageUpload.objects.filter(pk=upload.pk, state=ACCEPTED).update(
                     state=IMPORTED,
