@@ -322,7 +322,20 @@ class _Branch:
         self.points = points  # own lsns whose fold a later fork or checkpoint needs (shared, may grow)
 
 
+# The start of a fork or checkpoint as a conforming writer spells it (canonical: keys sorted, no spaces);
+# enough to learn its point without parsing the rest (a checkpoint's state may be megabytes).
+_POINT_PREFIX = re.compile(
+    rb'\{"at":"[^"\\]*","branch":(0|[1-9][0-9]*),"(?:covers_lsn|from_lsn)":(-1|0|[1-9][0-9]*),"kind":"(?:checkpoint|fork)"'
+)
+
+
 def _note_point(points: Counter[tuple[int, int]], line: bytes) -> None:
+    m = _POINT_PREFIX.match(line)
+    if m is not None:
+        # A hint, like every pre-scan result: the main pass checks the record in full, and a wrong or
+        # extra point costs at most a snapshot.
+        points[(int(m.group(1)), int(m.group(2)))] += 1
+        return
     obj: Any = None
     if _loads is not None:
         try:

@@ -159,9 +159,14 @@ def parse_line(line: bytes) -> ParsedLine:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             return _strict(line)
-        if isinstance(obj, dict):
-            canonical = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-            # Equal bytes prove: no duplicate key, no big integer turned float, nothing re-escaped.
-            if canonical == line and _has_float_or_surrogate(obj) is None:
-                return ParsedLine(obj, canonical)
+        # Equal bytes prove: no duplicate key, no big integer turned float, nothing re-escaped; orjson
+        # refuses lone surrogates itself. orjson spells a float with "." or a signed exponent, so only a
+        # line with one of those can hold one. The line itself is kept as the canonical bytes (orjson's
+        # result would hold on to its whole 4 KiB write buffer).
+        if (
+            isinstance(obj, dict)
+            and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == line
+            and not ((b"." in line or b"+" in line or b"e-" in line) and _has_float_or_surrogate(obj) is not None)
+        ):
+            return ParsedLine(obj, bytes(line))
     return _strict(line)

@@ -4,9 +4,12 @@ branches), not with the number of records (docs/engine.md, "How a journal is rea
 from __future__ import annotations
 
 import tracemalloc
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from recovery.engine import assess
 from recovery.engine.writer import JournalWriter
@@ -118,6 +121,15 @@ def test_the_pre_scan_finds_every_fork_and_checkpoint_whatever_the_window(tmp_pa
     path.write_bytes(w.data())
     expected = engine_assess._prescan_lines(w.lines)
     assert sum(expected.values()) >= 10  # 6 forks and 4 checkpoints
+    # ... the points the records name, read here with a full parse (the pre-scan reads a writer's
+    # canonical prefix only).
+    records = [orjson.loads(line) for line in w.lines]
+    named = Counter(
+        (r["branch"], r["from_lsn"] if r["kind"] == "fork" else r["covers_lsn"])
+        for r in records
+        if r["kind"] in ("fork", "checkpoint")
+    )
+    assert expected == named
     for size in (1, 7, 100, 1000, 1 << 20):
         monkeypatch.setattr(engine_assess, "_PRESCAN_BLOCK", size)
         assert engine_assess._Reader(path).prescan() == expected, size
