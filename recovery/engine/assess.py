@@ -581,7 +581,12 @@ class _Assessor:
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
-            done_here = False
+            if ln in info.points:
+                # A point a later fork or checkpoint needs (rare): folded the general way, then kept.
+                self.line_no = n
+                semantics(obj, v, b, ln, view)
+                self._take_snapshot(b, ln)
+                continue
             turn = obj.get("turn")
             state = view.turns.get(turn) if turn.__class__ is str else None
             if state is None:
@@ -595,7 +600,7 @@ class _Assessor:
                         if turn not in turns_first:
                             turns_first[turn] = (n, lineage, b)
                         view.turns[turn] = TurnState(lineage, phases, b, view.gen)
-                        done_here = True
+                        continue
             elif state.terminal is not None:
                 pass  # a record after the terminal record: the general rules decide
             elif kind == "phase_committed":
@@ -604,7 +609,7 @@ class _Assessor:
                     if state.gen != view.gen:
                         state = view.writable(turn)
                     state.done = done + 1
-                    done_here = True
+                    continue
             elif kind == "effect_observed":
                 intent = obj.get("intent")
                 outcome = obj.get("outcome")
@@ -619,7 +624,7 @@ class _Assessor:
                             state = view.writable(turn)
                         intents: Any = state.intents
                         intents[intent] = (mine[0], mine[1], mine[2], merge_outcome(mine[3], outcome))
-                    done_here = True
+                    continue
             elif kind == "intent_dispatched":
                 intent = obj.get("intent")
                 effect_class = obj.get("effect_class")
@@ -648,7 +653,7 @@ class _Assessor:
                         state.intents = {intent: (effect_class, key, 1, None)}
                     else:
                         state.intents[intent] = (effect_class, key, 1, None)
-                    done_here = True
+                    continue
             elif kind == "turn_terminal":
                 status = obj.get("status")
                 status = statuses.get(status) if status.__class__ is str else None
@@ -656,12 +661,10 @@ class _Assessor:
                     if state.gen != view.gen:
                         state = view.writable(turn)
                     state.terminal = status
-                    done_here = True
-            if not done_here:
-                self.line_no = n
-                semantics(obj, v, b, ln, view)
-            if ln in info.points:
-                self._take_snapshot(b, ln)
+                    continue
+            # Not the common case of its kind: the general rules decide.
+            self.line_no = n
+            semantics(obj, v, b, ln, view)
         self.line_no = n
         self.records += fast
 
