@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,7 +49,7 @@ from loopx_site import access
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import emit, package_rejected
-from recovery.atomic import atomic_write, clean_stale_temporaries
+from recovery.atomic import RESTORE_KIND, atomic_write, clean_stale_temporaries, temporary_sibling
 from recovery.package_models import (
     ACCEPTED,
     CHECKING,
@@ -366,8 +365,11 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
     path = upload_path(upload)
     directory = upload_dir()
     clean_stale_temporaries(directory)
-    # The scratch tree sits beside the uploads (same filesystem, same permissions) and always goes away.
-    scratch = Path(tempfile.mkdtemp(prefix=".import-", dir=directory))
+    # The scratch tree sits beside the uploads (same filesystem, same permissions) and goes away at the end.
+    # It is named like a restore's temporary (writer's pid and start time), so that the tree of a worker
+    # killed mid-import is recognised and removed by the next clean_stale_temporaries above.
+    scratch = temporary_sibling(directory / "import", RESTORE_KIND)
+    scratch.mkdir(mode=0o700)
     try:
         target = scratch / "restored"
         try:

@@ -410,3 +410,20 @@ def test_the_state_and_progress_are_constrained_in_the_database(operator):
     for change in ({"state": "unpacked"}, {"progress_done": 11}, {"format": "rar"}, {"state": "imported"}):
         with pytest.raises(IntegrityError), transaction.atomic():
             PackageUpload.objects.filter(pk=upload.pk).update(**change)
+
+
+def test_an_import_leaves_no_scratch_and_clears_a_dead_workers(operator, package_dir, tmp_path, upload_of):
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid whose process has exited: a worker killed mid-import
+    uploads = package_dir / "uploads"
+    uploads.mkdir(parents=True)
+    leftover = uploads / f".import.loopx-restore.{gone.pid}.1.0123abcd"
+    (leftover / "restored").mkdir(parents=True)
+    (leftover / "restored" / "journal.jsonl").write_bytes(b"half an import")
+    package = tmp_path / "p.tar.gz"
+    build_package(package, "imp-run-1", journal().body())
+    upload = run_task(upload_of(package.read_bytes(), operator))
+    assert upload.state == "imported"
+    assert list(uploads.iterdir()) == []  # the dead worker's tree, the scratch tree and the upload: all gone
