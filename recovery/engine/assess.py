@@ -71,7 +71,7 @@ else:  # pragma: no cover - exercised only on installs without orjson
 ENGINE_VERSION = "1.1.0"
 
 Source = str | os.PathLike[str] | Sequence[bytes] | Callable[[], Iterable[bytes]]
-EvidenceMap = Mapping[Any, Any]  # keys: (turn, intent) tuples or bare intent ids; values: Evidence or str
+EvidenceMap = Mapping[Any, Any]  # (turn, intent) or intent id -> finding, or (finding, dispatch number) pairs
 
 # RFC 3339 date-time (section 5.6), ASCII digits only ([0-9], not \d, which matches every script's digits),
 # matched whole (fullmatch: "$" would accept a trailing newline), with the field ranges of the RFC; the
@@ -403,7 +403,7 @@ def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
 
 
 class _Assessor:
-    def __init__(self, points: Counter[tuple[int, int]], evidence: Mapping[Any, str] | None = None) -> None:
+    def __init__(self, points: Counter[tuple[int, int]], evidence: Mapping[Any, Any] | None = None) -> None:
         self.points = points
         self.evidence = evidence or {}
         self.snapshots: dict[tuple[int, int], View] = {}
@@ -992,8 +992,12 @@ class _Assessor:
             if effect_class == "unsafe" and previous != "failed":
                 # Legal only when evidence says the previous dispatch did not happen, and only when it is
                 # the dispatch the evidence is about (so the evidence allows exactly one new dispatch).
-                found = self._evidence_for(turn, intent) if self.evidence else None
-                redispatch = not (found == Evidence.NOT_HAPPENED and world.bound == world.count - 1)
+                found = (
+                    self._evidence_at(turn, intent, world.count - 1, world.bound)
+                    if self.evidence and previous not in _DEFINITIVE
+                    else None
+                )
+                redispatch = found != Evidence.NOT_HAPPENED
             if b != world.first_branch and b not in world.more_firsts[::2]:
                 world.more_firsts += (b, ln)
         world.count += 1
@@ -1149,9 +1153,21 @@ class _Assessor:
             )
 
     # -- deciding ----------------------------------------------------------------------------------------
-    def _evidence_for(self, turn: str, intent: str) -> str | None:
+    def _evidence_at(self, turn: str, intent: str, index: int, bound: int | None) -> str | None:
+        """The operator's finding about the intent's dispatch ``index`` (0-based), if any.
+
+        Evidence given with its dispatch number (the service records how many dispatches the intent had
+        when the operator looked) is about exactly that dispatch. Bare evidence (the command line's form)
+        is about the first dispatch without a definitive readback (``bound``). Either way it allows one new
+        dispatch at most, and never outlives the dispatch it was about: a later send is a new fact."""
         found = self.evidence.get((turn, intent))
-        return found if found is not None else self.evidence.get(intent)
+        if found is None:
+            found = self.evidence.get(intent)
+        if found is None:
+            return None
+        if isinstance(found, dict):
+            return found.get(index)
+        return found if bound == index else None
 
     def finish(self, expect: Mapping[int, int]) -> Assessment:
         end_line = self.line_no + 1
@@ -1290,8 +1306,8 @@ class _Assessor:
     def _resolve(self, w: _World) -> str:
         if w.outcome in _DEFINITIVE:
             return Resolution.SETTLED
-        found = self._evidence_for(w.turn, w.intent) if self.evidence else None
-        if found is not None and w.evidence_bound() == w.count - 1:
+        found = self._evidence_at(w.turn, w.intent, w.count - 1, w.evidence_bound()) if self.evidence else None
+        if found is not None:
             if found == Evidence.HAPPENED:
                 return Resolution.SETTLED
             if found == Evidence.NOT_HAPPENED:
@@ -1387,10 +1403,26 @@ def _indeterminate(intents: Sequence[IntentView]) -> bool:
     return False
 
 
-def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, str]:
-    out: dict[Any, str] = {}
+def _finding(value: Any) -> str:
+    return Evidence(value.value if isinstance(value, Evidence) else value).value
+
+
+def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
+    """Keys stay as given; values become a finding (bare: binds to the first unsettled dispatch) or a
+    {dispatch index: finding} map, from ``(finding, dispatch_number)`` pairs (1-based) or lists of them."""
+    out: dict[Any, Any] = {}
     for key, value in (evidence or {}).items():
-        out[key] = Evidence(value.value if isinstance(value, Evidence) else value).value
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):
+            value = [value]
+        if isinstance(value, list):
+            exact: dict[int, str] = {}
+            for finding, number in value:
+                if not isinstance(number, int) or number < 1:
+                    raise ValueError(f"evidence for {key!r}: dispatch numbers start at 1")
+                exact[number - 1] = _finding(finding)
+            out[key] = exact
+        else:
+            out[key] = _finding(value)
     return out
 
 
