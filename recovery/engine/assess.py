@@ -104,9 +104,6 @@ _sha256 = hashlib.sha256
 _ENVELOPE = itemgetter("at", "branch", "kind", "lsn", "run", "v")
 
 
-_UNTURNED = frozenset({"fork", "checkpoint"})
-
-
 class JournalUnreadable(Exception):
     """The journal cannot be read at all (missing file, a directory, no permission)."""
 
