@@ -100,12 +100,16 @@ FINDINGS = ("happened", "not_happened")
 
 
 class OperatorEvidence(AppendOnlyModel):
-    """An operator's finding about an intent (contract section 6). The latest per intent is in force."""
+    """An operator's finding about one dispatch of an intent (contract section 6). The latest per dispatch
+    is in force."""
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="evidence")
     turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="evidence")
     intent_id = models.CharField(max_length=ID_MAX)
     finding = models.CharField(max_length=16, choices=[(f, f.replace("_", " ")) for f in FINDINGS])
+    # How many dispatches the intent had when the operator looked: the finding is about that dispatch and
+    # no later one (the engine binds it exactly; a later send is a new fact). Null on rows from before.
+    dispatch = models.PositiveIntegerField(null=True, blank=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     actor_name = models.CharField(max_length=150)
     reason = models.TextField()

@@ -204,12 +204,26 @@ def assessment_latest(*, run: Run) -> Assessment | None:
     return Assessment.objects.filter(run=run).order_by("-id").first()
 
 
-def evidence_in_force(*, run: Run) -> dict[tuple[str, str], str]:
-    """The latest finding per (turn, intent): the engine's `evidence` argument."""
-    found: dict[tuple[str, str], str] = {}
-    rows = OperatorEvidence.objects.filter(run=run).order_by("id").values_list("turn__turn_id", "intent_id", "finding")
-    for turn_id, intent_id, finding in rows:
-        found[(turn_id, intent_id)] = finding
+def evidence_in_force(*, run: Run) -> dict[tuple[str, str], Any]:
+    """The engine's `evidence` argument: per (turn, intent), the latest finding about each dispatch as
+    (finding, dispatch number) pairs, so that a finding never outlives the dispatch it was about (found by
+    the composition gate: an old `not_happened` must not settle a later send). Rows from before dispatch
+    numbers were recorded pass as a bare finding (the engine binds it to the first unsettled dispatch)."""
+    exact: dict[tuple[str, str], dict[int, str]] = {}
+    bare: dict[tuple[str, str], str] = {}
+    rows = (
+        OperatorEvidence.objects.filter(run=run)
+        .order_by("id")
+        .values_list("turn__turn_id", "intent_id", "finding", "dispatch")
+    )
+    for turn_id, intent_id, finding, dispatch in rows:
+        if dispatch is None:
+            bare[(turn_id, intent_id)] = finding
+        else:
+            exact.setdefault((turn_id, intent_id), {})[dispatch] = finding
+    found: dict[tuple[str, str], Any] = dict(bare)
+    for key, by_dispatch in exact.items():
+        found[key] = sorted((finding, number) for number, finding in by_dispatch.items())
     return found
 
 

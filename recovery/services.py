@@ -59,7 +59,7 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(evidence: Mapping[tuple[str, str], str]) -> str:
+def _evidence_digest(evidence: Mapping[tuple[str, str], Any]) -> str:
     return hashlib.sha256(canonical_bytes(sorted([t, i, f] for (t, i), f in evidence.items()))).hexdigest()
 
 
@@ -437,7 +437,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
         first = assessment_refresh(run=turn.run)
         if findings:
             # Evidence goes in, and the engine reads it, before the turn is locked (lock order: _lock_turn).
-            known = set(Intent.objects.filter(turn=turn).values_list("intent_id", flat=True))
+            known = dict(Intent.objects.filter(turn=turn).values_list("intent_id", "dispatches"))
             for intent_id, finding in findings.items():
                 if intent_id not in known:
                     raise GateError(400, "evidence_invalid", "evidence names an intent this turn does not have")
@@ -449,6 +449,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
                     turn=turn,
                     intent_id=intent_id,
                     finding=finding,
+                    dispatch=known[intent_id],  # the latest dispatch, as the operator saw it
                     actor=actor,
                     actor_name=_actor_name(actor),
                     reason=reason,
