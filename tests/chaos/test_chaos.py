@@ -144,8 +144,8 @@ def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path:
 # the gate exists for: crash inside the rewind (after the fork record, before the new branch's first
 # record: 28), an unsafe effect on the branch that is then forked (26), an unsafe intent journaled but not
 # sent, then re-sent after `not_happened` (25), an unsafe effect with a second crash inside recovery (64),
-# and a v1 checkpoint continued by a v2 runtime (23). Seed 76 is not here on purpose: it fails today, see
-# docs/chaos.md, "Evidence is used once" (`manage.py chaos --store http --seed 76`).
+# a v1 checkpoint continued by a v2 runtime (23), and a second send after `not_happened` left without
+# readback (76: the service once let the old finding settle it; evidence is now bound to its dispatch).
 HTTP_SEEDS = (28, 26, 25, 64, 23, 76)  # 76: stale operator evidence once settled a later unsafe send
 
 
