@@ -16,8 +16,8 @@ Measured in the same run, each in its own child process (so that a peak RSS is t
   chain compares): the work no assessment can avoid;
 - assess: ``recovery.engine.assess(path)``, the whole thing (pre-scan, fold, checks, decisions).
 
-Printed: records/s of each, the ratio of the two times (wall and CPU), peak RSS. Targets: within 3x of the
-floor, peak RSS under 300 MB.
+Printed: records/s of each, the ratio of the two times (CPU, which other load on the machine disturbs
+least, and wall), peak RSS. Targets: within 3x of the floor in CPU time, peak RSS under 300 MB.
 """
 
 from __future__ import annotations
@@ -269,10 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         f"  assess (recovery.engine): {n / run['wall']:>10,.0f} records/s  "
         f"wall {run['wall']:.2f} s  cpu {run['cpu']:.2f} s  peak RSS {run['rss_mb']:.0f} MB"
     )
-    ratio_ok = min(ratio_wall, ratio_cpu) <= TARGET_RATIO
+    # Judged on CPU time: on a shared machine the wall clock of either side is at the mercy of the others.
+    ratio_ok = ratio_cpu <= TARGET_RATIO
     rss_ok = run["rss_mb"] < TARGET_RSS_MB
     print(
-        f"  ratio to floor: {ratio_wall:.2f}x wall, {ratio_cpu:.2f}x cpu (target <= {TARGET_RATIO:g}x: "
+        f"  ratio to floor: {ratio_cpu:.2f}x cpu, {ratio_wall:.2f}x wall (target <= {TARGET_RATIO:g}x cpu: "
         f"{'ok' if ratio_ok else 'MISSED'}); peak RSS {run['rss_mb']:.0f} MB (target < {TARGET_RSS_MB:g} MB: "
         f"{'ok' if rss_ok else 'MISSED'})"
     )
