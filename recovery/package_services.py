@@ -17,10 +17,11 @@ that a task delivered twice, or run again after its worker died, finds its work 
   nothing the second time; a conflicting one is a typed failure and nothing of it is stored). Ingest raises
   the run's assessment flag, which publishes ``assess_run`` on commit, as for any batch.
 
-Codes beyond the spec's table (they are about this service's own storage, not about the package):
+Codes beyond the spec's table (they are about this service's own storage or run, not about the package):
 ``upload_unreadable`` (the stored file is gone or unreadable), ``upload_changed`` (its bytes no longer have
-the sha256 they were received with) and ``check_timed_out`` (verification did not finish within the task's
-time limit: what cannot be verified is refused).
+the sha256 they were received with), ``check_timed_out`` (verification did not finish within the task's
+time limit) and ``check_failed`` (verification stopped on an unexpected error): what cannot be verified is
+refused.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ CHUNK = 1024 * 1024
 UPLOAD_UNREADABLE = "upload_unreadable"
 UPLOAD_CHANGED = "upload_changed"
 CHECK_TIMED_OUT = "check_timed_out"
+CHECK_FAILED = "check_failed"
 # The same publish retries as the assessment queue (recovery/background.py): a short broker hiccup is
 # ridden out; a longer one leaves the upload `received`, and publishing it again is always safe.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
@@ -304,11 +306,14 @@ def _checked(
     return upload
 
 
-def package_abandon(*, upload: PackageUpload, detail: str) -> PackageUpload:
-    """The task ran out of time: a check that did not finish refuses the package (fail-closed); an import
-    that did not finish (its transaction rolled back) is a typed failure."""
-    _checked(upload, [_finding(CHECK_TIMED_OUT, detail)], None, None)
-    _failed(upload, None, {"error": "import_timed_out", "detail": detail, "line": None})
+def package_abandon(*, upload: PackageUpload, timed_out: bool, detail: str) -> PackageUpload:
+    """The task ran out of time (``timed_out``) or failed unexpectedly: a check that did not finish refuses
+    the package (fail-closed: what was not verified is refused), an import that did not finish (its
+    transaction rolled back) is a typed failure. Left as they were, such uploads would say "checking" or
+    "importing" for ever."""
+    _checked(upload, [_finding(CHECK_TIMED_OUT if timed_out else CHECK_FAILED, detail)], None, None)
+    error = "import_timed_out" if timed_out else "import_error"
+    _failed(upload, None, {"error": error, "detail": detail, "line": None})
     upload.refresh_from_db()
     return upload
 
@@ -459,7 +464,11 @@ def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> di
 def package_process(*, upload_id: str) -> str:
     """The body of ``validate_package``: verify, and import when accepted. Returns the upload's final state
     (or ``missing``)."""
-    upload = PackageUpload.objects.filter(pk=upload_id).select_related("uploader", "token").first()
+    try:
+        pk = uuid.UUID(str(upload_id))
+    except ValueError:
+        return "missing"
+    upload = PackageUpload.objects.filter(pk=pk).select_related("uploader", "token").first()
     if upload is None:
         return "missing"
     upload = package_validate(upload=upload)

@@ -6,6 +6,9 @@ middle runs it again; the services make a second run find its work already done 
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -14,6 +17,8 @@ from django.db import InterfaceError, OperationalError
 from recovery.background import assessment_run
 from recovery.package_models import PackageUpload
 from recovery.package_services import package_abandon, package_process
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -58,10 +63,23 @@ def validate_package(upload_id: str) -> str:
     """Verify an uploaded package (recovery/package_services.py) and import it as a run when accepted."""
     try:
         return package_process(upload_id=upload_id)
+    except (OperationalError, InterfaceError):
+        raise  # the database: retried (autoretry_for), the upload stays where it was
     except SoftTimeLimitExceeded:
-        # Out of time: an unfinished check refuses the package, an unfinished import (rolled back) fails
-        # typed. Left as it was, the upload would say "checking" for ever.
-        upload = PackageUpload.objects.filter(pk=upload_id).first()
-        if upload is None:
-            return "missing"
-        return package_abandon(upload=upload, detail=f"not finished within {PACKAGE_TIME_LIMIT - 60} seconds").state
+        detail = f"not finished within {max(1, PACKAGE_TIME_LIMIT - 60)} seconds"
+        return _abandon(upload_id, timed_out=True, detail=detail)
+    except Exception:
+        # A hostile archive may find a bug in the verifier: the upload is refused (or its import fails) with
+        # the error in the worker's log, never retried into the same bug, never left "checking" for ever.
+        logger.exception("validate_package failed for upload %s", upload_id)
+        return _abandon(upload_id, timed_out=False, detail="stopped on an unexpected error (see the worker's log)")
+
+
+def _abandon(upload_id: str, *, timed_out: bool, detail: str) -> str:
+    try:
+        upload = PackageUpload.objects.filter(pk=uuid.UUID(str(upload_id))).first()
+    except ValueError:
+        return "missing"
+    if upload is None:
+        return "missing"
+    return package_abandon(upload=upload, timed_out=timed_out, detail=detail).state

@@ -223,6 +223,52 @@ def test_a_check_out_of_time_refuses_the_package(operator, tmp_path, monkeypatch
     nothing_stored()
 
 
+def test_an_unexpected_error_in_the_check_refuses_the_package(operator, tmp_path, monkeypatch, upload_of):
+    package = tmp_path / "p.tar.gz"
+    build_package(package, "imp-run-1", journal().body())
+    upload = upload_of(package.read_bytes(), operator)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a verifier bug a hostile archive found")
+
+    monkeypatch.setattr(package_services, "check_package", broken)
+    assert validate_package(str(upload.pk)) == "rejected"  # not retried into the same bug, not left checking
+    upload.refresh_from_db()
+    assert upload.findings[0]["code"] == "check_failed" and "verifier bug" not in json.dumps(upload.findings)
+    nothing_stored()
+
+
+@pytest.mark.parametrize(("raised", "error"), [("timeout", "import_timed_out"), ("bug", "import_error")])
+def test_an_import_cut_short_fails_typed_and_stores_nothing(
+    operator, tmp_path, monkeypatch, upload_of, raised, error, settings
+):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    package = tmp_path / "p.tar.gz"
+    build_package(package, "imp-run-1", journal().body())
+    upload = upload_of(package.read_bytes(), operator)
+    ingest = package_services.records_ingest
+    calls: list[int] = []
+
+    def second_batch_fails(**kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise SoftTimeLimitExceeded() if raised == "timeout" else RuntimeError("boom")
+        return ingest(**kwargs)
+
+    settings.LOOPX_INGEST_MAX_BATCH_RECORDS = 5
+    monkeypatch.setattr(package_services, "records_ingest", second_batch_fails)
+    assert validate_package(str(upload.pk)) == "import_failed"
+    upload.refresh_from_db()
+    assert upload.result["error"] == error
+    nothing_stored()  # the first batch was rolled back with the rest
+
+
+def test_a_bogus_task_argument_is_missing_not_an_error():
+    assert validate_package("not-a-uuid") == "missing"
+    assert validate_package("6f0d1e8c-0000-4000-8000-000000000000") == "missing"
+
+
 # --- Import rules (the same as ingest's) ----------------------------------------------------------------
 
 
