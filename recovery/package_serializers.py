@@ -13,7 +13,8 @@ from recovery.package_models import IMPORTED, UPLOAD_FORMATS, UPLOAD_STATES, Pac
 
 class PackageFindingSerializer(serializers.Serializer):
     """One reason the package was refused (recovery-package.md's codes, plus ``upload_unreadable``,
-    ``upload_changed`` and ``check_timed_out``). ``detail`` never quotes file contents."""
+    ``upload_changed``, ``check_timed_out`` and ``check_failed``: docs/package-import.md). ``detail`` never
+    quotes file contents."""
 
     code = serializers.CharField()
     member = serializers.CharField(allow_null=True, help_text="The member as the archive names it; null: the archive.")
