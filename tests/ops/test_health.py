@@ -28,11 +28,20 @@ def _beat(age_seconds: float = 0) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _probe_timeout(settings):
+    # The probes' own budget (0.5 s by default) is what production uses; a loaded CI machine can take longer
+    # to answer a healthy broker, so the tests give it more room. What they check is that a probe is bounded
+    # (a dead peer never hangs /readyz for a connect timeout) and that failures are named, not raw speed,
+    # which benchmarks measure.
+    settings.LOOPX_READYZ_TIMEOUT = 2.0
+
+
 def _ready(client):
     started = time.monotonic()
     response = client.get("/readyz")
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0, f"/readyz took {elapsed:.2f}s"
+    assert elapsed < 6.0, f"/readyz took {elapsed:.2f}s: a probe is not bounded"
     return response.status_code, response.json()
 
 
