@@ -44,6 +44,21 @@ from prometheus_client.registry import Collector
 
 from . import broker, events
 
+
+def _counts_by(manager: Any, field: str, known: Iterable[str], count: Any = None) -> dict[str, int]:
+    """Rows per value of ``field`` in one grouped query; every known value appears, at 0 when absent, so a
+    series never vanishes from a scrape (Prometheus would read that as "no data", not zero)."""
+    counts = dict.fromkeys(known, 0)
+    for row in manager.order_by().values(field).annotate(n=count if count is not None else Count("id")):
+        counts[row[field]] = row["n"]
+    return counts
+
+
+def _filled(family: Any, counts: dict[str, int]) -> Any:
+    for label, n in counts.items():
+        family.add_metric([label], n)
+    return family
+
 logger = logging.getLogger("loopx.metrics")
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -197,10 +212,7 @@ class DatabaseCollector(Collector):
         from . import integrations
 
         family = GaugeMetricFamily("loopx_findings_open", "Open findings by kind.", labels=["kind"])
-        counts = integrations.open_findings_by_kind()
-        for kind, n in sorted(counts.items()):
-            family.add_metric([kind], n)
-        yield family
+        yield _filled(family, dict(sorted(integrations.open_findings_by_kind().items())))
 
     @staticmethod
     def _recovery_audits() -> Iterable[Metric]:
@@ -211,37 +223,23 @@ class DatabaseCollector(Collector):
             "Recovery audits by divergence code (an audit counts once per code it has; 'none': no divergence).",
             labels=["divergence"],
         )
-        counts = dict.fromkeys(DIVERGENCE_CODES, 0)
-        for row in RecoveryDivergence.objects.order_by().values("code").annotate(n=Count("audit", distinct=True)):
-            counts[row["code"]] = row["n"]
+        counts = _counts_by(RecoveryDivergence.objects, "code", DIVERGENCE_CODES, Count("audit", distinct=True))
         counts["none"] = RecoveryAudit.objects.filter(divergences__isnull=True).count()
-        for code, n in counts.items():
-            family.add_metric([code], n)
-        yield family
+        yield _filled(family, counts)
 
     @staticmethod
     def _operator_actions() -> Iterable[Metric]:
         from audits.models import OPERATOR_ACTION_KINDS, OperatorAction
 
         family = CounterMetricFamily("loopx_operator_actions", "Operator actions by kind.", labels=["kind"])
-        counts = dict.fromkeys(OPERATOR_ACTION_KINDS, 0)
-        for row in OperatorAction.objects.order_by().values("kind").annotate(n=Count("id")):
-            counts[row["kind"]] = row["n"]
-        for kind, n in counts.items():
-            family.add_metric([kind], n)
-        yield family
+        yield _filled(family, _counts_by(OperatorAction.objects, "kind", OPERATOR_ACTION_KINDS))
 
     @staticmethod
     def _webhooks() -> Iterable[Metric]:
         from notifications.models import DELIVERY_STATUSES, WebhookDelivery
 
         family = GaugeMetricFamily("loopx_webhook_deliveries", "Webhook deliveries by status.", labels=["status"])
-        counts = dict.fromkeys(DELIVERY_STATUSES, 0)
-        for row in WebhookDelivery.objects.order_by().values("status").annotate(n=Count("id")):
-            counts[row["status"]] = row["n"]
-        for status, n in counts.items():
-            family.add_metric([status], n)
-        yield family
+        yield _filled(family, _counts_by(WebhookDelivery.objects, "status", DELIVERY_STATUSES))
 
     @staticmethod
     def _heartbeat() -> Iterable[Metric]:
