@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 
 from .env import env_bool, env_int, env_list, env_str
+from .ops.logconfig import json_logging
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOPX_VAR_DIR", str(BASE_DIR / "var")))
@@ -246,23 +247,11 @@ LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retenti
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # JSON lines on stderr, secrets scrubbed (loopx_site/ops/logging.py).
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "loopx_site.ops.logging.RedactingFilter"}},
-    "formatters": {"json": {"()": "loopx_site.ops.logging.JsonFormatter"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "stream": "ext://sys.stderr",
-            "formatter": "json",
-            "filters": ["redact"],
-        }
-    },
+LOGGING = json_logging(
     # Django's own default handlers would print a second, plain and unscrubbed copy: replace them.
-    "loggers": {
+    loggers={
         "django": {"handlers": [], "level": env_str("LOG_LEVEL", "INFO"), "propagate": True},
         "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
+    root_level=env_str("LOG_LEVEL", "INFO"),
+)

@@ -13,6 +13,8 @@ import multiprocessing
 import os
 from typing import Any
 
+from loopx_site.ops.logconfig import json_logging
+
 bind = f"{os.environ.get('BIND_HOST', '0.0.0.0')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2 + 1))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
@@ -25,25 +27,13 @@ max_requests_jitter = 200
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 accesslog = None
 errorlog = "-"
-logconfig_dict: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "loopx_site.ops.logging.RedactingFilter"}},
-    "formatters": {"json": {"()": "loopx_site.ops.logging.JsonFormatter"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "stream": "ext://sys.stderr",
-            "formatter": "json",
-            "filters": ["redact"],
-        }
-    },
-    "loggers": {
+logconfig_dict: dict[str, Any] = json_logging(
+    loggers={
         "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
         # One line per request comes from the request-id middleware (with the request id): not twice.
         "gunicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
     },
-}
+)
 
 
 def post_worker_init(worker: Any) -> None:
