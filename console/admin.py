@@ -17,7 +17,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from journals.models import JournalRecord, Turn
+from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn
 from journals.selectors import record_public
 from loopx_site.errors import ServiceError
 
@@ -83,19 +83,7 @@ class TurnAdmin(admin.ModelAdmin):
     list_filter = ("decision", "reason", "status")
     search_fields = ("turn_id", "run__run_id", "lineage")
     list_select_related = ("run",)
-    readonly_fields = (
-        "run",
-        "turn_id",
-        "lineage",
-        "branch",
-        "plan",
-        "status",
-        "decision",
-        "reason",
-        "resume_from",
-        "completed_phases",
-        "updated_at",
-    )
+    readonly_fields = ("run", "turn_id", *TURN_ASSESSED_FIELDS, "updated_at")
     fieldsets = (
         ("The engine's view (from the journal; never edited)", {"fields": readonly_fields}),
         ("Operator's annotations", {"fields": (*EDITABLE, "change_reason")}),

@@ -123,6 +123,20 @@ class Branch(models.Model):
         return f"{self.run_id}/{self.number}"
 
 
+# What an assessment writes on a turn (recovery.services), and so what lists, the API and the admin show of
+# it: one list, so that a field added to the projection reaches every one of them.
+TURN_ASSESSED_FIELDS = (
+    "lineage",
+    "branch",
+    "plan",
+    "status",
+    "decision",
+    "reason",
+    "resume_from",
+    "completed_phases",
+)
+
+
 class Turn(models.Model):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns")
     turn_id = models.CharField(max_length=ID_MAX)

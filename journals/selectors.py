@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import F, Prefetch, QuerySet
 
-from journals.models import ApiToken, Branch, JournalRecord, Phase, Run, Turn
+from journals.models import TURN_ASSESSED_FIELDS, ApiToken, Branch, JournalRecord, Phase, Run, Turn
 from journals.storable import is_storable, storable
 from recovery.engine.canonical import parse_line
 from recovery.engine.secrets import redact
@@ -62,20 +62,7 @@ def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     return turns.order_by("-updated_at", "-id")
 
 
-TURN_ROW_FIELDS = (
-    "id",
-    "turn_id",
-    "lineage",
-    "branch",
-    "plan",
-    "status",
-    "decision",
-    "reason",
-    "resume_from",
-    "completed_phases",
-    "created_at",
-    "updated_at",
-)
+TURN_ROW_FIELDS = ("id", "turn_id", *TURN_ASSESSED_FIELDS, "created_at", "updated_at")
 
 
 def turn_rows(*, run_prefix: str = "", run_id: str | None = None) -> QuerySet[Turn]:

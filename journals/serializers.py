@@ -8,7 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from journals.models import Branch, Intent, Phase, Run, Turn
+from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, Phase, Run, Turn
 from journals.services import IngestResult
 
 
@@ -149,20 +149,7 @@ class TurnSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Turn
-        fields = [
-            "run",
-            "turn",
-            "lineage",
-            "branch",
-            "plan",
-            "status",
-            "decision",
-            "reason",
-            "resume_from",
-            "completed_phases",
-            "created_at",
-            "updated_at",
-        ]
+        fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "created_at", "updated_at"]
 
 
 class RecordRefSerializer(serializers.Serializer):

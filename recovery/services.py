@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from journals.models import Branch, Intent, JournalRecord, Phase, Run, Turn
+from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
@@ -205,18 +205,7 @@ def _project_turns(run: Run, result: EngineAssessment, last_seq: int) -> dict[st
     if changed:
         Turn.objects.bulk_update(
             [t for t, _ in changed],
-            [
-                "lineage",
-                "branch",
-                "plan",
-                "status",
-                "decision",
-                "reason",
-                "resume_from",
-                "completed_phases",
-                "updated_at",
-                "assessed_digest",
-            ],
+            [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"],
             batch_size=2000,
         )
         _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
