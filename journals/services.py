@@ -34,6 +34,7 @@ from journals.models import (
 )
 from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
+from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
@@ -350,6 +351,9 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
             from recovery.background import assessment_request
 
             assessment_request(run=run)
+            # Test-only (loopx_site/failpoints.py): the composition gate kills the web process here, with
+            # the whole batch written but not committed, and checks that none of it survives.
+            failpoint("records_ingest.before_commit")
     return IngestResult(
         run=run,
         stored=len(new),

@@ -10,10 +10,14 @@ cut off; the checks hold either way.
 from __future__ import annotations
 
 import random
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from loopx_site.failpoints import ENV, MARK_DIR_ENV
 from recovery.engine.writer import JournalWriter
 
 from .http import HttpError, HttpGateway
@@ -30,7 +34,16 @@ class WebKillTrial:
     failures: list[str] = field(default_factory=list)
 
 
-def web_kill_trial(server: LiveServer, seed: int, records: int = 3000) -> WebKillTrial:
+def _placed_kill(server: LiveServer, marks: Path) -> None:
+    """Park the next ingest inside its transaction (records written, not committed), wait until the web
+    process is there, and kill it: the kill lands mid-batch whatever the machine's speed."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(marks.glob("records_ingest.before_commit.*")):
+        time.sleep(0.02)
+    server.kill()
+
+
+def web_kill_trial(server: LiveServer, seed: int, records: int = 3000, *, placed: bool = False) -> WebKillTrial:
     rng = random.Random(seed)
     run = f"webkill-{seed}"
     writer = JournalWriter(run)
@@ -49,12 +62,24 @@ def web_kill_trial(server: LiveServer, seed: int, records: int = 3000) -> WebKil
         except (OSError, HttpError):  # the server died under the request: that is the point
             trial.acknowledged = False
 
+    marks = Path(tempfile.mkdtemp(prefix="loopx-failpoints-"))
+    if placed:
+        trial.delay = 0.0
+        server.kill()
+        server.env.update({ENV: "records_ingest.before_commit=sleep:60", MARK_DIR_ENV: str(marks)})
+        server.start()
     sender = threading.Thread(target=post)
     sender.start()
-    time.sleep(trial.delay)
-    server.kill()
+    if placed:
+        _placed_kill(server, marks)
+        server.env.pop(ENV, None)
+        server.env.pop(MARK_DIR_ENV, None)
+    else:
+        time.sleep(trial.delay)
+        server.kill()
     sender.join(timeout=120)
     server.start()
+    shutil.rmtree(marks, ignore_errors=True)
 
     stored = gateway.lines()
     trial.stored_after_kill = len(stored)
