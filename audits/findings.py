@@ -19,7 +19,12 @@ from journals.models import ID_MAX, Run, Turn
 KINDS: dict[str, tuple[str, str]] = {
     "lost_turn": ("stale_turns", "an unfinished turn has written nothing for too long"),
     "chain_broken": ("chain_verification", "a stored record's prev chain or lsn sequence is broken"),
-    "storage_corruption": ("chain_verification", "stored records differ from what was ingested"),
+    # Also opened by a package import for each journal line that is not a complete record (a torn tail,
+    # kept verbatim: recovery/package_services.py); resolving it is the operator's repair of that line.
+    "storage_corruption": (
+        "chain_verification",
+        "stored records differ from what was ingested, or an imported journal has a torn line",
+    ),
     "decision_changed": ("engine_change", "a new engine version decides a turn differently for the same prefix"),
     "blocked_turn_unclaimed": ("unclaimed_blocked_turns", "a blocked turn has waited too long for an operator"),
     "assessment_missed": ("assessment_sweep", "a committed batch was never assessed (its task was lost)"),

@@ -222,6 +222,10 @@ LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
 LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
 # validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal (issue 5).
 LOOPX_PACKAGE_TIME_LIMIT = env_int("LOOPX_PACKAGE_TIME_LIMIT", 1800)
+# The package sweep (docs/package-import.md): an upload still `received` this long after its latest publish
+# is published again; a file under uploads/ that no upload names is removed once this old.
+LOOPX_PACKAGE_SWEEP_GRACE_SECONDS = env_int("LOOPX_PACKAGE_SWEEP_GRACE_SECONDS", 120)
+LOOPX_PACKAGE_ORPHAN_GRACE_SECONDS = env_int("LOOPX_PACKAGE_ORPHAN_GRACE_SECONDS", 3600)
 LOOPX_AUDIT_BATCH = env_int("LOOPX_AUDIT_BATCH", 500)
 LOOPX_SWEEP_GRACE_SECONDS = env_int("LOOPX_SWEEP_GRACE_SECONDS", 30)
 LOOPX_SWEEP_REPUBLISH_SECONDS = env_int("LOOPX_SWEEP_REPUBLISH_SECONDS", 900)

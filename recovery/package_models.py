@@ -24,7 +24,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from journals.models import ID_MAX, ApiToken
+from journals.models import ID_MAX, ApiToken, Run
+from loopx_site.appendonly import AppendOnlyModel, AppendOnlyQuerySet
 
 RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED = (
     "received",
@@ -70,7 +71,11 @@ class PackageUpload(models.Model):
     # refusal {"error", "detail", "line", ...} of the ingest service (never record bytes).
     result = models.JSONField(default=dict, blank=True)
     checks = models.IntegerField(default=0)  # how many times verification started (a redelivery adds one)
+    # How many times the package sweep published validate_package again (a lost publish or message).
+    sweeps = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The latest publish of validate_package, or the sweep's claim to publish (a compare-and-set on this
+    # column is how two sweeps agree that only one of them publishes).
     enqueued_at = models.DateTimeField(null=True, blank=True)
     checking_at = models.DateTimeField(null=True, blank=True)
     checked_at = models.DateTimeField(null=True, blank=True)
@@ -110,3 +115,61 @@ class PackageUpload(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+
+# Finding states under which a kept corrupt line still counts (audits/findings.py UNRESOLVED; spelled out
+# here because audits builds on recovery and its modules are not imported by this one).
+_UNRESOLVED = ("open", "acknowledged")
+
+
+class JournalCorruptionQuerySet(AppendOnlyQuerySet):
+    def in_force(self, run: Run | int) -> JournalCorruptionQuerySet:
+        """The run's kept corrupt lines the assessment reads: those whose finding an operator has not
+        resolved (a row without its finding counts too: fail-closed)."""
+        return self.filter(run=run).filter(Q(finding__isnull=True) | Q(finding__state__in=_UNRESOLVED))
+
+
+class JournalCorruption(AppendOnlyModel):
+    """A line of an imported package's journal that is not one complete JSON object (contract section 1,
+    ``storage_corruption``): a torn tail, most often. The store holds only complete records, so the line is
+    kept here, verbatim and for good (append-only), beside the records of its run; the assessment reads it
+    as a line of the journal, so the run is blocked with ``storage_corruption`` until an operator repairs
+    the journal and resolves the finding that names this row (docs/package-import.md, "Torn tails").
+
+    The bytes are never shown anywhere (a line that cannot be parsed is never quoted, contract section 8);
+    only an explicit export of the run carries them, as it carries the records' raw bytes.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="+")
+    upload = models.ForeignKey(PackageUpload, on_delete=models.PROTECT, related_name="corruptions")
+    # Where it was in the package's journal.jsonl: its 1-based line number and the byte offset it started at.
+    line_no = models.BigIntegerField()
+    offset = models.BigIntegerField()
+    # The line's bytes exactly as they were, without the "\n" that ended it (``terminated``: one did).
+    data = models.BinaryField()
+    terminated = models.BooleanField(default=False)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    # Its place in the run: after the stored record with this seq (0: before every record), the
+    # ``ordinal``-th corrupt line there. With sha256 this identifies the same line imported again.
+    after_seq = models.BigIntegerField()
+    ordinal = models.IntegerField(default=0)
+    # The storage_corruption finding that names it: resolving the finding (audited, with the reason) is the
+    # operator's repair; from then on the assessment no longer reads the line, which stays kept here.
+    finding = models.ForeignKey("audits.Finding", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = JournalCorruptionQuerySet.as_manager()  # type: ignore[assignment, misc]
+
+    class Meta:
+        ordering = ["run", "after_seq", "ordinal", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(line_no__gte=1, offset__gte=0, size__gte=0, after_seq__gte=0, ordinal__gte=0),
+                name="journalcorruption_position_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "after_seq"], name="journalcorruption_run")]
+
+    def __str__(self) -> str:  # never the bytes
+        return f"corrupt line {self.line_no} of package {self.upload_id} ({self.size} bytes)"

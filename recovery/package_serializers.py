@@ -44,7 +44,9 @@ class PackageUploadSerializer(serializers.ModelSerializer):
     )
     run_url = serializers.SerializerMethodField()
     result = serializers.JSONField(
-        help_text="imported: {records, stored, duplicates, batches}; import_failed: the ingest service's typed "
+        help_text="imported: {records, stored, duplicates, batches}, plus corrupt_lines [{line, offset, size, "
+        "finding}] when lines of the journal were not complete records (a torn tail: kept as evidence, never "
+        "quoted; the run is blocked with storage_corruption); import_failed: the ingest service's typed "
         "refusal {error, detail, line, ...}."
     )
     uploader = serializers.CharField(source="uploader_name")

@@ -31,19 +31,23 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from journals.models import ApiToken, Run
+from journals.models import ApiToken, JournalRecord, Run
 from journals.selectors import journal_bytes
 from journals.services import IngestError, records_ingest
 from loopx_site import access
@@ -51,6 +55,8 @@ from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import emit, package_rejected
 from recovery.atomic import RESTORE_KIND, atomic_write, clean_stale_temporaries, temporary_sibling
+from recovery.engine.canonical import parse_line
+from recovery.models import Assessment
 from recovery.package_models import (
     ACCEPTED,
     CHECKING,
@@ -58,6 +64,7 @@ from recovery.package_models import (
     IMPORTED,
     RECEIVED,
     REJECTED,
+    JournalCorruption,
     PackageUpload,
 )
 from recovery.packages import Limits, PackageUsageError, build_package, check_package, restore_package
@@ -75,6 +82,7 @@ CHECK_FAILED = "check_failed"
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 # Progress is written at most this often (seconds): a package of 10,000 members must not cost 10,000 UPDATEs.
 PROGRESS_INTERVAL = 0.5
+STORAGE_CORRUPTION = "storage_corruption"  # the contract's code, and the finding kind that names a kept line
 
 
 class PackageError(ServiceError):
@@ -149,6 +157,9 @@ def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
                 )
             digest.update(chunk)
             fh.write(chunk)
+    # Test-only (loopx_site/failpoints.py): a process killed here leaves a file no row names, which the
+    # package sweep removes once it is older than its grace period.
+    failpoint("package_receive.written")
     try:
         if size == 0:
             raise PackageError(400, "empty_package", "the upload is empty")
@@ -182,7 +193,8 @@ def package_validation_enqueue(*, upload_id: uuid.UUID | str) -> bool:
     except Exception:  # any broker or serialisation failure: the row already holds the truth
         logger.warning("could not publish validate_package for upload %s", upload_id, exc_info=True)
         return False
-    PackageUpload.objects.filter(pk=upload_id, enqueued_at__isnull=True).update(enqueued_at=timezone.now())
+    # The latest publish: the sweep publishes again only when this is older than its grace period.
+    PackageUpload.objects.filter(pk=upload_id).update(enqueued_at=timezone.now())
     return True
 
 
@@ -402,13 +414,16 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
                 locked = PackageUpload.objects.select_for_update().filter(pk=upload.pk, state=ACCEPTED).first()
                 if locked is None:
                     return
-                totals = _ingest_journal(run_ident, target / "journal.jsonl", token)
+                totals, corrupt = _ingest_journal(run_ident, target / "journal.jsonl", token)
+                result: dict[str, Any] = dict(totals)
+                if corrupt:
+                    result["corrupt_lines"] = _keep_corrupt_lines(locked, run_ident, corrupt)
                 failpoint("package_import.before_commit")
                 now = timezone.now()
                 PackageUpload.objects.filter(pk=upload.pk, state=ACCEPTED).update(
                     state=IMPORTED,
                     run_ident=run_ident,
-                    result=totals,
+                    result=result,
                     stored_name="",
                     finished_at=now,
                     updated_at=now,
@@ -422,43 +437,163 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> dict[str, int]:
-    """Feed the journal through ``records_ingest`` in batches within its limits (the caller holds the
-    transaction). Line numbers of a refusal are the journal's, not the batch's."""
+# More lines than this that are not complete records and the journal is not a torn write but damage: the
+# import fails typed (each kept line is a row and a finding an operator must look at).
+MAX_CORRUPT_LINES = 100
+
+
+@dataclass
+class _CorruptLine:
+    """A journal line that is not one complete JSON object, as it was in the package."""
+
+    line_no: int
+    offset: int
+    data: bytes
+    terminated: bool
+    after: tuple[int, int] | None  # (branch, lsn) of the complete record before it, None: none before it
+    ordinal: int  # how many corrupt lines come between that record and this one
+
+
+def _complete_record(line: bytes) -> dict[str, Any] | None:
+    """The line's object when it is one complete JSON object, else None: ingest's own test (its canonical fast
+    path, then the engine's ``parse_line``), so that what is kept aside here is exactly what it would refuse
+    as ``not_json``."""
+    if line[:1] == b"{":
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == line:
+            return obj
+    return parse_line(line).obj
+
+
+def _position(obj: dict[str, Any]) -> tuple[int, int] | None:
+    branch, lsn = obj.get("branch"), obj.get("lsn")
+    if isinstance(branch, int) and isinstance(lsn, int) and not isinstance(branch, bool) and not isinstance(lsn, bool):
+        return branch, lsn
+    return None  # ingest refuses such a record (envelope_invalid): the import fails before this matters
+
+
+def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tuple[dict[str, int], list[_CorruptLine]]:
+    """Feed the journal's complete records through ``records_ingest`` in batches within its limits (the caller
+    holds the transaction), and return the lines that are not complete records (a torn tail), kept aside for
+    ``_keep_corrupt_lines``. Line numbers of a refusal are the journal's, not the batch's."""
     max_records = int(settings.LOOPX_INGEST_MAX_BATCH_RECORDS)
     max_bytes = int(settings.LOOPX_INGEST_MAX_BATCH_BYTES)
     totals = {"records": 0, "stored": 0, "duplicates": 0, "batches": 0}
     batch: list[bytes] = []
+    numbers: list[int] = []  # the journal line number of each line of the batch
     size = 0
-    offset = 0  # journal lines before the current batch
+    corrupt: list[_CorruptLine] = []
+    after: tuple[int, int] | None = None
+    ordinal = 0
 
     def flush() -> None:
-        nonlocal batch, size, offset
+        nonlocal batch, numbers, size
         body = b"\n".join(batch) + b"\n"
         try:
             result = records_ingest(run_id=run_ident, body=body, content_type="application/x-ndjson", token=token)
         except IngestError as err:
-            if err.line is not None:
-                err.line += offset
+            if err.line is not None and 1 <= err.line <= len(numbers):
+                err.line = numbers[err.line - 1]
             raise
         totals["records"] += len(batch)
         totals["stored"] += result.stored
         totals["duplicates"] += result.duplicates
         totals["batches"] += 1
-        offset += len(batch)
-        batch, size = [], 0
+        batch, numbers, size = [], [], 0
 
+    offset = 0
     with open(journal, "rb") as fh:
-        for raw in fh:
+        for line_no, raw in enumerate(fh, start=1):
             # Lines as ingest splits them: on "\n" only; a last line without one is complete all the same.
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if batch and (len(batch) >= max_records or size + len(line) + 1 > max_bytes):
-                flush()
-            batch.append(line)
-            size += len(line) + 1
+            terminated = raw.endswith(b"\n")
+            line = raw[:-1] if terminated else raw
+            obj = _complete_record(line)
+            if obj is None:
+                # Contract section 1: storage_corruption, never repaired by guessing, never dropped. The
+                # store takes only complete records, so the line is kept aside, verbatim, with its place.
+                corrupt.append(_CorruptLine(line_no, offset, line, terminated, after, ordinal))
+                if len(corrupt) > MAX_CORRUPT_LINES:
+                    raise IngestError(
+                        400,
+                        "too_many_corrupt_lines",
+                        f"more than {MAX_CORRUPT_LINES} lines of the journal are not complete records",
+                        line_no,
+                    )
+                ordinal += 1
+            else:
+                after, ordinal = _position(obj), 0
+                if batch and (len(batch) >= max_records or size + len(line) + 1 > max_bytes):
+                    flush()
+                batch.append(line)
+                numbers.append(line_no)
+                size += len(line) + 1
+            offset += len(raw)
     if batch:
         flush()
-    return totals
+    return totals, corrupt
+
+
+def _keep_corrupt_lines(upload: PackageUpload, run_ident: str, lines: list[_CorruptLine]) -> list[dict[str, Any]]:
+    """Keep each corrupt line (a JournalCorruption row: verbatim bytes, package, offset, place in the run) with
+    an open ``storage_corruption`` finding naming it, in the import's transaction. The same line imported
+    again while its finding is unresolved finds its row and only touches the finding. Then the run is
+    assessed again (ingest raised the flag only if it stored something). Returns the public summary (no
+    bytes)."""
+    from audits.finding_services import finding_open_or_touch  # audits builds on recovery
+    from recovery.background import assessment_request  # imports recovery.services, which imports us
+
+    run = Run.objects.get(run_id=run_ident)
+    seqs: dict[tuple[int, int], int] = {}
+    for branch, lsn in {line.after for line in lines if line.after is not None}:
+        seq = JournalRecord.objects.filter(run=run, branch=branch, lsn=lsn).values_list("seq", flat=True).first()
+        seqs[(branch, lsn)] = seq or 0
+    summary: list[dict[str, Any]] = []
+    for line in lines:
+        after_seq = seqs.get(line.after, 0) if line.after is not None else 0
+        sha = hashlib.sha256(line.data).hexdigest()
+        evidence = {
+            "source": "package_import",
+            "package": str(upload.pk),
+            "line": line.line_no,
+            "offset": line.offset,
+            "size": len(line.data),
+            "sha256": sha,
+            "after_seq": after_seq,
+            "detail": "a journal line that is not one complete JSON object (a torn write), kept verbatim",
+        }
+        kept = (
+            JournalCorruption.objects.in_force(run)
+            .filter(after_seq=after_seq, ordinal=line.ordinal, sha256=sha)
+            .select_related("finding")
+            .first()
+        )
+        if kept is not None and kept.finding is not None:
+            finding_open_or_touch(kind=STORAGE_CORRUPTION, run=run, fact_key=kept.finding.fact_key, evidence=evidence)
+        elif kept is None:
+            finding, _ = finding_open_or_touch(
+                kind=STORAGE_CORRUPTION, run=run, fact_key=f"journal_line:{upload.pk}:{line.line_no}", evidence=evidence
+            )
+            kept = JournalCorruption.objects.create(
+                run=run,
+                upload=upload,
+                line_no=line.line_no,
+                offset=line.offset,
+                data=line.data,
+                terminated=line.terminated,
+                size=len(line.data),
+                sha256=sha,
+                after_seq=after_seq,
+                ordinal=line.ordinal,
+                finding=finding,
+            )
+        summary.append(
+            {"line": line.line_no, "offset": line.offset, "size": len(line.data), "finding": kept.finding_id}
+        )
+    assessment_request(run=run)
+    return summary
 
 
 def package_process(*, upload_id: str) -> str:
@@ -485,4 +620,176 @@ EXPORT_FORMATS = ("tar.gz", "tar", "zip")
 def run_export(*, run: Run, out_path: str | os.PathLike[str], fmt: str = "tar.gz") -> str:
     """Write the run's package (journal byte for byte, secrets included: contract section 8, the one raw
     export) to ``out_path`` atomically; returns the package's sha256."""
-    return build_package(out_path, run.run_id, journal_bytes(run=run), fmt=fmt)
+    return build_package(out_path, run.run_id, run_journal_bytes(run=run), fmt=fmt)
+
+
+def run_journal_bytes(*, run: Run) -> bytes:
+    """The run's journal as an export carries it: the stored records in seq order, each ended by a newline,
+    and, at their places, the corrupt lines kept from imported packages that are still in force (a torn tail
+    comes back as it came in, without a newline when it had none, so that import and export round-trip to
+    the same bytes). A repaired line (its finding resolved) is left out: the repaired journal is exported."""
+    kept = list(JournalCorruption.objects.in_force(run).order_by("after_seq", "ordinal", "id"))
+    if not kept:
+        return journal_bytes(run=run)
+    by_place: dict[int, list[JournalCorruption]] = {}
+    for row in kept:
+        by_place.setdefault(row.after_seq, []).append(row)
+    last = kept[-1] if kept[-1].after_seq >= run.last_seq else None
+    parts: list[bytes] = []
+
+    def place(seq: int) -> None:
+        for row in by_place.pop(seq, []):
+            # Between records a line always ended with a newline; only the journal's last line may lack one.
+            parts.append(bytes(row.data) + (b"\n" if row.terminated or row is not last else b""))
+
+    place(0)
+    rows = JournalRecord.objects.filter(run=run).order_by("seq").values_list("seq", "line")
+    for seq, line in rows.iterator(chunk_size=2000):
+        parts.append(bytes(line) + b"\n")
+        place(seq)
+    for seq in sorted(by_place):  # a place beyond the last record cannot occur; kept rather than lost
+        place(seq)
+    return b"".join(parts)
+
+
+# --- Sweep --------------------------------------------------------------------------------------------
+
+_STORED_NAME = re.compile(r"^[0-9a-f]{32}\.pkg$")
+
+
+@dataclass
+class SweepReport:
+    republished: list[str] = field(default_factory=list)  # upload ids published again
+    publish_failed: list[str] = field(default_factory=list)  # claimed, but the broker refused: next sweep
+    orphans_removed: list[str] = field(default_factory=list)  # file names under uploads/
+    temporaries_removed: int = 0
+    reassessed: list[str] = field(default_factory=list)  # runs whose corrupt lines in force changed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "republished": self.republished,
+            "publish_failed": self.publish_failed,
+            "orphans_removed": self.orphans_removed,
+            "temporaries_removed": self.temporaries_removed,
+            "reassessed": self.reassessed,
+        }
+
+
+def package_sweep(
+    *, grace: timedelta | None = None, orphan_grace: timedelta | None = None, limit: int = 500
+) -> SweepReport:
+    """The scheduled sweep of uploads (``recovery.tasks.sweep_packages``, on beat and at worker start).
+    Every part is idempotent; two sweeps at once publish each stuck upload once."""
+    grace = grace if grace is not None else timedelta(seconds=settings.LOOPX_PACKAGE_SWEEP_GRACE_SECONDS)
+    orphan_grace = (
+        orphan_grace if orphan_grace is not None else timedelta(seconds=settings.LOOPX_PACKAGE_ORPHAN_GRACE_SECONDS)
+    )
+    report = SweepReport()
+    _republish_stuck(report, grace, limit)
+    _remove_orphans(report, orphan_grace)
+    _reassess_repaired(report, limit)
+    return report
+
+
+def _republish_stuck(report: SweepReport, grace: timedelta, limit: int) -> None:
+    """Publish ``validate_package`` again for uploads whose message was lost: still ``received`` longer than
+    ``grace`` after their latest publish (or their creation, when the publish never happened: the broker
+    was down when the row committed). Also ``checking``/``accepted`` uploads that have not moved for longer
+    than the task's hard time limit plus ``grace``: their task is dead (killed, or its message lost with a
+    broker that deletes on fetch), since a running one writes progress and is killed at that limit.
+
+    Each republish is claimed first with a compare-and-set on ``enqueued_at`` (the value read must still be
+    there): of two sweeps only one claims an upload, and only the claimant publishes. A publish that fails
+    leaves the claim, so the next sweep after ``grace`` tries again. Publishing again is safe in any case:
+    every step of the task is itself a compare-and-set on the state; the cost of a message that was only
+    waiting in a backlog is a second verification, so each further republish of an upload waits twice as
+    long as the one before (``sweeps`` counts them)."""
+    now = timezone.now()
+    cutoff = now - grace
+    dead = now - grace - timedelta(seconds=int(settings.LOOPX_PACKAGE_TIME_LIMIT))
+    waiting = Q(state=RECEIVED, created_at__lt=cutoff) & (Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=cutoff))
+    dropped = Q(state__in=(CHECKING, ACCEPTED), updated_at__lt=dead) & (
+        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=dead)
+    )
+    stuck = (
+        PackageUpload.objects.filter(waiting | dropped)
+        .order_by("created_at")
+        .values_list("pk", "state", "enqueued_at", "sweeps")[:limit]
+    )
+    for pk, state, seen, sweeps in list(stuck):
+        if seen is not None and seen >= now - grace * 2 ** min(sweeps, 6):
+            # Each republish of the same upload waits twice as long as the one before: a backlog in the
+            # queue (the message is there, the workers are busy) gets a few extra messages, not one a sweep.
+            continue
+        if not _claim_republish(pk, state, seen, now):
+            continue  # another sweep claimed it, or it moved on
+        if package_validation_enqueue(upload_id=pk):
+            report.republished.append(str(pk))
+        else:
+            report.publish_failed.append(str(pk))
+    if report.republished or report.publish_failed:
+        logger.warning(
+            "package sweep: published validate_package again for %d stuck uploads (%d publishes failed)",
+            len(report.republished),
+            len(report.publish_failed),
+        )
+
+
+def _claim_republish(pk: uuid.UUID, state: str, seen: Any, now: Any) -> bool:
+    """Compare-and-set: the upload still has the state and ``enqueued_at`` this sweep read; only then it is
+    this sweep's to publish (``enqueued_at`` moves to now, so any other sweep's read is stale)."""
+    unchanged = Q(enqueued_at__isnull=True) if seen is None else Q(enqueued_at=seen)
+    return bool(
+        PackageUpload.objects.filter(unchanged, pk=pk, state=state).update(enqueued_at=now, sweeps=F("sweeps") + 1)
+    )
+
+
+def _remove_orphans(report: SweepReport, orphan_grace: timedelta) -> None:
+    """Remove files under ``uploads/`` that no upload names and that are older than ``orphan_grace``: the
+    bytes of a receive that died between writing its file and committing its row, or of a final upload
+    whose file removal was cut short. Only names this service writes (``<32 hex>.pkg``, regular files, not
+    followed through links) are considered; a file that a row names, in any state, or that is younger than
+    the grace period (a receive still committing its row) is never touched. Leftovers of writers and
+    imports that died (hidden temporaries) go through ``clean_stale_temporaries``."""
+    directory = upload_dir()
+    report.temporaries_removed = len(clean_stale_temporaries(directory))
+    oldest = time.time() - orphan_grace.total_seconds()
+    candidates: dict[str, Path] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not _STORED_NAME.match(entry.name) or not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_mtime < oldest:
+                candidates[f"{UPLOADS}/{entry.name}"] = directory / entry.name
+    names = list(candidates)
+    for start in range(0, len(names), 500):
+        chunk = names[start : start + 500]
+        for named in PackageUpload.objects.filter(stored_name__in=chunk).values_list("stored_name", flat=True):
+            candidates.pop(named, None)
+    for _stored, path in sorted(candidates.items()):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            report.orphans_removed.append(path.name)
+    if report.orphans_removed:
+        logger.warning("package sweep: removed %d upload files no upload names", len(report.orphans_removed))
+
+
+def _reassess_repaired(report: SweepReport, limit: int) -> None:
+    """A kept corrupt line stops counting when an operator resolves its finding (the repair); resolving does
+    not ask for an assessment, so the run's pages would keep showing it blocked until something else
+    assessed it. Runs with such a line resolved after their newest assessment are requested again (the gate
+    itself always refreshes the assessment, so it never waited for this)."""
+    from recovery.background import assessment_request
+
+    newest = Assessment.objects.filter(run=OuterRef("run")).order_by("-id").values("created_at")[:1]
+    runs = (
+        JournalCorruption.objects.filter(finding__state="resolved")
+        .annotate(assessed=Subquery(newest))
+        .filter(Q(assessed__isnull=True) | Q(finding__resolved_at__gt=F("assessed")))
+        .values_list("run_id", flat=True)
+        .distinct()[:limit]
+    )
+    for run in Run.objects.filter(pk__in=list(runs)):
+        with transaction.atomic():
+            assessment_request(run=run)
+        report.reassessed.append(run.run_id)

@@ -32,6 +32,7 @@ from recovery.engine.secrets import redact
 from recovery.engine.types import Assessment as EngineAssessment
 from recovery.engine.types import BranchView, TurnDecision
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.package_models import JournalCorruption
 from recovery.selectors import (
     HOLD,
     RUN_LEVEL_CODES,
@@ -59,12 +60,29 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(evidence: Mapping[tuple[str, str], Any]) -> str:
-    return hashlib.sha256(canonical_bytes(sorted([t, i, f] for (t, i), f in evidence.items()))).hexdigest()
+def _evidence_digest(evidence: Mapping[tuple[str, str], Any], corrupt: Iterable[tuple[int, str]] = ()) -> str:
+    """The digest of the inputs beside the committed records: operator evidence, and the corrupt lines kept
+    from imported packages (JournalCorruption, (pk, sha256) each) that are in force. Without corrupt lines
+    it is the digest of the evidence alone, as it always was, so stored assessments keep their identity."""
+    items = sorted([t, i, f] for (t, i), f in evidence.items())
+    kept = [[pk, sha] for pk, sha in corrupt]
+    return hashlib.sha256(canonical_bytes({"evidence": items, "corrupt_lines": kept} if kept else items)).hexdigest()
 
 
-def _lines_through(run_pk: int, last_seq: int) -> Iterator[bytes]:
-    """The run's lines in seq order up to ``last_seq``, streamed in chunks (memory stays flat)."""
+def _corrupt_in_force(run: Run) -> list[tuple[int, str]]:
+    """(pk, sha256) of the run's kept corrupt lines the assessment reads, in their journal order."""
+    kept = JournalCorruption.objects.in_force(run).order_by("after_seq", "ordinal", "id")
+    return list(kept.values_list("pk", "sha256"))
+
+
+def _lines_through(run_pk: int, last_seq: int, tail: Iterable[bytes] = ()) -> Iterator[bytes]:
+    """The run's lines in seq order up to ``last_seq``, streamed in chunks (memory stays flat), then ``tail``.
+
+    ``tail``: the kept corrupt lines of imported packages (a torn tail). They come after every stored record,
+    not at their place between them, so that line N of what the engine reads stays the record with seq N (the
+    pages look records up by the reason's line); the engine reports each as ``storage_corruption``, a
+    run-level violation that blocks every turn (the reason is the first run-level violation, so a record
+    before it that breaks the contract run-wide may be named instead: the run is blocked either way)."""
     after = 0
     while after < last_seq:
         rows = list(
@@ -77,6 +95,7 @@ def _lines_through(run_pk: int, last_seq: int) -> Iterator[bytes]:
         for seq, line in rows:
             after = seq
             yield bytes(line)
+    yield from tail
 
 
 class PrefixSuperseded(Exception):
@@ -91,10 +110,11 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
     run = Run.objects.get(pk=run.pk)  # the prefix as committed now
     evidence = evidence_in_force(run=run)
+    corrupt = _corrupt_in_force(run)
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
-        "evidence_digest": _evidence_digest(evidence),
+        "evidence_digest": _evidence_digest(evidence, corrupt),
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
@@ -102,12 +122,21 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     if existing is not None:
         return existing
     last_seq = run.last_seq
-    result = assess(lambda: _lines_through(run.pk, last_seq), evidence=evidence)
+    tail: list[bytes] = []
+    if corrupt:
+        data = dict(JournalCorruption.objects.filter(pk__in=[pk for pk, _ in corrupt]).values_list("pk", "data"))
+        tail = [bytes(data[pk]) for pk, _ in corrupt]
+    result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
     blocked = result.run_blocked
     failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():
-        if newest_only and Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key:
-            # Issue 4: compared under the run's row lock, which ingest holds until it commits.
+        if newest_only and (
+            Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
+            or _corrupt_in_force(run) != corrupt
+        ):
+            # Issue 4: compared under the run's row lock, which ingest holds until it commits. A package
+            # import that only kept a torn tail (its records were all stored before) or a repair moves the
+            # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
         try:
             with transaction.atomic():

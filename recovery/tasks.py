@@ -8,32 +8,39 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from recovery.background import assessment_run
 from recovery.package_models import PackageUpload
-from recovery.package_services import package_abandon, package_process
+from recovery.package_services import package_abandon, package_process, package_sweep
 
 logger = logging.getLogger(__name__)
+
+# Every task of this module: acknowledged late and requeued when its worker dies; a database that is briefly
+# unreachable or locked (SQLite under a writer) is worth another try, any other error is not.
+TASK_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "max_retries": 5,
+    "ignore_result": True,
+}
 
 
 @shared_task(
     name="recovery.tasks.assess_run",
-    acks_late=True,
-    reject_on_worker_lost=True,
     soft_time_limit=max(1, settings.LOOPX_ASSESS_TIME_LIMIT - 30),
     time_limit=settings.LOOPX_ASSESS_TIME_LIMIT,
-    # A database that is briefly unreachable or locked (SQLite under a writer) is worth another try; any
-    # other error leaves the run behind its prefix, which the scheduled sweep notices.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=2,
-    retry_backoff_max=60,
-    max_retries=5,
-    ignore_result=True,
+    # Any error but the database's leaves the run behind its prefix, which the scheduled sweep notices.
+    **TASK_OPTIONS,
 )
 def assess_run(run_id: str) -> str:
     """Assess a run's committed prefix (coalesced: one pending assessment per run)."""
@@ -47,17 +54,11 @@ PACKAGE_TIME_LIMIT: int = settings.LOOPX_PACKAGE_TIME_LIMIT
 
 @shared_task(
     name="recovery.tasks.validate_package",
-    acks_late=True,
-    reject_on_worker_lost=True,
     soft_time_limit=max(1, PACKAGE_TIME_LIMIT - 60),
     time_limit=PACKAGE_TIME_LIMIT,
-    # As for assess_run: a database briefly unreachable is worth another try. Every step is a
-    # compare-and-set on the upload's state, so a retry (or a redelivery) resumes where the last one stopped.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=2,
-    retry_backoff_max=60,
-    max_retries=5,
-    ignore_result=True,
+    # Every step is a compare-and-set on the upload's state, so a retry (or a redelivery) resumes where the
+    # last one stopped.
+    **TASK_OPTIONS,
 )
 def validate_package(upload_id: str) -> str:
     """Verify an uploaded package (recovery/package_services.py) and import it as a run when accepted."""
@@ -83,3 +84,32 @@ def _abandon(upload_id: str, *, timed_out: bool, detail: str) -> str:
     if upload is None:
         return "missing"
     return package_abandon(upload=upload, timed_out=timed_out, detail=detail).state
+
+
+@shared_task(
+    name="recovery.tasks.sweep_packages",
+    soft_time_limit=max(1, settings.LOOPX_AUDIT_TIME_LIMIT - 30),
+    time_limit=settings.LOOPX_AUDIT_TIME_LIMIT,
+    **TASK_OPTIONS,
+)
+def sweep_packages(grace_seconds: int | None = None, orphan_grace_seconds: int | None = None) -> dict[str, Any]:
+    """On beat's schedule and once at worker start: publish validate_package again for uploads whose message
+    was lost, remove upload files no upload names, and re-assess runs whose torn tail was repaired
+    (recovery/package_services.py, ``package_sweep``). A schedule's kwargs override the settings."""
+    from datetime import timedelta
+
+    report = package_sweep(
+        grace=timedelta(seconds=grace_seconds) if grace_seconds is not None else None,
+        orphan_grace=timedelta(seconds=orphan_grace_seconds) if orphan_grace_seconds is not None else None,
+    )
+    return report.as_dict()
+
+
+@worker_ready.connect(dispatch_uid="loopx-sweep-packages-at-start", weak=False)
+def sweep_packages_at_start(sender: Any = None, **_: Any) -> None:
+    """A worker that starts (after a crash, a deploy, a broker outage) asks for one sweep at once instead of
+    waiting for beat: uploads stranded while nothing ran are picked up. Publishing never stops the worker."""
+    try:
+        sweep_packages.apply_async(retry=False)
+    except Exception:  # the broker is down: beat's schedule runs the sweep later
+        logger.warning("could not publish sweep_packages at worker start", exc_info=True)

@@ -346,14 +346,7 @@ def test_a_conflict_in_a_later_batch_leaves_a_new_run_uncreated(operator, tmp_pa
     nothing_stored()
 
 
-def test_a_torn_tail_is_not_dropped_the_import_fails_typed(operator, tmp_path, upload_of):
-    body = journal().body() + b'{"v":2,"run":"imp-run-1","bra'
-    package = tmp_path / "p.tar.gz"
-    build_package(package, "imp-run-1", body)
-    upload = run_task(upload_of(package.read_bytes(), operator))
-    assert upload.state == "import_failed"  # accepted as a package (spec), refused by ingest (torn record)
-    assert upload.result["error"] == "not_json" and upload.result["line"] == body.count(b"\n") + 1
-    nothing_stored()
+# A torn tail imports, kept as evidence that blocks the run: tests/packages/test_torn_tail.py.
 
 
 def test_a_runtime_token_imports_only_runs_its_prefix_allows(tmp_path, upload_of):

@@ -60,3 +60,28 @@ def test_a_worker_killed_mid_package_is_replaced_and_imports_once(stack, operato
     assert done.checks == checks and done.result["stored"] == len(b.lines)
     assert Run.objects.filter(run_id="worker-run").count() == 1
     assert JournalRecord.objects.filter(run__run_id="worker-run").count() == len(b.lines)
+
+
+def test_an_upload_stranded_while_the_broker_was_down_is_imported_once_a_worker_starts(stack, operator, tmp_path):
+    """The upload's publish failed (no broker) and no beat runs: the sweep a worker asks for when it starts
+    publishes it again, and the worker imports it."""
+    from datetime import timedelta
+    from unittest import mock
+
+    from django.utils import timezone
+
+    b = JournalBuilder("stranded-run")
+    b.full_turn("t1")
+    build_package(tmp_path / "p.tar.gz", "stranded-run", b.body())
+    with mock.patch("recovery.tasks.validate_package.apply_async", side_effect=ConnectionError("broker down")):
+        upload = package_upload_receive(file=(tmp_path / "p.tar.gz").read_bytes(), actor=operator)
+    PackageUpload.objects.filter(pk=upload.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    assert PackageUpload.objects.get(pk=upload.pk).enqueued_at is None
+    worker = stack.worker("starter")
+    done = wait_for(
+        lambda: PackageUpload.objects.filter(pk=upload.pk, state="imported").first(),
+        timeout=60,
+        what="the sweep asked for at worker start to get the upload imported",
+    )
+    assert "recovery.tasks.sweep_packages" in worker.output()
+    assert done.sweeps == 1 and done.checks == 1 and done.result["stored"] == len(b.lines)
