@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -42,30 +43,44 @@ logger = logging.getLogger(__name__)
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
+# Raise the flag in one statement, whatever its state: insert it raised, or raise it if it was lowered.
+# A row comes back only when this statement raised it. No savepoint and no read first: on PostgreSQL,
+# ON CONFLICT locks the existing row before it evaluates the WHERE, so a flag that was already raised
+# stays locked until the caller commits as well (the module doc's step 1); SQLite serialises writers.
+_RAISE_SQL = (
+    "INSERT INTO {table} (run_id, pending, requested_at, requested_seq, enqueues, outcome)"
+    " VALUES (%(flag_run)s, TRUE, %(flag_at)s, %(flag_seq)s, 0, '')"
+    " ON CONFLICT (run_id) DO UPDATE SET pending = TRUE, requested_at = excluded.requested_at,"
+    " requested_seq = excluded.requested_seq WHERE NOT {table}.pending"
+    " RETURNING run_id"
+)
+
+
+def assessment_request_statement(*, run: Run) -> tuple[str, dict[str, Any]]:
+    """The flag's upsert (SQL and named parameters) for a caller that sends it inside a statement of its
+    own (ingest's projection statement on PostgreSQL); it returns a row only when it raised the flag. The
+    caller passes that to ``assessment_requested`` in the same transaction."""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    table = connection.ops.quote_name(PendingAssessment._meta.db_table)
+    return _RAISE_SQL.format(table=table), {"flag_run": run.pk, "flag_at": now, "flag_seq": run.last_seq}
+
+
+def assessment_requested(*, run: Run, raised: bool) -> bool:
+    """After the flag's upsert: the call that raised it publishes ``assess_run`` once its transaction commits."""
+    if raised:
+        run_pk, run_id = run.pk, run.run_id
+        transaction.on_commit(lambda: assessment_enqueue(run_pk=run_pk, run_id=run_id))
+    return raised
+
+
 def assessment_request(*, run: Run) -> bool:
     """Raise the run's pending flag; True when this call raised it (it then publishes after commit).
     Inside the caller's transaction (ingest's), the flag's row stays locked until that commits."""
-    now = timezone.now()
-    with transaction.atomic():
-        flag = PendingAssessment.objects.select_for_update().filter(run_id=run.pk).first()
-        if flag is None:
-            try:
-                with transaction.atomic():  # a savepoint: another request may create the row first
-                    PendingAssessment.objects.create(
-                        run_id=run.pk, pending=True, requested_at=now, requested_seq=run.last_seq
-                    )
-                raised = True
-            except IntegrityError:
-                flag = PendingAssessment.objects.select_for_update().get(run_id=run.pk)
-        if flag is not None:
-            raised = not flag.pending
-            if raised:
-                flag.pending, flag.requested_at, flag.requested_seq = True, now, run.last_seq
-                flag.save(update_fields=["pending", "requested_at", "requested_seq"])
-        if raised:
-            run_pk, run_id = run.pk, run.run_id
-            transaction.on_commit(lambda: assessment_enqueue(run_pk=run_pk, run_id=run_id))
-        return raised
+    sql, params = assessment_request_statement(run=run)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        raised = cursor.fetchone() is not None
+    return assessment_requested(run=run, raised=raised)
 
 
 def assessment_enqueue(*, run_pk: int, run_id: str) -> bool:
