@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import F
+
 from audits.models import OperatorAction, RecoveryAudit
 from journals.models import Branch, Checkpoint, JournalRecord, Turn
 from journals.selectors import record_public, turn_with_timeline
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
-from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment
+from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
 from recovery.selectors import GateView, gate_view
 
 from . import vocabulary
@@ -148,14 +150,17 @@ def _indeterminate_dispatch(turn: Turn, intent_ids: list[str]) -> JournalRecord 
     return None
 
 
-def _violations(assessment_id: int) -> list[Any]:
-    """Only the `violations` key of the stored output: the whole output holds every turn of the run and
-    would cost a page tens of milliseconds to load and parse on a large run (bench_pages)."""
-    found = Assessment.objects.filter(pk=assessment_id).values_list("output__violations", flat=True).first()
+def _violation_list(row: TurnAssessment | None) -> list[Any] | None:
+    """The assessment's violations, read with the row (None without a row)."""
+    if row is None:
+        return None
+    found = getattr(row, "violations", None)
     return found if isinstance(found, list) else []
 
 
-def _blocking(turn: Turn, row: TurnAssessment | None, indeterminate: list[str]) -> BlockingFact | None:
+def _blocking(
+    turn: Turn, row: TurnAssessment | None, indeterminate: list[str], violations: list[Any]
+) -> BlockingFact | None:
     if turn.decision != "blocked" or not turn.reason:
         return None
     fact = BlockingFact(
@@ -166,7 +171,7 @@ def _blocking(turn: Turn, row: TurnAssessment | None, indeterminate: list[str]) 
     if row is None:
         return fact
     fact.line = row.reason_line
-    for v in _violations(row.assessment_id):
+    for v in violations:
         if not isinstance(v, dict) or v.get("code") != turn.reason:
             continue
         if fact.run_level or v.get("turn") == turn.turn_id:
@@ -272,28 +277,32 @@ def _audit_rows(audit: RecoveryAudit) -> AuditView:
     )
 
 
-def _gate_view(turn: Turn, row: TurnAssessment | None) -> GateView | None:
-    """The gate as the store computes it, under the latest stored assessment (reading never assesses)."""
+def _gate_view(
+    turn: Turn, row: TurnAssessment | None, intents: list[Any], violations: list[Any] | None
+) -> GateView | None:
+    """The gate as the store computes it, under the latest stored assessment (reading never assesses),
+    from what the page already read (the row, the intents, the violations)."""
     if row is None:
         return None
-    try:
-        return gate_view(turn=turn, assessment=row.assessment)
-    except TurnAssessment.DoesNotExist:
-        return None
+    return gate_view(turn=turn, assessment=row.assessment, row=row, intents=intents, violations=violations)
 
 
-def turn_page(turn: Turn) -> TurnPage:
-    turn = turn_with_timeline(turn=turn)
+def turn_page(turn: Turn | int) -> TurnPage:
+    """The page of a turn (or of a turn's pk: Turn.DoesNotExist when there is none)."""
+    turn = turn_with_timeline(turn=turn if isinstance(turn, Turn) else Turn(pk=turn))
     row = (
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")
-        .defer("assessment__output")  # loaded only if the gate needs it (an approval to check)
+        # The output holds every turn of the run: only its violations are read, in the same query.
+        .defer("assessment__output")
+        .annotate(violations=F("assessment__output__violations"))
         .order_by("-assessment_id")
         .first()
     )
+    violations = _violation_list(row)
     intents = list(turn.intents.all())
     indeterminate = [i.intent_id for i in intents if i.resolution == "indeterminate" and i.live]
-    blocking = _blocking(turn, row, indeterminate)
+    blocking = _blocking(turn, row, indeterminate, violations or [])
     evidence: dict[str, list[OperatorEvidence]] = {}
     for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id"):
         evidence.setdefault(e.intent_id, []).append(e)
@@ -306,6 +315,7 @@ def turn_page(turn: Turn) -> TurnPage:
         .prefetch_related("actions", "divergences")
         .order_by("-opened_at", "-id")[:20]
     )
+    view = _gate_view(turn, row, intents, violations)
     return TurnPage(
         turn=turn,
         steps=_steps(turn),
@@ -318,9 +328,10 @@ def turn_page(turn: Turn) -> TurnPage:
         ),
         audits=[_audit_rows(a) for a in audits],
         history=list(OperatorAction.objects.filter(turn=turn).order_by("-created_at", "-id")[:100]),
-        gate=GateDecision.objects.filter(turn=turn).order_by("-id").first(),
+        # The gate read the decision in force already (an unassessed turn has no gate: read it here).
+        gate=view.operator if view is not None else GateDecision.objects.filter(turn=turn).order_by("-id").first(),
         evidence=evidence,
         assessment_row=row,
-        gate_view=_gate_view(turn, row),
-        annotation=TurnAnnotation.objects.filter(turn=turn).select_related("updated_by").first(),
+        gate_view=view,
+        annotation=TurnAnnotation.objects.filter(turn=turn).first(),
     )

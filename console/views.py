@@ -5,7 +5,7 @@ Reads need the viewer role, decisions the operator role (console.permissions, on
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -20,7 +20,7 @@ from . import integrations, selectors
 from .forms import ApproveForm, ReasonForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
-from .rows import turn_rows
+from .rows import queue_rows, turn_rows
 from .turn_detail import turn_page
 
 
@@ -41,8 +41,10 @@ def _role_context(request: HttpRequest) -> dict[str, object]:
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
+    ov = selectors.overview()
     context = {
-        "ov": selectors.overview(),
+        "ov": ov,
+        "queue_html": queue_rows(ov.blocked_queue),
         "heartbeats": integrations.heartbeats(),
         "findings": integrations.open_findings(limit=8),
         "nav": "overview",
@@ -84,10 +86,11 @@ def turns(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def blocked_queue(request: HttpRequest) -> HttpResponse:
     """The live part of the overview: polled by htmx every few seconds."""
+    queue = list(selectors.blocked_queue(15))
     return render(
         request,
         "console/_blocked_queue.html",
-        {"queue": list(selectors.blocked_queue(15)), **_role_context(request)},
+        {"queue": queue, "queue_html": queue_rows(queue), **_role_context(request)},
     )
 
 
@@ -114,8 +117,10 @@ def _quote(value: str) -> str:
 
 @viewer_required
 def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(Turn, pk=pk)
-    page = turn_page(turn)
+    try:
+        page = turn_page(pk)  # reads the turn itself, with its timeline: no separate lookup
+    except Turn.DoesNotExist:
+        raise Http404("No such turn.") from None
     context = {
         "p": page,
         "turn": page.turn,

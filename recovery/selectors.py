@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from journals.models import Intent, Run, Turn
@@ -91,10 +91,6 @@ def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> l
     return actions
 
 
-def operator_in_force(*, turn: Turn) -> GateDecision | None:
-    return GateDecision.objects.filter(turn=turn).select_related("actor").order_by("-id").first()
-
-
 def claim_current(*, turn: Turn) -> TurnClaim | None:
     """The claim whose lease holds now, if any."""
     return (
@@ -120,34 +116,75 @@ def attempts_without_progress(*, turn: Turn, key: str, since: GateDecision | Non
     return count
 
 
-def latest_approval(*, turn: Turn) -> GateDecision | None:
-    return GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").first()
+def assessment_violations(assessment: Assessment) -> list[Any]:
+    """The assessment's `violations`. When the caller deferred the output (it holds every turn of the run,
+    megabytes on a large run), only that key is read from the database."""
+    if "output" not in assessment.get_deferred_fields():
+        found: Any = assessment.output.get("violations", [])
+    else:
+        found = Assessment.objects.filter(pk=assessment.pk).values_list("output__violations", flat=True).first()
+    return found if isinstance(found, list) else []
 
 
-def turn_facts(assessment: Assessment, turn_id: str) -> list[list[Any]]:
-    """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers."""
+def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | None = None) -> list[list[Any]]:
+    """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers.
+    ``violations``: the assessment's, when the caller already has them."""
     return [
         [v.get("code"), v.get("branch"), v.get("lsn")]
-        for v in assessment.output.get("violations", [])
-        if v.get("turn") == turn_id
+        for v in (assessment_violations(assessment) if violations is None else violations)
+        if isinstance(v, dict) and v.get("turn") == turn_id
     ]
 
 
-def approval_covers(approval: GateDecision, row: TurnAssessment, assessment: Assessment, turn_id: str) -> bool:
+def approval_covers(
+    approval: GateDecision,
+    row: TurnAssessment,
+    assessment: Assessment,
+    turn_id: str,
+    violations: list[Any] | None = None,
+) -> bool:
     if row.reason in RUN_LEVEL_CODES:
         return False
-    return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id)
+    return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id, violations)
 
 
-def gate_view(*, turn: Turn, assessment: Assessment) -> GateView:
-    """The gate for ``turn`` under ``assessment`` (which the caller refreshed)."""
-    row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
-    operator = operator_in_force(turn=turn)
+def decisions_in_force(*, turn: Turn) -> tuple[GateDecision | None, GateDecision | None]:
+    """(the operator decision in force, the latest approval), in one query: the latest decision of any kind
+    is the one in force; the latest approval is where the count of attempts starts again."""
+    latest = GateDecision.objects.filter(turn=turn).order_by("-id").values("pk")[:1]
+    approval = GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").values("pk")[:1]
+    found = sorted(
+        GateDecision.objects.filter(Q(pk=Subquery(latest)) | Q(pk=Subquery(approval)))
+        .select_related("actor")
+        .order_by(),  # sorted here: the model's default order would join the turn and the run
+        key=lambda d: d.pk,
+    )
+    approvals = [d for d in found if d.kind == "approve"]
+    return (found[-1] if found else None), (approvals[-1] if approvals else None)
+
+
+def gate_view(
+    *,
+    turn: Turn,
+    assessment: Assessment,
+    row: TurnAssessment | None = None,
+    intents: list[Intent] | None = None,
+    violations: list[Any] | None = None,
+) -> GateView:
+    """The gate for ``turn`` under ``assessment`` (which the caller refreshed). A page that already read the
+    turn's row of that assessment, its intents (in position order) or the assessment's violations passes
+    them, so that the gate does not read them again."""
+    if row is None or row.assessment_id != assessment.pk or row.turn_id != turn.pk:
+        row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
+    operator, approval = decisions_in_force(turn=turn)
     key = progress_key(row)
-    attempts = attempts_without_progress(turn=turn, key=key, since=latest_approval(turn=turn))
-    intents = list(Intent.objects.filter(turn=turn).order_by("position"))
+    attempts = attempts_without_progress(turn=turn, key=key, since=approval)
+    if intents is None:
+        intents = list(Intent.objects.filter(turn=turn).order_by("position"))
     covered = (
-        operator is not None and operator.kind == "approve" and approval_covers(operator, row, assessment, turn.turn_id)
+        operator is not None
+        and operator.kind == "approve"
+        and approval_covers(operator, row, assessment, turn.turn_id, violations)
     )
     state, decision, reason, resume_from, approved = _effective(turn, row, operator, covered)
     # Issue 4: an unresolved integrity finding of the chain verification (stored records no longer match
