@@ -6,10 +6,14 @@
 Builds its own database (SQLite in a temporary directory, or DATABASE_URL when set), fills it with runs,
 turns and journal records in bulk plus a few real runs ingested and assessed through the services (for the
 turn page), then times, through Django's test client with a signed-in operator:
-- the turns list (default order), the turns list filtered to blocked turns, the turn page;
+- the turns list (default order), the turns list filtered to blocked turns, page 20, the turn page and the
+  overview (its turn counts as an operator sees them: cached, recounted when a turn changes or a minute
+  has passed, as the page says);
 - a plain view that renders 50 rows of one indexed table (Turn by its (-updated_at, -id) index) with no
   auth, no filters and no counts: the floor any page pays.
-It prints p50/p95 per page and each page's ratio to the plain view (target: within 3x).
+It prints p50/p95 per page and each page's ratio to the plain view at p50 and at p95; every page counts in
+the verdict (target: within 3x at both). One more line, informative, times the overview recounting its
+counts on every request (the cost of the first view after a change).
 """
 
 from __future__ import annotations
@@ -168,11 +172,13 @@ def _real_turn(records: int) -> int:
     return Turn.objects.get(run=run, turn_id="blocked-turn").pk
 
 
-def _time(client: Any, url: str, n: int) -> list[float]:
+def _time(client: Any, url: str, n: int, before: Callable[[], None] | None = None) -> list[float]:
     for _ in range(max(3, n // 10)):  # warm caches and connections
         assert client.get(url).status_code == 200, url
     samples = []
     for _ in range(n):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         response = client.get(url)
         samples.append((time.perf_counter() - t0) * 1000)
@@ -199,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="loopx-bench-pages-") as workdir:
         _setup_django(workdir)
         from django.contrib.auth.models import Group, User
+        from django.core.cache import cache
         from django.core.management import call_command
         from django.test import Client
         from django.test.utils import override_settings
@@ -225,23 +232,25 @@ def main(argv: list[str] | None = None) -> int:
             "turn page": (client, f"/turns/{turn_pk}/"),
             "overview": (client, "/"),
         }
+        cold = "overview, counts recounted (informative)"
         results: dict[str, tuple[float, float]] = {}
         with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
             for name, (who, url) in pages.items():
                 samples = _time(who, url, args.requests)
                 results[name] = (statistics.median(samples), _pct(samples, 0.95))
-        base_p50 = results["plain view, 50 rows of one indexed table"][0]
-        print(f"{'page':<44} {'p50 ms':>9} {'p95 ms':>9} {'x plain':>8}")
+            samples = _time(client, "/", max(10, args.requests // 5), before=cache.clear)
+            results[cold] = (statistics.median(samples), _pct(samples, 0.95))
+        base_p50, base_p95 = results["plain view, 50 rows of one indexed table"]
+        print(f"{'page':<44} {'p50 ms':>9} {'p95 ms':>9} {'x p50':>7} {'x p95':>7}")
         worst = 0.0
         for name, (p50, p95) in results.items():
-            ratio = p50 / base_p50 if base_p50 else float("inf")
-            if not name.startswith("plain") and name != "overview":
-                worst = max(worst, ratio)
-            print(f"{name:<44} {p50:>9.2f} {p95:>9.2f} {ratio:>8.2f}")
+            ratio50 = p50 / base_p50 if base_p50 else float("inf")
+            ratio95 = p95 / base_p95 if base_p95 else float("inf")
+            if not name.startswith("plain") and name != cold:
+                worst = max(worst, ratio50, ratio95)
+            print(f"{name:<44} {p50:>9.2f} {p95:>9.2f} {ratio50:>7.2f} {ratio95:>7.2f}")
         verdict = "within" if worst <= TARGET_RATIO else "OVER"
-        print(
-            f"worst list/detail ratio {worst:.2f}x: {verdict} the {TARGET_RATIO:.0f}x target (overview is informative)"
-        )
+        print(f"worst page ratio (p50 or p95) {worst:.2f}x: {verdict} the {TARGET_RATIO:.0f}x target")
     return 0
 
 
