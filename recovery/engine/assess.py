@@ -93,6 +93,7 @@ _STATUSES = {w: w for w in sorted(TERMINAL_STATUSES)}
 _PRESCAN_MARKERS = (b"_lsn", b"\\")
 _BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
 _LINES_PER_BATCH = 256
+_PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see _parse_batch
 _PRESCAN_BLOCK = 1 << 17
 _INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
 _AT_CACHE_LIMIT = 4096
@@ -100,8 +101,48 @@ _ABSENT = object()  # a field that is not there (a null `prev` is present, and w
 _sha256 = hashlib.sha256
 
 
+
+def _orjson_keys(*names: str) -> tuple[str, ...]:
+    """The names as the str objects orjson hands out for those keys (it keeps one object per key it has
+    read): a record's field looked up by that very object is found by identity, not by comparing strings.
+    The same lookup either way (should orjson ever hand out another object, it is merely slower)."""
+    if not _HAVE_ORJSON:  # pragma: no cover - installs without orjson
+        return names
+    keys = tuple(orjson.loads(b"{" + b",".join(b'"%s":0' % name.encode() for name in names) + b"}"))
+    assert keys == names
+    return keys
+
+
 # The envelope of a record in one C call (a KeyError when a field is missing sends it to the general path).
-_ENVELOPE = itemgetter("at", "branch", "kind", "lsn", "run", "v")
+_ENVELOPE = itemgetter(*_orjson_keys("at", "branch", "kind", "lsn", "run", "v"))
+# The other fields the fast path reads (see _orjson_keys).
+(
+    _K_ARGS_DIGEST,
+    _K_EFFECT_CLASS,
+    _K_IDEMPOTENCY_KEY,
+    _K_INTENT,
+    _K_LINEAGE,
+    _K_OUTCOME,
+    _K_PHASE,
+    _K_PHASES,
+    _K_PREV,
+    _K_STAGES,
+    _K_STATUS,
+    _K_TURN,
+) = _orjson_keys(
+    "args_digest",
+    "effect_class",
+    "idempotency_key",
+    "intent",
+    "lineage",
+    "outcome",
+    "phase",
+    "phases",
+    "prev",
+    "stages",
+    "status",
+    "turn",
+)
 
 
 class JournalUnreadable(Exception):
@@ -352,6 +393,37 @@ def _note_point(points: Counter[tuple[int, int]], line: bytes) -> None:
         points[(branch, obj["covers_lsn"])] += 1
 
 
+def _loads_or_none(line: bytes) -> Any:
+    assert _loads is not None
+    try:
+        return _loads(line)
+    except _DecodeError:
+        return None
+
+
+def _parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
+    """Each line parsed on its own (None where orjson refuses it), and whether every line is proven to be
+    the canonical bytes of its value, by one serialisation of the whole batch instead of one per line.
+
+    Why one comparison proves it for every line: say ``dumps(objs) == b"[" + b",".join(lines) + b"]"``,
+    each ``objs[i]`` parsed from ``lines[i]`` alone. Take the first i where ``c_i = dumps(objs[i])`` differs
+    from ``lines[i]``; both start at the same offset, so one is a proper prefix of the other. If ``c_i`` is,
+    ``lines[i]`` goes on with a comma after a complete value: not one JSON text, yet it parsed. If
+    ``lines[i]`` is, then ``c_i``, read from its start, holds the complete value ``lines[i]`` and then a comma
+    (never whitespace: canonical bytes hold none), so ``c_i`` is not one JSON text, yet orjson wrote it.
+    Either way a contradiction: every line equals its canonical bytes, as the per-line check would prove."""
+    assert _loads is not None
+    try:
+        objs = list(map(_loads, lines))
+    except _DecodeError:
+        return [_loads_or_none(line) for line in lines], False  # checked line by line
+    try:
+        verified = _dumps_sorted(objs) == b"[" + b",".join(lines) + b"]"
+    except TypeError:  # orjson.JSONEncodeError: something it reads but will not write (nesting, say)
+        verified = False
+    return objs, verified
+
+
 def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
     """Points (branch, lsn) whose fold a later fork or checkpoint needs, counted by how many need it.
     Only lines that could be fork or checkpoint records are parsed."""
@@ -426,6 +498,7 @@ class _Assessor:
         # then no suffix is known, so the first time is always checked in full).
         self._at_prefix = ""
         self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
+        self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -500,8 +573,9 @@ class _Assessor:
         searched once per block rather than per line); the commonest fold steps (a new turn, the next
         phase, a first dispatch, a readback, a terminal record) are inline. Anything else goes, before
         anything has been changed, to _feed_general or _semantics, which classify precisely; tests/engine
-        runs every path and compares the results with an independent model. (Mapping the per-line C calls
-        over a whole batch instead was tried: it executes more instructions, not fewer.)"""
+        runs every path and compares the results with an independent model. The lines are parsed and proven
+        canonical a few dozen at a time (_parse_batch: one serialisation and one comparison for all of them,
+        not one per line), few enough that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
             for line in lines:
                 self.line_no += 1
@@ -514,7 +588,16 @@ class _Assessor:
         check_marks = not (
             block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and block.find(b"e-") < 0
         )
-        loads, dumps_sorted, sha256 = _loads, _dumps_sorted, _sha256
+        if len(lines) <= _PARSE_LINES:
+            self._fold_lines(lines, check_marks)
+            return
+        for start in range(0, len(lines), _PARSE_LINES):
+            self._fold_lines(lines[start : start + _PARSE_LINES], check_marks)
+
+    def _fold_lines(self, lines: Sequence[bytes], check_marks: bool) -> None:
+        """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float)."""
+        dumps_sorted, sha256 = _dumps_sorted, _sha256
+        objs, verified = _parse_batch(lines)
         absent, classes, outcomes, statuses = _ABSENT, _CLASSES, _OUTCOMES, _STATUSES
         names = self._names.setdefault
         turns_first = self.turns_first
@@ -523,18 +606,26 @@ class _Assessor:
         world = self.world
         suffixes = self._at_suffixes
         prefix = self._at_prefix
+        last_at = self._last_at  # the last `at` proven valid
+        k_args_digest, k_effect_class, k_idempotency_key, k_intent = (
+            _K_ARGS_DIGEST,
+            _K_EFFECT_CLASS,
+            _K_IDEMPOTENCY_KEY,
+            _K_INTENT,
+        )
+        k_lineage, k_outcome, k_phase, k_phases, k_prev = _K_LINEAGE, _K_OUTCOME, _K_PHASE, _K_PHASES, _K_PREV
+        k_stages, k_status, k_turn = _K_STAGES, _K_STATUS, _K_TURN
         run = self.run
         general = self._feed_general
         semantics = self._semantics
         n = self.line_no
         fast = 0
-        for line in lines:
+        for line, obj in zip(lines, objs, strict=True):
             n += 1
             try:
-                obj = loads(line)
-                at, b, kind, ln, record_run, v = _ENVELOPE(obj)
-                canonical = dumps_sorted(obj) == line
-            except (_DecodeError, KeyError, TypeError):
+                at, b, kind, ln, record_run, v = _ENVELOPE(obj)  # None (not JSON): a TypeError
+                canonical = verified or dumps_sorted(obj) == line
+            except (KeyError, TypeError):
                 self.line_no = n
                 general(line)
                 run = self.run
@@ -560,16 +651,18 @@ class _Assessor:
                 general(line)
                 run = self.run
                 continue
-            if not (at.startswith(prefix) and at[16:] in suffixes):
-                if not self._at_ok(at):
-                    self.line_no = n
-                    general(line)
-                    continue
-                prefix = self._at_prefix
+            if at != last_at:  # a writer's records share their time with the previous one, often
+                if not (at.startswith(prefix) and at[16:] in suffixes):
+                    if not self._at_ok(at):
+                        self.line_no = n
+                        general(line)
+                        continue
+                    prefix = self._at_prefix
+                last_at = at
             record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
             expected = info.last_digest
             view = views[b]
-            if (v == 2 and (obj.get("prev") != expected or (expected is None and "prev" in obj))) or (v < view.schema):
+            if (v == 2 and (obj.get(k_prev) != expected or (expected is None and k_prev in obj))) or (v < view.schema):
                 self.line_no = n
                 general(line, record_digest)
                 continue
@@ -584,13 +677,13 @@ class _Assessor:
                 semantics(obj, v, b, ln, view)
                 self._take_snapshot(b, ln)
                 continue
-            turn = obj.get("turn")
+            turn = obj.get(k_turn)
             state = view.turns.get(turn) if turn.__class__ is str else None
             if state is None:
                 if kind == "turn_planned" and turn.__class__ is str and turn and not view.unplanned:
                     # A new turn on this timeline, with a lineage and the default or a well-formed plan.
-                    lineage = obj.get("lineage")
-                    raw = obj.get("phases" if v == 2 else "stages", absent)
+                    lineage = obj.get(k_lineage)
+                    raw = obj.get(k_phases if v == 2 else k_stages, absent)
                     phases = _DEFAULT_PHASES if raw is absent else self._plan(raw)
                     if phases is not None and lineage.__class__ is str and lineage:
                         lineage = names(lineage, lineage)  # turns of one job share their lineage
@@ -602,14 +695,14 @@ class _Assessor:
                 pass  # a record after the terminal record: the general rules decide
             elif kind == "phase_committed":
                 done = state.done
-                if done < len(state.phases) and state.phases[done] == obj.get("phase"):  # the next phase
+                if done < len(state.phases) and state.phases[done] == obj.get(k_phase):  # the next phase
                     if state.gen != view.gen:
                         state = view.writable(turn)
                     state.done = done + 1
                     continue
             elif kind == "effect_observed":
-                intent = obj.get("intent")
-                outcome = obj.get("outcome")
+                intent = obj.get(k_intent)
+                outcome = obj.get(k_outcome)
                 outcome = outcomes.get(outcome) if outcome.__class__ is str else None
                 entry = world.get((turn, intent)) if intent.__class__ is str and intent else None
                 if entry is not None and entry.count and outcome is not None:
@@ -623,10 +716,10 @@ class _Assessor:
                         intents[intent] = (mine[0], mine[1], mine[2], merge_outcome(mine[3], outcome))
                     continue
             elif kind == "intent_dispatched":
-                intent = obj.get("intent")
-                effect_class = obj.get("effect_class")
+                intent = obj.get(k_intent)
+                effect_class = obj.get(k_effect_class)
                 effect_class = classes.get(effect_class) if effect_class.__class__ is str else None
-                key = obj.get("idempotency_key")
+                key = obj.get(k_idempotency_key)
                 if (
                     v == 2
                     and intent.__class__ is str
@@ -634,7 +727,7 @@ class _Assessor:
                     and (turn, intent) not in world
                     and effect_class is not None
                     and (key.__class__ is str and key if effect_class == "idempotent" else key is None)
-                    and obj.get("args_digest", "").__class__ is str
+                    and obj.get(k_args_digest, "").__class__ is str
                 ):
                     # An intent's first dispatch, well formed: a new fact in the world ledger.
                     intent = names(intent, intent)  # ids repeat across turns: keep one of each
@@ -652,7 +745,7 @@ class _Assessor:
                         state.intents[intent] = (effect_class, key, 1, None)
                     continue
             elif kind == "turn_terminal":
-                status = obj.get("status")
+                status = obj.get(k_status)
                 status = statuses.get(status) if status.__class__ is str else None
                 if status is not None and (status != "completed" or state.done == len(state.phases)):
                     if state.gen != view.gen:
@@ -664,6 +757,7 @@ class _Assessor:
             semantics(obj, v, b, ln, view)
         self.line_no = n
         self.records += fast
+        self._last_at = last_at
 
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
