@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import F, Prefetch, QuerySet
+import orjson
+from django.db import connection
+from django.db.models import F, Prefetch, QuerySet, Subquery, TextField
+from django.db.models.functions import Cast
 
-from journals.models import TURN_ASSESSED_FIELDS, ApiToken, Branch, JournalRecord, Phase, Run, Turn
+from journals.models import TURN_ASSESSED_FIELDS, ApiToken, Branch, Intent, JournalRecord, Phase, Run, Turn
+from journals.serializers import TurnDetailSerializer, iso
 from journals.storable import is_storable, storable
 from recovery.engine.canonical import parse_line
 from recovery.engine.secrets import redact
@@ -18,7 +22,8 @@ def api_token_find(*, raw: str) -> ApiToken | None:
     """The active token with this value (looked up by its hash), or None."""
     if not raw:
         return None
-    return ApiToken.objects.filter(token_hash=ApiToken.hash(raw), revoked_at__isnull=True).first()
+    # token_hash is unique: no ordering needed (``first()`` would sort by the model's ordering).
+    return ApiToken.objects.filter(token_hash=ApiToken.hash(raw), revoked_at__isnull=True).order_by().first()
 
 
 def _usable_key(value: str) -> bool:
@@ -55,6 +60,9 @@ def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | 
     return turns.first()
 
 
+_JSON_FIELDS = ("plan", "completed_phases")
+
+
 def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     turns = Turn.objects.select_related("run")
     if run_prefix:
@@ -62,25 +70,96 @@ def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
     return turns.order_by("-updated_at", "-id")
 
 
-TURN_ROW_FIELDS = ("id", "turn_id", *TURN_ASSESSED_FIELDS, "created_at", "updated_at")
+# Columns of a list row. The two JSON columns come as their text and are parsed by orjson in
+# TurnSerializer.row: Django's JSONField converter (json.loads per value) was a visible share of a page.
+TURN_ROW_FIELDS = (
+    *("id", "turn_id"),
+    *(f for f in TURN_ASSESSED_FIELDS if f not in _JSON_FIELDS),
+    *("created_at", "updated_at"),
+)
+
+
+def _turn_rows_base() -> QuerySet[Turn]:
+    return Turn.objects.order_by("-updated_at", "-id").values(
+        *TURN_ROW_FIELDS,
+        run_key=F("run__run_id"),
+        plan_json=Cast("plan", TextField()),
+        completed_json=Cast("completed_phases", TextField()),
+    )
 
 
 def turn_rows(*, run_prefix: str = "", run_id: str | None = None) -> QuerySet[Turn]:
     """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
     (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py)."""
-    turns = Turn.objects.all()
+    turns = _turn_rows_base()
     if run_prefix:
         turns = turns.filter(run__run_id__startswith=run_prefix)
     if run_id is not None:
-        turns = turns.filter(run__run_id=run_id)
-    return turns.order_by("-updated_at", "-id").values(*TURN_ROW_FIELDS, run_key=F("run__run_id"))
+        # By the run's key, looked up in a subquery: the planner then knows it is one run and walks the
+        # (run, -updated_at, -id) index for the page, where a join would sort every turn of the run.
+        turns = turns.filter(run_id=Subquery(Run.objects.filter(run_id=run_id).order_by().values("pk")[:1]))
+    return turns
 
 
 _TIMELINE = (
     # The committing record's place, not its bytes: a timeline never shows raw lines.
     Prefetch("phases", queryset=Phase.objects.select_related("record").defer("record__line").order_by("position")),
-    "intents",
+    # By position alone: the model's ordering would join the turn and its run only to sort by them.
+    Prefetch("intents", queryset=Intent.objects.order_by("position", "id")),
 )
+
+
+_TURN_DETAIL_SQL = """
+SELECT t.turn_id, t.lineage, t.branch, t.plan::text, t.status, t.decision, t.reason, t.resume_from,
+    t.completed_phases::text, t.created_at, t.updated_at, r.run_id,
+    (SELECT coalesce(json_agg(json_build_object('position', p.position, 'name', p.name, 'committed', p.committed,
+            'committed_at', p.committed_at, 'record', CASE WHEN p.record_id IS NULL THEN NULL
+            ELSE json_build_object('seq', jr.seq, 'branch', jr.branch, 'lsn', jr.lsn) END) ORDER BY p.position), '[]')
+        FROM journals_phase p LEFT JOIN journals_journalrecord jr ON jr.id = p.record_id WHERE p.turn_id = t.id)::text,
+    (SELECT coalesce(json_agg(json_build_object('intent', i.intent_id, 'effect_class', i.effect_class,
+            'idempotency_key', i.idempotency_key, 'resolution', i.resolution, 'branch', i.branch, 'live', i.live,
+            'dispatches', i.dispatches, 'outcome', i.outcome) ORDER BY i.position, i.id), '[]')
+        FROM journals_intent i WHERE i.turn_id = t.id)::text
+FROM journals_turn t JOIN journals_run r ON r.id = t.run_id
+WHERE r.run_id = %s AND t.turn_id = %s
+"""
+
+
+def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
+    """The API's answer for one turn (journals.serializers.TurnDetailSerializer's shape), or None.
+
+    On PostgreSQL it is one query: the phases (with their committing records' places) and the intents are
+    aggregated as JSON by the database, where the ORM path costs three queries and ~30 model instances
+    (benchmarks/bench_reads.py). tests/api/test_projection.py checks both paths give the same answer.
+    """
+    if not (_usable_key(run_id) and _usable_key(turn_id)):
+        return None
+    if connection.vendor != "postgresql":
+        turn = turn_lookup(run_id=run_id, turn_id=turn_id, timeline=True)
+        return None if turn is None else TurnDetailSerializer(turn).data
+    with connection.cursor() as cursor:
+        cursor.execute(_TURN_DETAIL_SQL, [run_id, turn_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    (turn_key, lineage, branch, plan, status, decision, reason, resume_from, completed, created, updated, run_key,
+     phases, intents) = row  # fmt: skip
+    return {
+        "run": run_key,
+        "turn": turn_key,
+        "lineage": lineage,
+        "branch": branch,
+        "plan": orjson.loads(plan),
+        "status": status,
+        "decision": decision,
+        "reason": reason,
+        "resume_from": resume_from,
+        "completed_phases": orjson.loads(completed),
+        "created_at": iso(created),
+        "updated_at": iso(updated),
+        "phases": orjson.loads(phases),
+        "intents": orjson.loads(intents),
+    }
 
 
 def turn_with_timeline(*, turn: Turn) -> Turn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import orjson
 from rest_framework import serializers
 
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, Phase, Run, Turn
@@ -121,12 +122,12 @@ class TurnSerializer(serializers.ModelSerializer):
             "turn": row["turn_id"],
             "lineage": row["lineage"],
             "branch": row["branch"],
-            "plan": list(row["plan"]),
+            "plan": orjson.loads(row["plan_json"]),
             "status": row["status"],
             "decision": row["decision"],
             "reason": row["reason"],
             "resume_from": row["resume_from"],
-            "completed_phases": list(row["completed_phases"]),
+            "completed_phases": orjson.loads(row["completed_json"]),
             "created_at": iso(row["created_at"]),
             "updated_at": iso(row["updated_at"]),
         }

@@ -11,16 +11,19 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from journals.filters import TurnFilter
 from journals.models import Branch, Intent, JournalRecord, Run, Turn
+from journals.renderers import FastJSONRenderer
 from journals.selectors import (
     branches_list,
     record_public,
     run_find,
     runs_list,
+    turn_detail,
     turn_records,
     turn_rows,
 )
@@ -76,7 +79,13 @@ _ERRORS = {
 }
 
 
-class RecordsView(LoopxView):
+class JournalView(LoopxView):
+    """The journal API's views: JSON written by orjson (journals/renderers.py), the browsable API beside it."""
+
+    renderer_classes = [FastJSONRenderer, BrowsableAPIRenderer]
+
+
+class RecordsView(JournalView):
     """POST: ingest a batch (atomic, idempotent on redelivery). GET: the run's records, redacted."""
 
     queryset = JournalRecord.objects.none()
@@ -120,7 +129,7 @@ class RecordsView(LoopxView):
         return self.get_paginated_response(RecordSerializer([record_public(r) for r in page], many=True).data)
 
 
-class RunListView(LoopxView):
+class RunListView(JournalView):
     serializer_class = RunSerializer
 
     def get_queryset(self) -> QuerySet[Run]:
@@ -132,7 +141,7 @@ class RunListView(LoopxView):
         return self.get_paginated_response(RunSerializer(page, many=True).data)
 
 
-class RunDetailView(LoopxView):
+class RunDetailView(JournalView):
     serializer_class = RunDetailSerializer
     queryset = Run.objects.none()
 
@@ -146,7 +155,7 @@ class RunDetailView(LoopxView):
         return Response(RunDetailSerializer(run, context={"decisions": decisions}).data)
 
 
-class BranchListView(LoopxView):
+class BranchListView(JournalView):
     serializer_class = BranchSerializer
     pagination_class = None
 
@@ -169,7 +178,7 @@ class TurnCursorPagination(CursorPagination):
     ordering = ("-updated_at", "-id")
 
 
-class TurnListView(LoopxView):
+class TurnListView(JournalView):
     """Turns, newest change first; filters: decision, reason, status, run, time. Fixed query count."""
 
     serializer_class = TurnSerializer
@@ -182,6 +191,14 @@ class TurnListView(LoopxView):
             # Joined, not looked up first: one query less per page. An empty page asks whether the run exists.
             self.check_run_allowed(self.request, run_id)
         return turn_rows(run_prefix=self.token_prefix(), run_id=run_id)
+
+    def filter_queryset(self, queryset: QuerySet[Turn]) -> QuerySet[Turn]:
+        # A page asked for without any filter (a run's first page, a cursor) skips the filter set's form:
+        # with no value every filter is a no-op, and building and validating the form is not free.
+        params = self.request.query_params
+        if not any(name in params for name in TurnFilter.base_filters):
+            return queryset
+        return super().filter_queryset(queryset)
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
@@ -198,16 +215,20 @@ class RunTurnListView(TurnListView):
         return self.get_paginated_response([TurnSerializer.row(row) for row in page])
 
 
-class TurnDetailView(LoopxView):
+class TurnDetailView(JournalView):
     serializer_class = TurnDetailSerializer
     queryset = Turn.objects.none()
 
     @extend_schema(operation_id="turns_retrieve", responses={200: TurnDetailSerializer, **_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
-        return Response(TurnDetailSerializer(self.get_turn(request, run_id, turn_id, timeline=True)).data)
+        self.check_run_allowed(request, run_id)
+        detail = turn_detail(run_id=run_id, turn_id=turn_id)
+        if detail is None:
+            raise NotFound("No such run or turn.")
+        return Response(detail)
 
 
-class TurnIntentListView(LoopxView):
+class TurnIntentListView(JournalView):
     serializer_class = IntentSerializer
     queryset = Intent.objects.none()  # for the schema: path parameters and model
     pagination_class = None
@@ -218,7 +239,7 @@ class TurnIntentListView(LoopxView):
         return Response(IntentSerializer(turn.intents.order_by("position"), many=True).data)
 
 
-class TurnRecordListView(LoopxView):
+class TurnRecordListView(JournalView):
     serializer_class = RecordSerializer
     queryset = JournalRecord.objects.none()
 

@@ -3,6 +3,8 @@ timeline (planned phases with their committing record and time), intents, record
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -10,7 +12,8 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
 from journals.models import Turn
-from journals.selectors import turn_rows, turn_with_timeline
+from journals.renderers import FastJSONRenderer
+from journals.selectors import turn_detail, turn_rows, turn_with_timeline
 from journals.serializers import TurnDetailSerializer, TurnSerializer
 from tests.journal_builder import JournalBuilder
 
@@ -223,3 +226,33 @@ def test_fast_representations_match_drf(forked):
         assert JSONRenderer().render(serializer.data) == JSONRenderer().render(generic)
     row = turn_rows(run_id="run-1").get(turn_id="t2")
     assert JSONRenderer().render(TurnSerializer.row(row)) == JSONRenderer().render(TurnSerializer(turn).data)
+    # The detail answer: one aggregated query on PostgreSQL, the ORM elsewhere; both give the serializer's.
+    for turn_id in ("t1", "t2", "t3"):
+        turn = turn_with_timeline(turn=Turn.objects.get(turn_id=turn_id))
+        detail = turn_detail(run_id="run-1", turn_id=turn_id)
+        assert JSONRenderer().render(detail) == JSONRenderer().render(TurnDetailSerializer(turn).data)
+    assert turn_detail(run_id="run-1", turn_id="nope") is None and turn_detail(run_id="nope", turn_id="t1") is None
+
+
+def test_turn_detail_costs_two_queries_on_postgresql(viewer_client, forked, django_assert_num_queries):
+    # session + user + role, then the turn with its phases and intents (the ORM path: three queries).
+    few = 4 if connection.vendor == "postgresql" else 6
+    with django_assert_num_queries(few):
+        assert viewer_client.get("/api/v1/runs/run-1/turns/t2").status_code == 200
+
+
+def test_fast_json_renderer_writes_drf_json():
+    """The journal views render with orjson; the bytes are DRF's JSONRenderer's, fallbacks included."""
+    moment = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    payloads = [
+        {"results": [{"at": moment, "day": moment.date(), "text": 'naïve \u2028 \u2029 "q"', "n": None}]},
+        {"nested": [[1, 2.5, True], {"k": "v"}], 3: "int key", "empty": []},
+        {"big": 2**70, "at": moment},  # beyond 64 bits: orjson refuses, DRF's encoder writes it
+        [],
+        "text",
+    ]
+    for payload in payloads:
+        assert FastJSONRenderer().render(payload) == JSONRenderer().render(payload)
+    assert FastJSONRenderer().render(None) == b""
+    indented = FastJSONRenderer().render({"a": [1]}, "application/json; indent=2")
+    assert indented == JSONRenderer().render({"a": [1]}, "application/json; indent=2") and b"\n" in indented
