@@ -289,3 +289,19 @@ def test_the_same_tail_imported_after_a_repair_blocks_again(imported, operator):
     assert JournalCorruption.objects.count() == 2
     assert Finding.objects.filter(state="open").count() == 1
     assert set(decisions(run).values()) == {("blocked", "storage_corruption")}
+
+
+@pytest.mark.postgres
+def test_postgresql_refuses_to_rewrite_or_delete_a_kept_line(imported):
+    from django.db import connection, transaction
+    from django.db.utils import IntegrityError
+
+    imported(journal().body() + TORN)
+    kept = JournalCorruption.objects.get()
+    for sql in (
+        "UPDATE recovery_journalcorruption SET data = '\\x7b7d'::bytea WHERE id = %s",
+        "DELETE FROM recovery_journalcorruption WHERE id = %s",
+    ):
+        with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [kept.pk])
+    assert bytes(JournalCorruption.objects.get().data) == TORN
