@@ -786,6 +786,7 @@ def _reassess_repaired(report: SweepReport, limit: int) -> None:
         JournalCorruption.objects.filter(finding__state="resolved")
         .annotate(assessed=Subquery(newest))
         .filter(Q(assessed__isnull=True) | Q(finding__resolved_at__gt=F("assessed")))
+        .order_by()  # the model's ordering would join the DISTINCT
         .values_list("run_id", flat=True)
         .distinct()[:limit]
     )
