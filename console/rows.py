@@ -1,24 +1,30 @@
-"""The turns table's rows, composed in Python.
+"""The rows of the turns table and of the blocked queue, composed in Python.
 
 A list page renders 25-100 rows, each with links, a badge, the operator decision and a small decision form.
 Django's template engine spends most of a page's time on exactly that loop (benchmarks/bench_pages.py
-measured ~4 ms per row), so the rows are built here with ``format_html`` (every value escaped) and URLs
-formed once per page instead of once per row. The markup is the same the template would produce.
+measured ~4 ms per row), and even ``format_html`` per cell was half of a list page's time (700 calls), so a
+row is one f-string in which every value from the database goes through ``_esc`` (HTML-escaped, quotes
+included: what the template's autoescape does), URLs are formed once per page, and times are formatted
+without Django's date-format machinery. The markup is the same the template would produce.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from html import escape
 from typing import Any
 from urllib.parse import quote
 
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.formats import date_format
-from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from . import vocabulary
+
+
+def _esc(value: Any) -> str:
+    return escape(str(value), quote=True)
 
 
 def _short(text: str | None, n: int) -> str:
@@ -30,133 +36,116 @@ def badge(decision: str | None, reason: str | None = None) -> SafeString:
     key = decision or "unassessed"
     icon = vocabulary.DECISION_ICONS.get(key, "…")
     word = decision or "not assessed"
-    html = format_html('<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span>', key, icon, word)
+    html = f'<span class="badge badge-{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> {_esc(word)}</span>'
     if reason and key == "blocked":
-        html = format_html('{} <code class="reason">{}</code>', html, reason)
-    return html
+        html += f' <code class="reason">{_esc(reason)}</code>'
+    return mark_safe(html)
 
 
 _GATE = {
-    "approve": ('<span aria-hidden="true">✓</span> approved', "approve"),
-    "block": ('<span aria-hidden="true">✖</span> blocked', "block"),
-    "park": ('<span aria-hidden="true">⏸</span> parked', "park"),
+    "approve": '<span class="gate gate-approve"><span aria-hidden="true">✓</span> approved</span>',
+    "block": '<span class="gate gate-block"><span aria-hidden="true">✖</span> blocked</span>',
+    "park": '<span class="gate gate-park"><span aria-hidden="true">⏸</span> parked</span>',
 }
+_NONE = '<span class="muted">—</span>'
+
+
+def local_time(value: datetime, with_year: bool = True) -> tuple[str, str]:
+    """(ISO 8601, "Y-m-d H:i T" or "m-d H:i T") in the operator's zone: what the template's ``date`` filter
+    shows, where "T" is the zone's abbreviation (tzname), at a tenth of its cost."""
+    local = timezone.localtime(value)
+    shown = local.strftime("%Y-%m-%d %H:%M" if with_year else "%m-%d %H:%M")
+    return local.isoformat(), f"{shown} {local.tzname() or ''}"
+
+
+def _time(value: datetime, with_year: bool = True) -> str:
+    iso, shown = local_time(value, with_year)
+    return f'<time datetime="{_esc(iso)}">{_esc(shown)}</time>'
 
 
 def turn_rows(
     rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str, run_level: frozenset[str]
 ) -> SafeString:
-    turn_base = reverse("console:turn", args=[0])[:-2]  # "/turns/" : the pk is appended per row
-    turns_url = reverse("console:turns")
-    back = quote(full_path, safe="")
+    turn_base = _esc(reverse("console:turn", args=[0])[:-2])  # "/turns/" : the pk is appended per row
+    turns_url = _esc(reverse("console:turns"))
+    back = _esc(quote(full_path, safe=""))
+    decide_tail = _decide_tail(full_path, csrf_token) if can_operate else ""
     out: list[str] = []
     for t in rows:
-        pk = t.pk
+        pk = int(t.pk)
         run_id = t.run.run_id
         if t.decision == "resume":
-            step = format_html("from <strong>{}</strong>", t.resume_from or "")
+            step = f"from <strong>{_esc(t.resume_from or '')}</strong>"
         elif t.decision == "finalize":
-            step = mark_safe("write terminal")
+            step = "write terminal"
         elif t.decision == "blocked":
-            step = mark_safe("needs a person")
+            step = "needs a person"
         else:
-            step = mark_safe('<span class="muted">—</span>')
-        gate = _GATE.get(getattr(t, "gate_kind", None) or "")
-        gate_html = (
-            format_html('<span class="gate gate-{}">{}</span>', gate[1], mark_safe(gate[0]))
-            if gate
-            else mark_safe('<span class="muted">—</span>')
+            step = _NONE
+        row = (
+            f'<tr><td><a href="{turn_base}{pk}/?back={back}">{_esc(_short(t.turn_id, 40))}</a></td>'
+            f'<td class="mono small"><a href="{turns_url}?run={_esc(quote(run_id, safe=""))}&amp;sort=run">'
+            f"{_esc(_short(run_id, 30))}</a></td>"
+            f"<td>{badge(t.decision, t.reason)}</td>"
+            f'<td class="small">{step}</td>'
+            f'<td class="small">{_esc(t.status)}</td>'
+            f"<td>{_GATE.get(getattr(t, 'gate_kind', None) or '', _NONE)}</td>"
+            f"<td>{_time(t.updated_at)}</td>"
         )
-        cells = [
-            format_html('<td><a href="{}{}/?back={}">{}</a></td>', turn_base, pk, back, _short(t.turn_id, 40)),
-            format_html(
-                '<td class="mono small"><a href="{}?run={}&amp;sort=run">{}</a></td>',
-                turns_url,
-                quote(run_id, safe=""),
-                _short(run_id, 30),
-            ),
-            format_html("<td>{}</td>", badge(t.decision, t.reason)),
-            format_html('<td class="small">{}</td>', step),
-            format_html('<td class="small">{}</td>', t.status),
-            format_html("<td>{}</td>", gate_html),
-            format_html('<td><time datetime="{}">{}</time></td>', t.updated_at.isoformat(), _local(t.updated_at)),
-        ]
         if can_operate:
             decide = ""
             if t.decision not in ("complete", "discarded"):
-                decide = _decide(t, turn_base, full_path, csrf_token, run_level)
-            cells.append(format_html("<td>{}</td>", decide))
-        out.append(format_html("<tr>{}</tr>", mark_safe("".join(cells))))
+                decide = _decide(t, pk, turn_base, run_level, decide_tail)
+            row += f"<td>{decide}</td>"
+        out.append(row + "</tr>")
     return mark_safe("\n".join(out))
 
 
-def _local(value: Any, fmt: str = "Y-m-d H:i T") -> str:
-    return date_format(timezone.localtime(value), fmt)
+def _decide_tail(full_path: str, csrf_token: str) -> str:
+    """The hidden fields every row's form shares: formed once per page."""
+    return (
+        f'<input type="hidden" name="csrfmiddlewaretoken" value="{_esc(csrf_token)}">'
+        f'<input type="hidden" name="next" value="{_esc(full_path)}">'
+    )
 
 
-def _time(value: Any, fmt: str) -> SafeString:
-    """A <time> in the operator's zone, machine-readable and shown in ``fmt``."""
-    local = timezone.localtime(value)
-    return format_html('<time datetime="{}">{}</time>', local.isoformat(), date_format(local, fmt))
+def _decide(t: Any, pk: int, turn_base: str, run_level: frozenset[str], hidden: str) -> str:
+    approve = ""
+    if t.decision == "blocked" and t.reason != "effect_indeterminate" and t.reason not in run_level:
+        approve = (
+            f'<button type="submit" class="btn btn-small btn-approve" formaction="{turn_base}{pk}/approve/">'
+            '<span aria-hidden="true">✓</span> Approve</button>'
+        )
+    elif t.decision == "blocked" and t.reason == "effect_indeterminate":
+        approve = f'<a href="{turn_base}{pk}/#decide" class="small">Approve with evidence…</a>'
+    return (
+        '<details class="rowdecide"><summary>Decide'
+        f'<span class="visually-hidden"> on {_esc(t.turn_id)}</span></summary>'
+        f'<form method="post" action="{turn_base}{pk}/block/" class="rowform">{hidden}'
+        f'<label for="reason-{pk}">Reason</label>'
+        f'<input type="text" id="reason-{pk}" name="reason" required minlength="3" maxlength="2000">'
+        f"{approve}"
+        '<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>'
+        "</form></details>"
+    )
 
 
 def queue_rows(queue: list[Any]) -> SafeString:
-    """The blocked queue's rows (overview and its live refresh): built here for the same reason as the
-    turns table's, with the markup the template had."""
-    turn_base = reverse("console:turn", args=[0])[:-2]
+    """The blocked queue's rows (overview and its live refresh), built the same way."""
+    turn_base = _esc(reverse("console:turn", args=[0])[:-2])
     out: list[str] = []
     for t in queue:
         gate = getattr(t, "gate_kind", None)
+        gate_html = f'<span class="gate gate-{_esc(gate)}">{_esc(gate)}</span>' if gate else _WAITING
         out.append(
-            format_html(
-                '<tr><td>{at} <span class="muted small">({since})</span></td>'
-                '<td><a href="{base}{pk}/">{turn}</a></td>'
-                '<td class="mono small">{run}</td>'
-                '<td><span aria-hidden="true">✖</span> {reason}</td>'
-                "<td>{gate}</td></tr>",
-                at=_time(t.updated_at, "m-d H:i T"),
-                since=timesince(t.updated_at),
-                base=turn_base,
-                pk=t.pk,
-                turn=_short(t.turn_id, 32),
-                run=_short(t.run.run_id, 28),
-                reason=(t.reason or "").replace("_", " "),
-                gate=(
-                    format_html('<span class="gate gate-{}">{}</span>', gate, gate)
-                    if gate
-                    else mark_safe('<span class="muted">waiting</span>')
-                ),
-            )
+            f'<tr><td>{_time(t.updated_at, with_year=False)} <span class="muted small">'
+            f"({_esc(timesince(t.updated_at))})</span></td>"
+            f'<td><a href="{turn_base}{int(t.pk)}/">{_esc(_short(t.turn_id, 32))}</a></td>'
+            f'<td class="mono small">{_esc(_short(t.run.run_id, 28))}</td>'
+            f'<td><span aria-hidden="true">✖</span> {_esc((t.reason or "").replace("_", " "))}</td>'
+            f"<td>{gate_html}</td></tr>"
         )
     return mark_safe("\n".join(out))
 
 
-def _decide(t: Any, turn_base: str, full_path: str, csrf_token: str, run_level: frozenset[str]) -> SafeString:
-    pk = t.pk
-    approve = mark_safe("")
-    if t.decision == "blocked" and t.reason != "effect_indeterminate" and t.reason not in run_level:
-        approve = format_html(
-            '<button type="submit" class="btn btn-small btn-approve" formaction="{}{}/approve/">'
-            '<span aria-hidden="true">✓</span> Approve</button>',
-            turn_base,
-            pk,
-        )
-    elif t.decision == "blocked" and t.reason == "effect_indeterminate":
-        approve = format_html('<a href="{}{}/#decide" class="small">Approve with evidence…</a>', turn_base, pk)
-    return format_html(
-        '<details class="rowdecide"><summary>Decide<span class="visually-hidden"> on {turn}</span></summary>'
-        '<form method="post" action="{base}{pk}/block/" class="rowform">'
-        '<input type="hidden" name="csrfmiddlewaretoken" value="{csrf}">'
-        '<input type="hidden" name="next" value="{next}">'
-        '<label for="reason-{pk}">Reason</label>'
-        '<input type="text" id="reason-{pk}" name="reason" required minlength="3" maxlength="2000">'
-        "{approve}"
-        '<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>'
-        "</form></details>",
-        turn=t.turn_id,
-        base=turn_base,
-        pk=pk,
-        csrf=csrf_token,
-        next=full_path,
-        approve=approve,
-    )
+_WAITING = '<span class="muted">waiting</span>'

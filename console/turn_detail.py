@@ -150,6 +150,12 @@ def _indeterminate_dispatch(turn: Turn, intent_ids: list[str]) -> JournalRecord 
     return None
 
 
+def _blocked_by_violation(turn: Turn) -> bool:
+    """Whether the page looks the blocking reason up among the assessment's violations (an indeterminate
+    effect is a reason, not a violation: contract, section 6)."""
+    return turn.decision == "blocked" and bool(turn.reason) and turn.reason != EFFECT_INDETERMINATE
+
+
 def _violation_list(row: TurnAssessment | None) -> list[Any] | None:
     """The assessment's violations, read with the row (None without a row)."""
     if row is None:
@@ -281,7 +287,8 @@ def _gate_view(
     turn: Turn, row: TurnAssessment | None, intents: list[Any], violations: list[Any] | None
 ) -> GateView | None:
     """The gate as the store computes it, under the latest stored assessment (reading never assesses),
-    from what the page already read (the row, the intents, the violations)."""
+    from what the page already read (the row, the intents, the violations when it read them: the gate reads
+    them itself when an approval needs checking)."""
     if row is None:
         return None
     return gate_view(turn=turn, assessment=row.assessment, row=row, intents=intents, violations=violations)
@@ -290,21 +297,25 @@ def _gate_view(
 def turn_page(turn: Turn | int) -> TurnPage:
     """The page of a turn (or of a turn's pk: Turn.DoesNotExist when there is none)."""
     turn = turn_with_timeline(turn=turn if isinstance(turn, Turn) else Turn(pk=turn))
-    row = (
+    rows = (
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")
-        # The output holds every turn of the run: only its violations are read, in the same query.
-        .defer("assessment__output")
-        .annotate(violations=F("assessment__output__violations"))
+        .defer("assessment__output")  # every turn of the run: megabytes on a large run
         .order_by("-assessment_id")
-        .first()
     )
-    violations = _violation_list(row)
+    wants_violations = _blocked_by_violation(turn)
+    if wants_violations:
+        # Only the `violations` key, in the same query. Reading it still parses the whole stored output
+        # (~6 ms for 2,000 turns), so it is read only when the blocking reason is a violation.
+        rows = rows.annotate(violations=F("assessment__output__violations"))
+    row = rows.first()
+    violations = _violation_list(row) if wants_violations else None
     intents = list(turn.intents.all())
     indeterminate = [i.intent_id for i in intents if i.resolution == "indeterminate" and i.live]
     blocking = _blocking(turn, row, indeterminate, violations or [])
     evidence: dict[str, list[OperatorEvidence]] = {}
-    for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id"):
+    # Evidence is given about an intent: a turn that dispatched none has none to read.
+    for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id") if intents else ():
         evidence.setdefault(e.intent_id, []).append(e)
     for intent in intents:
         intent.evidence_given = evidence.get(intent.intent_id, [])  # type: ignore[attr-defined]
@@ -324,7 +335,8 @@ def turn_page(turn: Turn | int) -> TurnPage:
         blocking=blocking,
         tree=_tree(turn, branches, blocking),
         checkpoints=list(
-            Checkpoint.objects.filter(run_id=turn.run_id).select_related("record").order_by("branch", "lsn")[:50]
+            # The page shows the checkpoint's own fields: not its record (whose raw line may be large).
+            Checkpoint.objects.filter(run_id=turn.run_id).order_by("branch", "lsn")[:50]
         ),
         audits=[_audit_rows(a) for a in audits],
         history=list(OperatorAction.objects.filter(turn=turn).order_by("-created_at", "-id")[:100]),

@@ -11,10 +11,12 @@ The gate combines three things, in this order of precedence:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet, Subquery
+from django.db.models import QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from journals.models import Intent, Run, Turn
@@ -25,6 +27,7 @@ PROCEED, HOLD, DONE = "proceed", "hold", "done"
 OPERATOR_BLOCKED = "operator_blocked"
 RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
 RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "since the beginning", where no approval resets a count
 
 
 @dataclass
@@ -91,6 +94,11 @@ def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> l
     return actions
 
 
+def operator_in_force(*, turn: Turn) -> GateDecision | None:
+    """The latest operator decision of any kind (approve, block, park) is the one in force."""
+    return GateDecision.objects.filter(turn=turn).order_by("-id").first()
+
+
 def claim_current(*, turn: Turn) -> TurnClaim | None:
     """The claim whose lease holds now, if any."""
     return (
@@ -100,14 +108,14 @@ def claim_current(*, turn: Turn) -> TurnClaim | None:
     )
 
 
-def attempts_without_progress(*, turn: Turn, key: str, since: GateDecision | None) -> int:
+def attempts_without_progress(*, turn: Turn, key: str) -> int:
     """Recovery audits opened in a row (newest first) at the turn's current progress, after the latest
-    approval. An approval resets the count; progress breaks the run of equal keys."""
+    approval. An approval resets the count; progress breaks the run of equal keys. The approval's time is
+    a subquery of the same query (no approval: since the beginning)."""
     from audits.models import RecoveryAudit  # audits depends on recovery, not the other way round
 
-    audits = RecoveryAudit.objects.filter(turn=turn)
-    if since is not None:
-        audits = audits.filter(opened_at__gte=since.created_at)
+    approved_at = GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").values("created_at")[:1]
+    audits = RecoveryAudit.objects.filter(turn=turn, opened_at__gte=Coalesce(Subquery(approved_at), Value(EPOCH)))
     count = 0
     for audit_key in audits.order_by("-id").values_list("progress_key", flat=True).iterator():
         if audit_key != key:
@@ -148,21 +156,6 @@ def approval_covers(
     return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id, violations)
 
 
-def decisions_in_force(*, turn: Turn) -> tuple[GateDecision | None, GateDecision | None]:
-    """(the operator decision in force, the latest approval), in one query: the latest decision of any kind
-    is the one in force; the latest approval is where the count of attempts starts again."""
-    latest = GateDecision.objects.filter(turn=turn).order_by("-id").values("pk")[:1]
-    approval = GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").values("pk")[:1]
-    found = sorted(
-        GateDecision.objects.filter(Q(pk=Subquery(latest)) | Q(pk=Subquery(approval)))
-        .select_related("actor")
-        .order_by(),  # sorted here: the model's default order would join the turn and the run
-        key=lambda d: d.pk,
-    )
-    approvals = [d for d in found if d.kind == "approve"]
-    return (found[-1] if found else None), (approvals[-1] if approvals else None)
-
-
 def gate_view(
     *,
     turn: Turn,
@@ -176,9 +169,9 @@ def gate_view(
     them, so that the gate does not read them again."""
     if row is None or row.assessment_id != assessment.pk or row.turn_id != turn.pk:
         row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
-    operator, approval = decisions_in_force(turn=turn)
+    operator = operator_in_force(turn=turn)
     key = progress_key(row)
-    attempts = attempts_without_progress(turn=turn, key=key, since=approval)
+    attempts = attempts_without_progress(turn=turn, key=key)
     if intents is None:
         intents = list(Intent.objects.filter(turn=turn).order_by("position"))
     covered = (

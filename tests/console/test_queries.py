@@ -27,11 +27,11 @@ LISTS = {
     reverse("console:blocked_queue"): 4,  # + queue
     reverse("console:findings") + "?state=all": 5,
 }
-# The turn page: 3 + the turn with its phases and intents (3), its latest assessment row with the
-# assessment's violations, the blocking record, evidence, branches, checkpoints, recovery audits, history,
-# annotation, and the gate's own: the decisions in force (one query for the latest and the latest
-# approval), attempts, the run's integrity finding, the claim. Was 24 before the gate took what the page
-# had already read.
+# The turn page: 3 + the turn with its phases and intents (3), its latest assessment row (with the
+# assessment's violations when the reason is one), the blocking record, evidence, branches, checkpoints,
+# recovery audits, history, annotation, and the gate's own: the decision in force, the attempts since the
+# latest approval (a subquery of the same query), the run's integrity finding, the claim. Was 24 before the
+# gate took the row, intents and violations the page had already read.
 TURN_PAGE_QUERIES = 18
 
 
