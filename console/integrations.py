@@ -34,5 +34,6 @@ def heartbeats() -> list[Beat]:
 
 def open_findings(limit: int = 8) -> list[Finding]:
     return list(
-        Finding.objects.filter(state__in=UNRESOLVED).select_related("run", "turn").order_by("-last_seen", "-id")[:limit]
+        # The run's id is shown, the turn's by the finding's own `subject`: no join to the turn's wide row.
+        Finding.objects.filter(state__in=UNRESOLVED).select_related("run").order_by("-last_seen", "-id")[:limit]
     )
