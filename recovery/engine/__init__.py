@@ -6,6 +6,7 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``assess(source, *, expect=None, evidence=None) -> Assessment`` where ``source`` is a re-iterable of
   lines (bytes, without newline) or a path; ``assess_path(path, ...)``
 - ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
+- ``ENGINE_VERSION`` (decisions) and ``PROJECTION_VERSION`` (the canonical fold's shape)
 - ``redact(obj)``: section 8's public-safety projection
 """
 
@@ -52,6 +53,7 @@ __all__ = [
 
 from .assess import (
     ENGINE_VERSION,
+    PROJECTION_VERSION,
     JournalUnreadable,
     assess,
     assess_path,
@@ -62,6 +64,7 @@ from .assess import (
 
 __all__ += [
     "ENGINE_VERSION",
+    "PROJECTION_VERSION",
     "JournalUnreadable",
     "assess",
     "assess_path",

@@ -69,6 +69,10 @@ else:  # pragma: no cover - exercised only on installs without orjson
 
 # Bumped whenever a decision for the same input could change; stored beside every assessment.
 ENGINE_VERSION = "1.1.0"
+# The shape of the canonical fold (docs/engine.md, "The canonical fold"), which checkpoint digests digest:
+# bumped only when folding the same records could give other bytes (ENGINE_VERSION is bumped then too),
+# spelled as the engine release in which the shape last changed (1.1.0: `unplanned`).
+PROJECTION_VERSION = "1.1.0"
 
 Source = str | os.PathLike[str] | Sequence[bytes] | Callable[[], Iterable[bytes]]
 EvidenceMap = Mapping[Any, Any]  # (turn, intent) or intent id -> finding, or (finding, dispatch number) pairs
@@ -88,9 +92,25 @@ _OUTCOMES = {w: w for w in ("succeeded", "failed", "unknown")}
 _CLASSES = {w: w for w in ("safe", "idempotent", "unsafe")}
 _STATUSES = {w: w for w in sorted(TERMINAL_STATUSES)}
 # A fork names `from_lsn`, a checkpoint `covers_lsn`: a line that is either holds "_lsn", or spells the key
-# with an escape and so holds a backslash. Two searches at C speed (one of them memchr) find every
-# candidate; ordinary records hold neither.
-_PRESCAN_MARKERS = (b"_lsn", b"\\")
+# with an escape and so holds a backslash. Two searches at C speed find every candidate; ordinary records
+# hold neither. (re finds "_lsn" in JSON text faster than bytes.find, whose skips its common letters
+# defeat; a backslash is one byte, which find hands to memchr.)
+_LSN_SEARCH = re.compile(rb"_lsn").search
+
+
+def _find_lsn(buf: bytearray, start: int, end: int) -> int:
+    m = _LSN_SEARCH(buf, start, end)
+    return -1 if m is None else m.start()
+
+
+def _find_backslash(buf: bytearray, start: int, end: int) -> int:
+    return buf.find(b"\\", start, end)
+
+
+_PRESCAN_MARKERS = (_find_lsn, _find_backslash)
+# A float as orjson writes it holds a "." or an exponent with a sign and a digit ("1e+20", "1e-7"); a block
+# holding none of ".", "+" and "e-<digit>" holds no float. re finds the last faster than bytes.find does.
+_NEGATIVE_EXPONENT = re.compile(rb"e-[0-9]").search
 _BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
 _LINES_PER_BATCH = 256
 _PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see _parse_batch
@@ -437,7 +457,7 @@ def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
 def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
     """The same for a file, searching it in 128 KiB windows of whole lines for the markers and parsing only
     the lines around them. One buffer is read into over and over (no allocation per block); a line longer
-    than the buffer grows it."""
+    than the buffer grows it, until the long line has been searched."""
     points: Counter[tuple[int, int]] = Counter()
     buf = bytearray(_PRESCAN_BLOCK)
     kept = 0  # bytes at the start of buf: the unfinished last line of the previous window
@@ -455,8 +475,8 @@ def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
                     kept = size
                     continue
             starts: set[int] = set()  # a line with both markers is noted once
-            for marker in _PRESCAN_MARKERS:
-                at = buf.find(marker, 0, end)
+            for find in _PRESCAN_MARKERS:
+                at = find(buf, 0, end)
                 while at >= 0:
                     start = buf.rfind(b"\n", 0, at) + 1
                     stop = buf.find(b"\n", at, end)
@@ -464,10 +484,17 @@ def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
                     if start not in starts:
                         starts.add(start)
                         _note_point(points, bytes(buf[start:stop]))
-                    at = buf.find(marker, stop, end)
+                    at = find(buf, stop, end)
             if not got:
                 return points
             kept = size - end
+            if len(buf) > _PRESCAN_BLOCK and kept < _PRESCAN_BLOCK:
+                # Back to the small buffer after a long line: searched while it is still in the CPU's cache
+                # (right after the read), a small window is several times faster than a large one.
+                small = bytearray(_PRESCAN_BLOCK)
+                small[:kept] = buf[end:size]
+                buf = small
+                continue
             buf[:kept] = buf[end:size]
 
 
@@ -586,7 +613,10 @@ class _Assessor:
         # "1e-07"): a line with one of those takes the general path, which walks the object. A block
         # without any of them has no float at all (one search instead of three per line).
         check_marks = not (
-            block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and block.find(b"e-") < 0
+            block is not None
+            and block.find(b".") < 0
+            and block.find(b"+") < 0
+            and _NEGATIVE_EXPONENT(block) is None
         )
         if len(lines) <= _PARSE_LINES:
             self._fold_lines(lines, check_marks)

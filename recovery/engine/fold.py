@@ -29,12 +29,20 @@ on the first dispatch, violations a tuple (usually empty, shared).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from itertools import compress, count, repeat
 from operator import is_
 from typing import Any
 
 from .canonical import canonical_bytes_no_float
 from .types import Code
+
+try:
+    from orjson import dumps as _orjson_dumps
+
+    _dumps: Callable[[Any], bytes] | None = _orjson_dumps
+except ImportError:  # pragma: no cover - exercised only on installs without orjson
+    _dumps = None
 
 # Copy-on-write: a TurnState may be shared by several views (a snapshot taken for a fork or checkpoint
 # shares the live view's objects). Each view has a generation; a state whose generation differs from its
@@ -95,6 +103,33 @@ class TurnState:
             ],
             "violations": [{"code": c, "branch": b, "lsn": ln} for c, b, ln, _ in self.violations],
         }
+
+    def canonical_bytes(self, turn: str) -> bytes:
+        """``canonical_bytes_no_float(self.to_canonical(turn))``, faster: every object is built with its keys
+        already in sorted order, so orjson writes them as they come instead of sorting each one (the same
+        bytes; the property tests compare the digests with the contract's formula). What orjson refuses
+        (an integer beyond 64 bits) takes the formula."""
+        if _dumps is not None:
+            intents = self.intents
+            form = {
+                "committed": self.phases[: self.done],  # tuples are written as arrays
+                "intents": [
+                    {"dispatches": n, "effect_class": c, "idempotency_key": k, "intent": i, "outcome": o}
+                    for i, (c, k, n, o) in intents.items()
+                ]
+                if intents
+                else (),
+                "lineage": self.lineage,
+                "phases": self.phases,
+                "terminal": self.terminal,
+                "turn": turn,
+                "violations": [{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in self.violations],
+            }
+            try:
+                return _dumps(form)
+            except TypeError:  # orjson.JSONEncodeError
+                pass
+        return canonical_bytes_no_float(self.to_canonical(turn))
 
     @classmethod
     def from_canonical(cls, item: dict[str, Any], gen: int) -> TurnState:
@@ -172,7 +207,7 @@ class View:
         parts: list[Any] = [turns[turn].canon for turn in keys]
         for i in compress(count(), map(is_, parts, repeat(None))):  # the turns without kept bytes
             state = turns[keys[i]]
-            canon = canonical_bytes_no_float(state.to_canonical(keys[i]))
+            canon = state.canonical_bytes(keys[i])
             if state.gen != gen:
                 # A right-sized copy: orjson's result keeps its whole (4 KiB) write buffer.
                 canon = state.canon = bytes(memoryview(canon))

@@ -795,6 +795,17 @@ def test_a_valid_checkpoint_with_and_without_state() -> None:
     assert full["state"] == fold_state(w.lines, 0, full["covers_lsn"])
 
 
+def test_the_fold_shape_has_its_own_exported_version() -> None:
+    """PROJECTION_VERSION names the canonical fold's shape (docs/engine.md, "Versions"), apart from
+    ENGINE_VERSION; the service stores both beside every assessment."""
+    import recovery.engine as engine
+
+    assert "PROJECTION_VERSION" in engine.__all__
+    assert isinstance(engine.PROJECTION_VERSION, str)
+    assert engine.PROJECTION_VERSION.strip() != ""
+    assert engine.PROJECTION_VERSION == engine.PROJECTION_VERSION.strip()
+
+
 def test_a_checkpoint_covering_minus_1_and_covering_an_earlier_lsn() -> None:
     w = writer()
     w.plan("t1")
