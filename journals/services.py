@@ -20,7 +20,6 @@ import orjson
 import psycopg
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from journals.models import (
@@ -291,10 +290,14 @@ def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
     )
 
 
-_BRANCH_STATE = RawSQL(
-    "SELECT coalesce(json_agg(json_build_array(b.id, b.number, b.last_lsn, b.committed_lsn, b.record_count)),"
-    " '[]'::json) FROM journals_branch b WHERE b.run_id = journals_run.id",
-    [],
+_RUN_FIELDS = tuple(f.attname for f in Run._meta.concrete_fields)
+# The run locked, with its branches' cursors as one JSON array: one round trip, and SQL the ORM would
+# otherwise compile anew for every batch (a visible share of a batch's CPU).
+_LOCK_RUN_SQL = (
+    f"SELECT {', '.join('r.' + name for name in _RUN_FIELDS)},"
+    " (SELECT coalesce(json_agg(json_build_array(b.id, b.number, b.last_lsn, b.committed_lsn, b.record_count)),"
+    " '[]'::json) FROM journals_branch b WHERE b.run_id = r.id)::text"
+    " FROM journals_run r WHERE r.run_id = %s FOR UPDATE OF r"
 )
 
 
@@ -306,10 +309,13 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
     first): under load, round trips are most of a batch's time.
     """
     if connection.vendor == "postgresql":
-        run = Run.objects.select_for_update(of=("self",)).filter(run_id=run_id).annotate(state=_BRANCH_STATE).first()
-        if run is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(_LOCK_RUN_SQL, [run_id])
+            row = cursor.fetchone()
+        if row is not None:
+            run = Run.from_db(connection.alias, _RUN_FIELDS, row[:-1])
             branches = {}
-            for pk, number, last_lsn, committed_lsn, count in run.state:
+            for pk, number, last_lsn, committed_lsn, count in orjson.loads(row[-1]):
                 branch = Branch(
                     id=pk, run=run, number=number, last_lsn=last_lsn, committed_lsn=committed_lsn, record_count=count
                 )

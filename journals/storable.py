@@ -22,7 +22,8 @@ def is_storable(text: str) -> bool:
 def storable(value: Any) -> Any:
     """A copy of ``value`` with NUL and lone surrogates replaced by U+FFFD in every string and key."""
     if isinstance(value, str):
-        return _UNSTORABLE.sub(REPLACEMENT, value)
+        # Most text is storable as it is: the test is cheaper than the substitution.
+        return value if is_storable(value) else _UNSTORABLE.sub(REPLACEMENT, value)
     if isinstance(value, dict):
         return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -255,3 +255,44 @@ def test_one_assessment_per_prefix_evidence_and_engine():
     run = _ingest(b, body=b.body(b.lines[-1:]))
     second = assessment_refresh(run=run)
     assert second != first and second.prefix_records == 2 and second.prefix_key != first.prefix_key
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("already_raised", [False, True])
+def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
+    """recovery/background.py's step 1: the batch's flag upsert locks the row whether or not it raised the
+    flag, so the task's lowering UPDATE waits for the batch (nothing committed before it is missed)."""
+    import psycopg
+
+    from recovery.pending import PendingAssessment
+
+    def batch(lsn: int) -> bytes:
+        return b'{"branch":0,"kind":"turn_planned","lsn":%d,"run":"run-lock","turn":"t%d","v":2}\n' % (lsn, lsn)
+
+    records_ingest(run_id="run-lock", body=batch(0), content_type="application/x-ndjson", token=None)
+    if not already_raised:
+        PendingAssessment.objects.filter(run__run_id="run-lock").update(pending=False)
+    settings = connection.settings_dict
+    other = psycopg.connect(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"],
+        password=settings["PASSWORD"] or None,
+        dbname=settings["NAME"],
+        autocommit=True,
+    )
+    try:
+        other.execute("SET lock_timeout = '200ms'")
+        with transaction.atomic():
+            records_ingest(run_id="run-lock", body=batch(1), content_type="application/x-ndjson", token=None)
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(
+                    "UPDATE recovery_pendingassessment SET pending = false"
+                    " WHERE run_id = (SELECT id FROM journals_run WHERE run_id = 'run-lock')"
+                )
+        # Committed: the row is free, and the flag is raised.
+        other.execute("SELECT 1 FROM recovery_pendingassessment FOR UPDATE NOWAIT")
+    finally:
+        other.close()
+    assert PendingAssessment.objects.get(run__run_id="run-lock").pending
