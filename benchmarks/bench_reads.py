@@ -9,8 +9,10 @@ kinds), then starts gunicorn with benchmarks/bench_settings.py (the project's UR
 and measures, one request at a time over a keep-alive connection:
 
 - ``baseline``: a plain Django view rendering 50 rows of one indexed table (turns of one decision, newest
-  first, as JSON: no authentication, no serializer, no pagination count);
-- ``list``: GET /api/v1/turns?decision=... (page of 50, with its count), as a runtime token;
+  first, as JSON: no authentication, no serializer, no pagination count); the target is judged on it;
+- ``page``: for comparison only, the same 50 rows as model instances rendered by a Django template (the
+  other reading of the issue's floor, "about 16 ms p50"; several times heavier than ``baseline``);
+- ``list``: GET /api/v1/turns?decision=... (page of 50, cursor pagination), as a runtime token;
 - ``list-run``: GET /api/v1/runs/{run}/turns (first page of a run);
 - ``detail``: GET /api/v1/runs/{run}/turns/{turn} (phases with committing records, intents).
 
@@ -39,6 +41,8 @@ PHASES = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "s
 DECISIONS = ["complete", "finalize", "resume", "blocked", "discarded"]
 TURNS_PER_RUN = 1000
 TARGET = 2.0
+# Floors, measured in the same run: the target is judged on ``baseline``; ``page`` is printed for comparison.
+FLOORS = ("baseline", "page")
 
 
 def load(url: str, turns: int) -> list[tuple[str, str]]:
@@ -187,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = sorted({run for run, _ in sample})
     suites = {
         "baseline": ([f"/bench/baseline?decision={d}" for d in DECISIONS], {}),
+        "page": ([f"/bench/baseline-page?decision={d}" for d in DECISIONS], {}),
         "list": ([f"/api/v1/turns?decision={d}" for d in DECISIONS], {"Authorization": f"Bearer {token}"}),
         "list-run": (
             [f"/api/v1/runs/{rng.choice(runs)}/turns" for _ in range(50)],
@@ -208,15 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         server.wait(timeout=30)
 
     base_p95 = _pct(results["baseline"], 0.95)
+    page_p95 = _pct(results["page"], 0.95)
     worst = 0.0
     for name, latencies in results.items():
         p95 = _pct(latencies, 0.95)
         ratio = p95 / base_p95
-        if name != "baseline":
+        if name not in FLOORS:
             worst = max(worst, ratio)
         print(
             f"{name:9} p50 {statistics.median(latencies) * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms"
-            f"   p95/baseline {ratio:5.2f}"
+            f"   p95/baseline {ratio:5.2f}   p95/page {p95 / page_p95:5.2f}"
         )
     verdict = "meets" if worst <= TARGET else "misses"
     print(f"worst p95 ratio {worst:.2f} ({verdict} the target of <= {TARGET:.1f}x)")
