@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F
+from django.db.models import Exists, F
 
 from audits.models import OperatorAction, RecoveryAudit
 from journals.models import Branch, Checkpoint, JournalRecord, Turn
@@ -284,14 +284,39 @@ def _audit_rows(audit: RecoveryAudit) -> AuditView:
 
 
 def _gate_view(
-    turn: Turn, row: TurnAssessment | None, intents: list[Any], violations: list[Any] | None
+    turn: Turn, row: TurnAssessment | None, intents: list[Any], violations: list[Any] | None, has: dict[str, bool]
 ) -> GateView | None:
     """The gate as the store computes it, under the latest stored assessment (reading never assesses),
-    from what the page already read (the row, the intents, the violations when it read them: the gate reads
-    them itself when an approval needs checking)."""
+    from what the page already read: the row, the intents, the violations when it read them (the gate reads
+    them itself when an approval needs checking), and whether the turn has decisions and audits at all."""
     if row is None:
         return None
-    return gate_view(turn=turn, assessment=row.assessment, row=row, intents=intents, violations=violations)
+    return gate_view(
+        turn=turn,
+        assessment=row.assessment,
+        row=row,
+        intents=intents,
+        violations=violations,
+        no_decisions=not has["decisions"],
+        no_audits=not has["audits"],
+    )
+
+
+# What a turn may have beside the journal, asked in the query of its assessment row: most turns have none
+# of it (no operator has acted, no recovery was attempted), and each one answered "no" there is a query
+# the page does not make (a dozen of them cost as much as a whole list page; bench_pages).
+_HAS = {
+    "decisions": GateDecision,
+    "audits": RecoveryAudit,
+    "actions": OperatorAction,
+    "evidence": OperatorEvidence,
+    "annotation": TurnAnnotation,
+}
+
+
+def _has(row: TurnAssessment | None) -> dict[str, bool]:
+    """What the row's query found; an unassessed turn (no row) asks every query instead."""
+    return {name: row is None or bool(getattr(row, f"has_{name}")) for name in _HAS}
 
 
 def turn_page(turn: Turn | int) -> TurnPage:
@@ -301,6 +326,7 @@ def turn_page(turn: Turn | int) -> TurnPage:
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")
         .defer("assessment__output")  # every turn of the run: megabytes on a large run
+        .annotate(**{f"has_{name}": Exists(model.objects.filter(turn=turn)) for name, model in _HAS.items()})
         .order_by("-assessment_id")
     )
     wants_violations = _blocked_by_violation(turn)
@@ -309,13 +335,14 @@ def turn_page(turn: Turn | int) -> TurnPage:
         # (~6 ms for 2,000 turns), so it is read only when the blocking reason is a violation.
         rows = rows.annotate(violations=F("assessment__output__violations"))
     row = rows.first()
+    has = _has(row)
     violations = _violation_list(row) if wants_violations else None
     intents = list(turn.intents.all())
     indeterminate = [i.intent_id for i in intents if i.resolution == "indeterminate" and i.live]
     blocking = _blocking(turn, row, indeterminate, violations or [])
     evidence: dict[str, list[OperatorEvidence]] = {}
     # Evidence is given about an intent: a turn that dispatched none has none to read.
-    for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id") if intents else ():
+    for e in OperatorEvidence.objects.filter(turn=turn).order_by("-id") if intents and has["evidence"] else ():
         evidence.setdefault(e.intent_id, []).append(e)
     for intent in intents:
         intent.evidence_given = evidence.get(intent.intent_id, [])  # type: ignore[attr-defined]
@@ -325,8 +352,14 @@ def turn_page(turn: Turn | int) -> TurnPage:
         .select_related("closure")
         .prefetch_related("actions", "divergences")
         .order_by("-opened_at", "-id")[:20]
+        if has["audits"]
+        else []
     )
-    view = _gate_view(turn, row, intents, violations)
+    view = _gate_view(turn, row, intents, violations, has)
+    if view is not None:
+        gate = view.operator  # the gate read the decision in force already
+    else:
+        gate = GateDecision.objects.filter(turn=turn).order_by("-id").first() if has["decisions"] else None
     return TurnPage(
         turn=turn,
         steps=_steps(turn),
@@ -339,11 +372,14 @@ def turn_page(turn: Turn | int) -> TurnPage:
             Checkpoint.objects.filter(run_id=turn.run_id).order_by("branch", "lsn")[:50]
         ),
         audits=[_audit_rows(a) for a in audits],
-        history=list(OperatorAction.objects.filter(turn=turn).order_by("-created_at", "-id")[:100]),
-        # The gate read the decision in force already (an unassessed turn has no gate: read it here).
-        gate=view.operator if view is not None else GateDecision.objects.filter(turn=turn).order_by("-id").first(),
+        history=(
+            list(OperatorAction.objects.filter(turn=turn).order_by("-created_at", "-id")[:100])
+            if has["actions"]
+            else []
+        ),
+        gate=gate,
         evidence=evidence,
         assessment_row=row,
         gate_view=view,
-        annotation=TurnAnnotation.objects.filter(turn=turn).first(),
+        annotation=TurnAnnotation.objects.filter(turn=turn).first() if has["annotation"] else None,
     )

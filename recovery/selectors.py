@@ -163,15 +163,18 @@ def gate_view(
     row: TurnAssessment | None = None,
     intents: list[Intent] | None = None,
     violations: list[Any] | None = None,
+    no_decisions: bool = False,
+    no_audits: bool = False,
 ) -> GateView:
     """The gate for ``turn`` under ``assessment`` (which the caller refreshed). A page that already read the
     turn's row of that assessment, its intents (in position order) or the assessment's violations passes
-    them, so that the gate does not read them again."""
+    them, and says when it found the turn has no operator decision or no recovery audit at all, so that
+    the gate does not read them again."""
     if row is None or row.assessment_id != assessment.pk or row.turn_id != turn.pk:
         row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
-    operator = operator_in_force(turn=turn)
+    operator = None if no_decisions else operator_in_force(turn=turn)
     key = progress_key(row)
-    attempts = attempts_without_progress(turn=turn, key=key)
+    attempts = 0 if no_audits else attempts_without_progress(turn=turn, key=key)
     if intents is None:
         intents = list(Intent.objects.filter(turn=turn).order_by("position"))
     covered = (

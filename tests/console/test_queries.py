@@ -11,8 +11,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audits.findings import Finding
+from audits.services import recovery_audit_action_report, recovery_audit_open
+from console.services import turn_annotate
 from journals.models import Run, Turn
-from recovery.services import turn_block
+from recovery.services import turn_approve, turn_block, turn_claim
 from tests.console.scenarios import many_runs
 
 pytestmark = pytest.mark.django_db
@@ -28,11 +30,16 @@ LISTS = {
     reverse("console:findings") + "?state=all": 5,
 }
 # The turn page: 3 + the turn with its phases and intents (3), its latest assessment row (with the
-# assessment's violations when the reason is one), the blocking record, evidence, branches, checkpoints,
-# recovery audits, history, annotation, and the gate's own: the decision in force, the attempts since the
-# latest approval (a subquery of the same query), the run's integrity finding, the claim. Was 24 before the
-# gate took the row, intents and violations the page had already read.
-TURN_PAGE_QUERIES = 18
+# assessment's violations when the reason is one, and whether the turn has operator decisions, recovery
+# audits, operator actions, evidence, an annotation), the blocking record, branches, checkpoints, and the
+# gate's run integrity finding and claim: 12 for a turn nobody has touched yet. What it has adds its reads:
+# decisions the decision in force; audits the attempts since the latest approval and the audits with their
+# actions and divergences; actions the history; evidence and an annotation their own. Was 24 for any turn.
+QUIET_TURN_PAGE_QUERIES = 12
+TURN_PAGE_QUERIES = 14  # + the decision in force and the history
+# Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
+# evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
+BUSY_TURN_PAGE_QUERIES = 20
 
 
 def _rows(n: int, operator) -> None:
@@ -69,15 +76,35 @@ def test_query_count_is_constant_from_5_to_50_rows(op_pages, operator, url):
     assert small == large == LISTS[url], f"{url}: {small} queries with 5 rows, {large} with 50, not {LISTS[url]}"
 
 
-def test_the_turn_page_has_a_bounded_query_count(op_pages, operator, pay, django_assert_max_num_queries):
+def test_the_turn_page_has_a_bounded_query_count(op_pages, operator, pay):
     turn = pay.turns["t-charge"]
+    url = reverse("console:turn", args=[turn.pk])
+    assert _count(op_pages, url) == QUIET_TURN_PAGE_QUERIES
     for i in range(3):
         turn_block(turn=turn, actor=operator, reason=f"hold {i}")
-    url = reverse("console:turn", args=[turn.pk])
     first = _count(op_pages, url)
     for i in range(10):
         turn_block(turn=turn, actor=operator, reason=f"again {i}")
     assert first == _count(op_pages, url) == TURN_PAGE_QUERIES
+
+
+def test_a_busy_turn_page_reads_and_shows_everything_it_has(op_pages, operator, pay):
+    """What the assessment row's query says a turn has is read and shown: evidence, a recovery audit with
+    its actions and divergences, the annotation, the history, the decision in force."""
+    turn = pay.turns["t-charge"]
+    turn_annotate(turn=turn, actor=operator, changes={"notes": "called the bank"}, reason="context")
+    turn_approve(turn=turn, actor=operator, reason="the bank has no charge", evidence={"charge-card": "not_happened"})
+    turn.refresh_from_db()
+    claim = turn_claim(turn=turn, worker_id="worker-7")
+    audit = recovery_audit_open(turn=turn, fencing_token=claim.fencing_token)
+    recovery_audit_action_report(audit=audit, fencing_token=claim.fencing_token, kind="phase", target="nowhere")
+    url = reverse("console:turn", args=[turn.pk])
+    assert _count(op_pages, url) == BUSY_TURN_PAGE_QUERIES
+    html = op_pages.get(url).content.decode()
+    assert "Evidence: <strong>not happened</strong>" in html
+    assert "worker-7" in html and "divergent" in html and "nowhere" in html
+    assert "called the bank" in html
+    assert "the bank has no charge" in html and "approved" in html
 
 
 def test_the_overview_counts_are_cached_until_a_turn_changes(op_pages, pay):
