@@ -121,7 +121,6 @@ _ABSENT = object()  # a field that is not there (a null `prev` is present, and w
 _sha256 = hashlib.sha256
 
 
-
 def _orjson_keys(*names: str) -> tuple[str, ...]:
     """The names as the str objects orjson hands out for those keys (it keeps one object per key it has
     read): a record's field looked up by that very object is found by identity, not by comparing strings.
@@ -613,10 +612,7 @@ class _Assessor:
         # "1e-07"): a line with one of those takes the general path, which walks the object. A block
         # without any of them has no float at all (one search instead of three per line).
         check_marks = not (
-            block is not None
-            and block.find(b".") < 0
-            and block.find(b"+") < 0
-            and _NEGATIVE_EXPONENT(block) is None
+            block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and _NEGATIVE_EXPONENT(block) is None
         )
         if len(lines) <= _PARSE_LINES:
             self._fold_lines(lines, check_marks)
