@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from journals.filters import TurnFilter
-from journals.models import Branch, Intent, JournalRecord, Run, Turn
+from journals.models import DECISIONS, TURN_STATUSES, Branch, Intent, JournalRecord, Run, Turn
 from journals.renderers import FastJSONRenderer
 from journals.selectors import (
     branches_list,
@@ -178,6 +178,10 @@ class TurnCursorPagination(CursorPagination):
     ordering = ("-updated_at", "-id")
 
 
+# The filters whose valid values are a fixed set, matched exactly (journals/filters.py).
+_CHOICES = {"decision": frozenset(DECISIONS), "status": frozenset(TURN_STATUSES)}
+
+
 class TurnListView(JournalView):
     """Turns, newest change first; filters: decision, reason, status, run, time. Fixed query count."""
 
@@ -193,11 +197,18 @@ class TurnListView(JournalView):
         return turn_rows(run_prefix=self.token_prefix(), run_id=run_id)
 
     def filter_queryset(self, queryset: QuerySet[Turn]) -> QuerySet[Turn]:
-        # A page asked for without any filter (a run's first page, a cursor) skips the filter set's form:
-        # with no value every filter is a no-op, and building and validating the form is not free.
+        # Building and validating the filter set's form is a visible share of a page. A page without any
+        # filter (a run's first page, a cursor) needs none of it: with no value every filter is a no-op.
+        # Nor does the common filter by one valid decision or status (ChoiceFilters: an exact match).
+        # Anything else (other filters, a value to refuse with a 400) goes through the filter set.
         params = self.request.query_params
-        if not any(name in params for name in TurnFilter.base_filters):
+        present = [name for name in TurnFilter.base_filters if name in params]
+        if not present:
             return queryset
+        if all(
+            name in _CHOICES and len(params.getlist(name)) == 1 and params[name] in _CHOICES[name] for name in present
+        ):
+            return queryset.filter(**{name: params[name] for name in present})
         return super().filter_queryset(queryset)
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})

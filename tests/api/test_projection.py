@@ -112,6 +112,13 @@ def test_turn_filters(viewer_client, forked):
     assert turns("updated_after=2000-01-01T00:00:00Z") == ["t1", "t2", "t3"]
     assert turns("updated_before=2000-01-01T00:00:00Z") == []
     assert viewer_client.get("/api/v1/turns?decision=maybe").status_code == 400
+    # One valid decision or status is matched without the filter set's form; the answers are the same as
+    # through it (a second filter sends the page through the form), and so are the refusals.
+    assert turns("decision=resume&status=open") == ["t2"] == turns("decision=resume&updated_after=2000-01-01T00:00Z")
+    assert turns("status=open") == ["t2", "t3"] == turns("status=open&reason=")
+    assert turns("decision=resume&decision=complete") == ["t1"]  # the last value, as the form reads it
+    assert viewer_client.get("/api/v1/turns?status=").status_code == 200
+    assert viewer_client.get("/api/v1/turns?status=maybe").status_code == 400
     assert sorted(t["turn"] for t in viewer_client.get("/api/v1/runs/run-1/turns").json()["results"]) == [
         "t1",
         "t2",
