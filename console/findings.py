@@ -36,6 +36,11 @@ def findings(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(state=state)
     if kind in FINDING_KINDS:
         qs = qs.filter(kind=kind)
+    # One finding (a package's kept line links here): its row with the resolve form, whatever its state.
+    only = request.GET.get("id", "")
+    only_pk = int(only) if only.isdigit() and len(only) <= 18 else None
+    if only_pk is not None:
+        qs = qs.filter(pk=only_pk)
     try:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
@@ -50,6 +55,7 @@ def findings(request: HttpRequest) -> HttpResponse:
             "page": page,
             "state": state,
             "kind": kind,
+            "only": only_pk,
             "states": ["unresolved", *FINDING_STATES, "all"],
             "kinds": FINDING_KINDS,
             "reason_form": ReasonForm(),

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
@@ -22,8 +24,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from audits.findings import Finding
 from journals.models import Run
-from recovery.package_models import FINAL_STATES, PackageUpload
+from recovery.package_models import FINAL_STATES, IMPORTED, PackageUpload
 from recovery.package_services import PackageError, package_upload_receive, package_validation_enqueue
 from recovery.package_services import run_export as run_export_package
 from recovery.package_views import export_filename
@@ -84,12 +87,58 @@ def package_upload(request: HttpRequest) -> HttpResponse:
 STALLED_AFTER = timedelta(seconds=60)
 
 
+@dataclass
+class KeptLine:
+    """A journal line the import kept as evidence (docs/package-import.md, "Torn tails"): where it was, and
+    the finding an operator resolves to repair it. Never its bytes: a torn line may hold a secret."""
+
+    line: int
+    offset: int
+    size: int
+    finding: int | None
+    finding_url: str
+    finding_state: str  # "open", "acknowledged", "resolved" or "" when the finding is not found
+
+
+def finding_url(pk: int) -> str:
+    """The findings page showing this one finding, whatever its state, with its resolve form."""
+    return reverse("console:findings") + "?" + urlencode({"state": "all", "id": pk}) + f"#finding-{pk}"
+
+
+def kept_lines(upload: PackageUpload) -> list[KeptLine]:
+    """The import's ``result.corrupt_lines`` with each finding's state (one query, only when there are any)."""
+    result = upload.result if isinstance(upload.result, dict) else {}
+    raw = result.get("corrupt_lines") if upload.state == IMPORTED else None
+    if not isinstance(raw, list) or not raw:
+        return []
+    entries = [e for e in raw if isinstance(e, dict)]
+    ids = {e["finding"] for e in entries if isinstance(e.get("finding"), int)}
+    states = dict(Finding.objects.filter(pk__in=ids).values_list("pk", "state")) if ids else {}
+    out: list[KeptLine] = []
+    for e in entries:
+        pk = e.get("finding") if isinstance(e.get("finding"), int) else None
+        out.append(
+            KeptLine(
+                line=int(e.get("line", 0)),
+                offset=int(e.get("offset", 0)),
+                size=int(e.get("size", 0)),
+                finding=pk,
+                finding_url=finding_url(pk) if pk is not None else "",
+                finding_state=states.get(pk, "") if pk is not None else "",
+            )
+        )
+    return out
+
+
 def _status_context(upload: PackageUpload) -> dict[str, object]:
     unfinished = upload.state not in FINAL_STATES
+    kept = kept_lines(upload)
     return {
         "upload": upload,
         "polling": unfinished,
         "stalled": unfinished and timezone.now() - upload.updated_at > STALLED_AFTER,
+        "kept_lines": kept,
+        "kept_unresolved": sum(1 for k in kept if k.finding_state != "resolved"),
     }
 
 

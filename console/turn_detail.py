@@ -15,8 +15,10 @@ from django.db.models import Exists, F
 from audits.models import OperatorAction, RecoveryAudit
 from journals.models import Branch, Checkpoint, JournalRecord, Turn
 from journals.selectors import record_public, turn_with_timeline
+from recovery.engine.canonical import STORAGE_CORRUPTION
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
+from recovery.package_models import JournalCorruption
 from recovery.selectors import GateView, gate_view
 
 from . import vocabulary
@@ -51,6 +53,19 @@ class BlockingFact:
     lsn: int | None = None
     kind: str | None = None
     record: dict[str, Any] | None = None
+    # storage_corruption from an imported package: the kept lines in force (not stored records; their
+    # bytes are never read here), each with its package and the finding whose resolution repairs it.
+    kept: list[KeptLineFact] = field(default_factory=list)
+
+
+@dataclass
+class KeptLineFact:
+    upload: str  # the package upload's id
+    package_name: str
+    line: int  # in the package's journal.jsonl
+    offset: int
+    size: int
+    finding: int | None
 
 
 @dataclass
@@ -191,12 +206,34 @@ def _blocking(
         record = _indeterminate_dispatch(turn, indeterminate)
         if record is not None:
             fact.line = record.seq
+    if record is None and turn.reason == STORAGE_CORRUPTION:
+        fact.kept = _kept_lines(turn)
+        if fact.kept:
+            # The assessment reads kept lines after the stored records, so its line number is a position in
+            # that reading, not a line of any journal the operator has: the kept lines say where they were.
+            fact.line = None
     if record is not None:
         fact.branch = record.branch if fact.branch is None else fact.branch
         fact.lsn = record.lsn if fact.lsn is None else fact.lsn
         fact.kind = record.kind
         fact.record = record_public(record)["record"]
     return fact
+
+
+KEPT_SHOWN = 20
+
+
+def _kept_lines(turn: Turn) -> list[KeptLineFact]:
+    """The run's kept corrupt lines still in force (one query; never their bytes)."""
+    rows = (
+        JournalCorruption.objects.in_force(turn.run_id)
+        .order_by("upload__created_at", "line_no", "id")
+        .values_list("upload_id", "upload__original_name", "line_no", "offset", "size", "finding_id")[:KEPT_SHOWN]
+    )
+    return [
+        KeptLineFact(upload=str(u), package_name=name or "", line=ln, offset=off, size=size, finding=fid)
+        for u, name, ln, off, size, fid in rows
+    ]
 
 
 LANE_H, LEFT, RIGHT, TOP, WIDTH = 34, 120, 24, 18, 760
