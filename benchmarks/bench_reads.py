@@ -6,7 +6,7 @@
 It (re)creates a PostgreSQL database, migrates it and loads it with COPY (runs of 1,000 turns, each turn
 10 records, 7 planned phases with their committing records and 1 intent; decisions spread over the five
 kinds), then starts gunicorn with benchmarks/bench_settings.py (the project's URLs plus one baseline view)
-and measures, one request at a time over a keep-alive connection:
+and measures, one request at a time, the suites interleaved (blocks of 10 requests, suite after suite):
 
 - ``baseline``: a plain Django view rendering 50 rows of one indexed table (turns of one decision, newest
   first, as JSON: no authentication, no serializer, no pagination count); the target is judged on it;
@@ -43,6 +43,7 @@ TURNS_PER_RUN = 1000
 TARGET = 2.0
 # Floors, measured in the same run: the target is judged on ``baseline``; ``page`` is printed for comparison.
 FLOORS = ("baseline", "page")
+BLOCK = 10
 
 
 def load(url: str, turns: int) -> list[tuple[str, str]]:
@@ -150,13 +151,15 @@ def _copy(conn: object, table: str, columns: str, rows: list[tuple[object, ...]]
             copy.write_row(row)
 
 
-def measure(port: int, paths: list[str], headers: dict[str, str], rounds: int) -> list[float]:
+def measure(
+    port: int, paths: list[str], headers: dict[str, str], rounds: int, *, start: int = 0, warm: bool = True
+) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for path in paths[:5]:  # warm the worker (imports, first queries)
+    for path in paths[:5] if warm else []:  # warm the worker (imports, first queries)
         conn.request("GET", path, headers=headers)
         conn.getresponse().read()
     latencies = []
-    for i in range(rounds):
+    for i in range(start, start + rounds):
         path = paths[i % len(paths)]
         t0 = time.perf_counter()
         conn.request("GET", path, headers=headers)
@@ -204,10 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     port = _free_port()
     server = start_gunicorn(args.database_url, args.workers, port, settings="benchmarks.bench_settings")
-    results: dict[str, list[float]] = {}
+    results: dict[str, list[float]] = {name: [] for name in suites}
     try:
-        for name, (paths, headers) in suites.items():
-            results[name] = measure(port, paths, headers, args.rounds)
+        # Every suite warmed, then the rounds taken in blocks of 10, suite after suite: a burst of load
+        # from elsewhere on the machine then lands on every suite alike, not on the whole of one of them.
+        for paths, headers in suites.values():
+            measure(port, paths, headers, 0)
+        for start in range(0, args.rounds, BLOCK):
+            for name, (paths, headers) in suites.items():
+                results[name] += measure(port, paths, headers, min(BLOCK, args.rounds - start), start=start, warm=False)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from django.db import connection
-from django.db.models import F, Prefetch, QuerySet, Subquery, TextField
+from django.db.models import CharField, F, Prefetch, QuerySet, Subquery, TextField, Value
 from django.db.models.functions import Cast
 
 from journals.models import TURN_ASSESSED_FIELDS, ApiToken, Branch, Intent, JournalRecord, Phase, Run, Turn
@@ -79,10 +79,10 @@ TURN_ROW_FIELDS = (
 )
 
 
-def _turn_rows_base() -> QuerySet[Turn]:
+def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
     return Turn.objects.order_by("-updated_at", "-id").values(
         *TURN_ROW_FIELDS,
-        run_key=F("run__run_id"),
+        run_key=run_key,
         plan_json=Cast("plan", TextField()),
         completed_json=Cast("completed_phases", TextField()),
     )
@@ -91,13 +91,17 @@ def _turn_rows_base() -> QuerySet[Turn]:
 def turn_rows(*, run_prefix: str = "", run_id: str | None = None) -> QuerySet[Turn]:
     """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
     (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py)."""
-    turns = _turn_rows_base()
+    if run_id is None:
+        turns = _turn_rows_base(F("run__run_id"))
+    else:
+        # By the run's key, looked up in a subquery: the planner then knows it is one run and walks the
+        # (run, -updated_at, -id) index for the page, where a join would sort every turn of the run. The
+        # run's key is the one asked for: no join for it either.
+        turns = _turn_rows_base(Value(run_id, output_field=CharField())).filter(
+            run_id=Subquery(Run.objects.filter(run_id=run_id).order_by().values("pk")[:1])
+        )
     if run_prefix:
         turns = turns.filter(run__run_id__startswith=run_prefix)
-    if run_id is not None:
-        # By the run's key, looked up in a subquery: the planner then knows it is one run and walks the
-        # (run, -updated_at, -id) index for the page, where a join would sort every turn of the run.
-        turns = turns.filter(run_id=Subquery(Run.objects.filter(run_id=run_id).order_by().values("pk")[:1]))
     return turns
 
 
