@@ -120,7 +120,9 @@ class TurnState:
             "phases": self.phases,
             "terminal": self.terminal,
             "turn": turn,
-            "violations": [{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in self.violations],
+            "violations": [{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in self.violations]
+            if self.violations
+            else (),  # usually none: no comprehension to run
         }
 
     @classmethod
