@@ -6,14 +6,19 @@ measured ~4 ms per row), and even ``format_html`` per cell was half of a list pa
 row is one f-string in which every value from the database goes through ``_esc`` (HTML-escaped, quotes
 included: what the template's autoescape does), URLs are formed once per page, and times are formatted
 without Django's date-format machinery. The markup is the same the template would produce.
+
+The rules that keep it safe (tests/console/test_hostile_values.py renders hostile values through it): every
+text goes through ``_esc`` (``html.escape`` with quotes: the same output as ``django.utils.html.escape``),
+every attribute value is double-quoted, a pk is ``int()``-ed, URLs come from ``reverse()`` (``_pk_url``) and
+query strings from ``urlencode`` (``_query``), and the fixed markup holds no value at all.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from html import escape
-from typing import Any
-from urllib.parse import quote
+from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 from django.urls import reverse
 from django.utils import timezone
@@ -58,6 +63,21 @@ def local_time(value: datetime, with_year: bool = True) -> tuple[str, str]:
     return local.isoformat(), f"{shown} {local.tzname() or ''}"
 
 
+_PK = 987654321  # a pk no test or page has: reversed once, then split where the row's own pk goes
+
+
+def _pk_url(name: str) -> tuple[str, str]:
+    """The URL named ``name`` for any pk, as (before, after) the pk, escaped: reverse() once per page rather
+    than per row, and whatever shape the URL pattern has."""
+    before, after = reverse(name, args=[_PK]).split(str(_PK))
+    return _esc(before), _esc(after)
+
+
+def _query(**params: str) -> str:
+    """A query string, URL-encoded and then escaped for an attribute ("&" as "&amp;")."""
+    return _esc(urlencode(params))
+
+
 def _time(value: datetime, with_year: bool = True) -> str:
     iso, shown = local_time(value, with_year)
     return f'<time datetime="{_esc(iso)}">{_esc(shown)}</time>'
@@ -66,14 +86,19 @@ def _time(value: datetime, with_year: bool = True) -> str:
 def turn_rows(
     rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str, run_level: frozenset[str]
 ) -> SafeString:
-    turn_base = _esc(reverse("console:turn", args=[0])[:-2])  # "/turns/" : the pk is appended per row
+    turn_url = _pk_url("console:turn")
     turns_url = _esc(reverse("console:turns"))
-    back = _esc(quote(full_path, safe=""))
+    back = _query(back=full_path)
     decide_tail = _decide_tail(full_path, csrf_token) if can_operate else ""
+    urls = _DecideUrls(turn_url, _pk_url("console:approve"), _pk_url("console:block"))
+    run_links: dict[str, str] = {}  # a page's rows share a few runs
     out: list[str] = []
     for t in rows:
         pk = int(t.pk)
         run_id = t.run.run_id
+        run_query = run_links.get(run_id)
+        if run_query is None:
+            run_query = run_links[run_id] = _query(run=run_id, sort="run")
         if t.decision == "resume":
             step = f"from <strong>{_esc(t.resume_from or '')}</strong>"
         elif t.decision == "finalize":
@@ -83,8 +108,8 @@ def turn_rows(
         else:
             step = _NONE
         row = (
-            f'<tr><td><a href="{turn_base}{pk}/?back={back}">{_esc(_short(t.turn_id, 40))}</a></td>'
-            f'<td class="mono small"><a href="{turns_url}?run={_esc(quote(run_id, safe=""))}&amp;sort=run">'
+            f'<tr><td><a href="{turn_url[0]}{pk}{turn_url[1]}?{back}">{_esc(_short(t.turn_id, 40))}</a></td>'
+            f'<td class="mono small"><a href="{turns_url}?{run_query}">'
             f"{_esc(_short(run_id, 30))}</a></td>"
             f"<td>{badge(t.decision, t.reason)}</td>"
             f'<td class="small">{step}</td>'
@@ -95,7 +120,7 @@ def turn_rows(
         if can_operate:
             decide = ""
             if t.decision not in ("complete", "discarded"):
-                decide = _decide(t, pk, turn_base, run_level, decide_tail)
+                decide = _decide(t, pk, urls, run_level, decide_tail)
             row += f"<td>{decide}</td>"
         out.append(row + "</tr>")
     return mark_safe("\n".join(out))
@@ -109,19 +134,25 @@ def _decide_tail(full_path: str, csrf_token: str) -> str:
     )
 
 
-def _decide(t: Any, pk: int, turn_base: str, run_level: frozenset[str], hidden: str) -> str:
+class _DecideUrls(NamedTuple):
+    turn: tuple[str, str]
+    approve: tuple[str, str]
+    block: tuple[str, str]
+
+
+def _decide(t: Any, pk: int, urls: _DecideUrls, run_level: frozenset[str], hidden: str) -> str:
     approve = ""
     if t.decision == "blocked" and t.reason != "effect_indeterminate" and t.reason not in run_level:
         approve = (
-            f'<button type="submit" class="btn btn-small btn-approve" formaction="{turn_base}{pk}/approve/">'
-            '<span aria-hidden="true">✓</span> Approve</button>'
+            '<button type="submit" class="btn btn-small btn-approve" '
+            f'formaction="{urls.approve[0]}{pk}{urls.approve[1]}"><span aria-hidden="true">✓</span> Approve</button>'
         )
     elif t.decision == "blocked" and t.reason == "effect_indeterminate":
-        approve = f'<a href="{turn_base}{pk}/#decide" class="small">Approve with evidence…</a>'
+        approve = f'<a href="{urls.turn[0]}{pk}{urls.turn[1]}#decide" class="small">Approve with evidence…</a>'
     return (
         '<details class="rowdecide"><summary>Decide'
         f'<span class="visually-hidden"> on {_esc(t.turn_id)}</span></summary>'
-        f'<form method="post" action="{turn_base}{pk}/block/" class="rowform">{hidden}'
+        f'<form method="post" action="{urls.block[0]}{pk}{urls.block[1]}" class="rowform">{hidden}'
         f'<label for="reason-{pk}">Reason</label>'
         f'<input type="text" id="reason-{pk}" name="reason" required minlength="3" maxlength="2000">'
         f"{approve}"
@@ -132,7 +163,7 @@ def _decide(t: Any, pk: int, turn_base: str, run_level: frozenset[str], hidden: 
 
 def queue_rows(queue: list[Any]) -> SafeString:
     """The blocked queue's rows (overview and its live refresh), built the same way."""
-    turn_base = _esc(reverse("console:turn", args=[0])[:-2])
+    turn_url = _pk_url("console:turn")
     out: list[str] = []
     for t in queue:
         gate = getattr(t, "gate_kind", None)
@@ -140,7 +171,7 @@ def queue_rows(queue: list[Any]) -> SafeString:
         out.append(
             f'<tr><td>{_time(t.updated_at, with_year=False)} <span class="muted small">'
             f"({_esc(timesince(t.updated_at))})</span></td>"
-            f'<td><a href="{turn_base}{int(t.pk)}/">{_esc(_short(t.turn_id, 32))}</a></td>'
+            f'<td><a href="{turn_url[0]}{int(t.pk)}{turn_url[1]}">{_esc(_short(t.turn_id, 32))}</a></td>'
             f'<td class="mono small">{_esc(_short(t.run.run_id, 28))}</td>'
             f'<td><span aria-hidden="true">✖</span> {_esc((t.reason or "").replace("_", " "))}</td>'
             f"<td>{gate_html}</td></tr>"
