@@ -47,9 +47,9 @@ from recovery.selectors import (
 assess = instrument_assessment(_engine_assess)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
-# The engine's projection (fold) version when it publishes one; until then the fold is versioned with the
-# engine itself, which is bumped whenever an output for the same input could change.
-PROJECTION_VERSION: str = str(getattr(engine, "PROJECTION_VERSION", ENGINE_VERSION))
+# The canonical fold's shape (docs/engine.md "Versions"); part of an assessment's identity, so a new shape
+# re-assesses every run (audits/checks.py watches both versions).
+PROJECTION_VERSION: str = engine.PROJECTION_VERSION
 _MAX_BRANCH = 2**31 - 1
 
 
