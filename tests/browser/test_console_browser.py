@@ -185,3 +185,49 @@ def test_the_blocked_queue_stays_inside_its_card_on_a_narrow_screen(live_server,
         shot(page, "overview-narrow-375")
     finally:
         context.close()
+
+
+def test_upload_a_torn_package_see_its_kept_lines_and_resolve_one(
+    live_server, page, shot, settings, tmp_path, monkeypatch
+):
+    """A package whose journal has a damaged line and a torn tail imports with both kept as evidence: the page
+    lists where they were (never their bytes) and links each to its finding, which the operator resolves."""
+    from audits.findings import Finding
+    from recovery.models import PackageUpload
+    from recovery.packages import build_package
+    from recovery.tasks import assess_run, validate_package
+    from tests.console.test_package_torn import RUN, SECRET, _journal
+
+    published: list[str] = []
+    monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
+    monkeypatch.setattr(assess_run, "apply_async", lambda args=None, **_: None)
+    settings.LOOPX_PACKAGE_DIR = tmp_path
+    body, kept = _journal()
+    archive = tmp_path / "torn.tar.gz"
+    build_package(archive, RUN, body)
+    make_user("olivia", "operator")
+    login(page, live_server.url, "olivia")
+    page.get_by_role("link", name="Packages").click()
+    page.get_by_label("Package file (.tar, .tar.gz or .zip)").set_input_files(str(archive))
+    page.get_by_role("button", name="Upload and verify").click()
+    page.locator("#package-status[data-state='received']").wait_for()
+    validate_package(published[0])  # the worker's turn; the open page picks the verdict up by itself
+    page.locator("#package-status[data-state='imported']").wait_for()
+    box = page.locator("#kept-lines")
+    text = box.inner_text()
+    assert "2 journal lines kept as evidence" in text and "stays blocked" in text
+    cells = [row.locator("td").all_inner_texts()[:3] for row in box.locator("tbody tr").all()]
+    assert [tuple(int(c) for c in r) for r in cells] == kept
+    assert SECRET not in page.content()
+    shot(page, "package-torn-kept-lines")
+
+    first = PackageUpload.objects.get().result["corrupt_lines"][0]["finding"]
+    box.get_by_role("link", name=f"finding {first}").click()
+    row = page.locator(f"#finding-{first}")
+    assert "storage corruption" in row.inner_text()
+    row.get_by_text("Act").click()
+    row.get_by_label("Reason").fill("the runtime died mid-write; the line is dropped")
+    row.get_by_role("button", name="Resolve").click()
+    assert "resolved" in page.locator(f"#finding-{first}").inner_text()
+    assert Finding.objects.get(pk=first).state == "resolved"
+    shot(page, "package-torn-finding-resolved")
