@@ -107,6 +107,8 @@ def test_the_finding_link_shows_that_finding_and_resolving_it_is_the_repair(op_p
     _no_torn_bytes(page)
     assert f'<tr id="finding-{first.pk}">' in page and f'id="finding-{other.pk}"' not in page
     assert f"Showing finding {first.pk} only" in page
+    line, offset, size = kept[0]
+    assert f"Line {line} of an imported package's journal (byte offset {offset}, {size} bytes)" in page
     assert reverse("console:finding_resolve", args=[first.pk]) in page  # its resolve form, with a reason
     response = op_pages.post(
         reverse("console:finding_resolve", args=[first.pk]), {"reason": "runtime died mid-write", "next": url}
