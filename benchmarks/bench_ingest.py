@@ -98,6 +98,10 @@ def start_gunicorn(url: str, workers: int, port: int, settings: str = "loopx_sit
         "DJANGO_SETTINGS_MODULE": settings,
         "LOG_LEVEL": "WARNING",
         "API_TOKEN_THROTTLE": "1000000/min",
+        # Served as production serves it: DEBUG on would keep every query in connection.queries and add
+        # the debug machinery to each request. Nothing else is needed to serve 127.0.0.1 (ALLOWED_HOSTS
+        # defaults to it and the development SECRET_KEY stays valid without LOOPX_PRODUCTION).
+        "DEBUG": "0",
     }
     gunicorn = Path(sys.executable).with_name("gunicorn")
     proc = subprocess.Popen(
