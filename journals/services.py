@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable
+import struct
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import orjson
@@ -35,6 +35,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
+from recovery.engine.assess import _parse_batch  # the engine's batch proof of canonical bytes (see _parse_all)
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
 
@@ -202,23 +203,38 @@ def _check_identifier(value: Any, name: str, number: int) -> str | None:
     return value if is_storable(value) else None
 
 
-def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
-    """(object, digest) of a line that is one complete JSON object; IngestError otherwise.
-
-    Ingest needs no more than that: whether a well-formed record also breaks the contract (a float, a
-    duplicate key, ...) is the assessment's business, and such a record is stored all the same. The common
-    case, a line that is already the canonical bytes of what it parses to, is recognised with orjson alone
-    (``_prepare_all``'s fast path: re-serialising gives the same bytes, so no duplicate key, no
-    out-of-range integer, nothing re-escaped), an order of magnitude cheaper than the engine's full
-    classification here; everything else goes through ``parse_line``.
-    """
+def _canonical_object(raw: bytes) -> dict[str, Any] | None:
+    """The line's object when the line is already the canonical bytes of one JSON object (the common case,
+    recognised with orjson alone: re-serialising gives the same bytes, so no duplicate key, no out-of-range
+    integer, nothing re-escaped), else None: the line needs the engine's full classification."""
     if raw[:1] == b"{":
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == raw:
-            return obj, hashlib.sha256(raw).hexdigest()
+            return None
+        if type(obj) is dict and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == raw:
+            return obj
+    return None
+
+
+def complete_record(line: bytes) -> dict[str, Any] | None:
+    """The line's object when it is one complete JSON object, else None: exactly what ingest stores and what
+    it refuses as ``not_json`` (a package import keeps the latter aside, recovery/package_services.py)."""
+    obj = _canonical_object(line)
+    return obj if obj is not None else parse_line(line).obj
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
+    """(object, digest) of a line that is one complete JSON object; IngestError otherwise.
+
+    Ingest needs no more than that: whether a well-formed record also breaks the contract (a float, a
+    duplicate key, ...) is the assessment's business, and such a record is stored all the same. Canonical
+    lines are recognised cheaply (``_canonical_object``; ``_prepare_all`` proves a whole batch at once);
+    everything else goes through the engine's ``parse_line``.
+    """
+    obj = _canonical_object(raw)
+    if obj is not None:
+        return obj, hashlib.sha256(raw).hexdigest()
     parsed = parse_line(raw)
     if parsed.obj is None:
         # parse_line's detail says what kind of damage, never what the bytes were.
@@ -227,29 +243,39 @@ def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
     return parsed.obj, parsed.digest or hashlib.sha256(raw).hexdigest()
 
 
+def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The object and the digest of every line, in order; IngestError (with its line number) at the first
+    line that is not one complete JSON object.
+
+    The whole batch is proven canonical by the engine's batch proof (``_parse_batch``, docs/engine.md): each
+    line parsed on its own, then ONE serialisation of the parsed list compared with the lines joined as a JSON
+    array, which holds exactly when every line is the canonical bytes of its value. A batch that fails the
+    proof (one line not canonical is enough) is parsed line by line, each line as ``_parse`` does."""
+    objs, verified = _parse_batch(lines)
+    # Canonical bytes of a value: a line that is not an object (a bare number, say) is refused below.
+    if verified and all(type(obj) is dict for obj in objs):
+        sha256 = hashlib.sha256
+        return objs, [sha256(raw).hexdigest() for raw in lines]
+    objs, digests = [], []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            obj, digest = _parse(raw)
+        except IngestError as exc:
+            exc.line = number
+            raise
+        objs.append(obj)
+        digests.append(digest)
+    return objs, digests
+
+
 def _prepare_all(lines: list[bytes], run_id: str) -> list[_Prepared]:
-    """Every line parsed, digested and its envelope checked, in one loop (a batch is 1,000s of lines: the
-    per-line cost is most of ingest's CPU). Each line is parsed and hashed exactly once."""
-    loads, dumps, sort_keys, sha256 = orjson.loads, orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256
+    """Every line parsed, digested and its envelope checked (a batch is 1,000s of lines: the per-line cost is
+    most of ingest's CPU). Each line is parsed and hashed exactly once."""
+    objs, digests = _parse_all(lines)
     prepared: list[_Prepared] = []
     append = prepared.append
-    for number, raw in enumerate(lines, start=1):
-        obj: Any = None
-        if raw[:1] == b"{":  # the fast path of ``_parse``, inlined
-            try:
-                obj = loads(raw)
-            except orjson.JSONDecodeError:
-                obj = None
-            if type(obj) is dict and dumps(obj, option=sort_keys) == raw:
-                digest = sha256(raw).hexdigest()
-            else:
-                obj = None
-        if obj is None:
-            try:
-                obj, digest = _parse(raw)
-            except IngestError as exc:
-                exc.line = number
-                raise
+    nul = "\x00"
+    for number, (obj, digest, raw) in enumerate(zip(objs, digests, lines, strict=True), start=1):
         run = obj.get("run")
         if run != run_id:
             if not isinstance(run, str):
@@ -261,14 +287,15 @@ def _prepare_all(lines: list[bytes], run_id: str) -> list[_Prepared]:
             raise IngestError(400, "envelope_invalid", "`branch` must be an integer >= 0", number)
         if type(lsn) is not int or not 0 <= lsn <= _MAX_LSN:
             raise IngestError(400, "envelope_invalid", "`lsn` must be an integer >= 0 (64-bit)", number)
+        # Short ASCII ids without NUL (the common case) are checked inline; anything else as _check_identifier.
         turn = obj.get("turn")
-        if turn is not None:
+        if turn is not None and not (type(turn) is str and len(turn) <= ID_MAX and turn.isascii() and nul not in turn):
             turn = _check_identifier(turn, "turn", number)
         intent = obj.get("intent")
         if intent is not None:
             _check_identifier(intent, "intent", number)
         kind = obj.get("kind")
-        if not (type(kind) is str and len(kind) <= 64 and is_storable(kind)):
+        if not (type(kind) is str and len(kind) <= 64 and (kind.isascii() and nul not in kind or is_storable(kind))):
             kind = None
         v = obj.get("v")
         if not (type(v) is int and -_MAX_V <= v <= _MAX_V):
@@ -413,58 +440,104 @@ def _drop_stored(run: Run, branches: dict[int, Branch], fresh: dict[tuple[int, i
 def _insert(run: Run, new: list[_Prepared], now: Any) -> None:
     """Append the batch's records after the run's last seq, chaining the run's prefix digest over them."""
     prefix = run.prefix_digest
-    seq = run.last_seq
+    first = run.last_seq + 1
     sha256 = hashlib.sha256
-    rows: list[tuple[Any, ...]] = []
-    append = rows.append
     for rec in new:
-        seq += 1
         prefix = sha256((prefix + rec.digest).encode()).hexdigest()
-        append((run.pk, seq, rec.branch, rec.lsn, rec.kind, rec.v, rec.turn, rec.digest, rec.raw, now))
     if connection.vendor == "postgresql":
-        _copy_rows(rows)
+        _copy_rows(_copy_data(run.pk, first, new, now))
     else:
         JournalRecord.objects.bulk_create(
             [
                 JournalRecord(
-                    run_id=r[0],
-                    seq=r[1],
-                    branch=r[2],
-                    lsn=r[3],
-                    kind=r[4],
-                    v=r[5],
-                    turn=r[6],
-                    digest=r[7],
-                    line=r[8],
-                    received_at=r[9],
+                    run_id=run.pk,
+                    seq=seq,
+                    branch=rec.branch,
+                    lsn=rec.lsn,
+                    kind=rec.kind,
+                    v=rec.v,
+                    turn=rec.turn,
+                    digest=rec.digest,
+                    line=rec.raw,
+                    received_at=now,
                 )
-                for r in rows
+                for seq, rec in enumerate(new, start=first)
             ],
             batch_size=500,
         )
     run.record_count += len(new)
-    run.last_seq = seq
+    run.last_seq = first + len(new) - 1
     run.prefix_digest = prefix
 
 
 _COLUMNS = ("run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "line", "received_at")
-# The columns' types, for COPY's binary format.
-_COPY_TYPES = (
-    *("bigint", "bigint", "integer", "bigint", "varchar", "integer", "varchar", "varchar", "bytea", "timestamptz"),
-)
+# COPY's binary format (PostgreSQL docs, "COPY", Binary Format): a signature, flags and header extension
+# length (both 0); per row the field count, then each field as its length (-1: NULL) and its bytes in the
+# type's binary form (integers big-endian, text in the client encoding (UTF8), timestamptz as microseconds
+# since 2000-01-01 UTC); a -1 field count ends the data.
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+_COPY_TRAILER = struct.pack("!h", -1)
+_COPY_NULL = struct.pack("!i", -1)
+# Field count, then run_id, seq (bigint), branch (integer), lsn (bigint), each with its length.
+_COPY_ROW_HEAD = struct.Struct("!hiqiqiiiq")
+_COPY_INT4 = struct.Struct("!ii")
+_COPY_LENGTH = struct.Struct("!i")
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def _copy_rows(rows: Iterable[tuple[Any, ...]]) -> None:
+def _copy_text(value: str | None, cache: dict[str | None, bytes]) -> bytes:
+    """A varchar field (length and UTF-8 bytes, or NULL); a batch repeats its kinds and turns, hence the cache."""
+    field = cache.get(value)
+    if field is None:
+        if value is None:
+            field = _COPY_NULL
+        else:
+            data = value.encode()
+            field = _COPY_LENGTH.pack(len(data)) + data
+        cache[value] = field
+    return field
+
+
+def _copy_data(run_pk: int, first_seq: int, new: list[_Prepared], now: datetime) -> bytes:
+    """The batch's rows in COPY's binary format, built directly: psycopg's write_row adapts every value
+    through its dumpers one call at a time, most of the client's COPY cost (about a third of the CPU a
+    batch takes in Python). Columns and types as ``_COLUMNS``: bigint, bigint, integer, bigint, varchar,
+    integer, varchar, varchar, bytea, timestamptz. Same rows, same bytes in the table
+    (tests/store: every column read back)."""
+    head, int4, length = _COPY_ROW_HEAD.pack, _COPY_INT4.pack, _COPY_LENGTH.pack
+    received = struct.pack("!iq", 8, (now - _PG_EPOCH) // timedelta(microseconds=1))
+    texts: dict[str | None, bytes] = {}
+    null = _COPY_NULL
+    out = [_COPY_SIGNATURE]
+    extend = out.extend
+    for seq, rec in enumerate(new, start=first_seq):
+        v = rec.v
+        raw = rec.raw
+        extend(
+            (
+                head(10, 8, run_pk, 8, seq, 4, rec.branch, 8, rec.lsn),
+                texts.get(rec.kind) or _copy_text(rec.kind, texts),
+                null if v is None else int4(4, v),
+                texts.get(rec.turn) or _copy_text(rec.turn, texts),
+                b"\x00\x00\x00\x40" + rec.digest.encode(),  # a sha256 hex digest: 64 ASCII bytes
+                length(len(raw)),
+                raw,
+                received,
+            )
+        )
+    out.append(_COPY_TRAILER)
+    return b"".join(out)
+
+
+def _copy_rows(data: bytes) -> None:
     """PostgreSQL: COPY is several times faster than INSERT for a batch (benchmarks/bench_ingest.py). The
     binary format halves the client's work per row (no text escaping of the lines' bytes, which the
-    server would then unescape)."""
+    server would then unescape); the rows come whole from ``_copy_data``."""
     table = JournalRecord._meta.db_table
     with connection.cursor() as cursor:
         raw_cursor = cursor.cursor  # the psycopg 3 cursor inside Django's wrapper, same transaction
         with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_COPY_TYPES)
-            for row in rows:
-                copy.write_row(row)
+            copy.write(data)
 
 
 def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> list[Branch]:

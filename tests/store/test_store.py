@@ -296,3 +296,50 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
     finally:
         other.close()
     assert PendingAssessment.objects.get(run__run_id="run-lock").pending
+
+
+def test_every_column_of_a_batch_is_stored_as_received():
+    """Ingest writes rows itself (PostgreSQL: COPY's binary format built by journals/services.py): each
+    column read back is what the line says, including NULL kind, v and turn, non-ASCII text, 64-bit lsns,
+    negative and extreme v, and a non-canonical line among canonical ones (kept byte for byte)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from recovery.engine.canonical import canonical_bytes, digest, parse_line
+
+    run_id = "run-cols-\u00e9"
+    objs = [
+        {"v": 2, "run": run_id, "branch": 0, "lsn": 0, "kind": "turn_planned", "turn": "t\u00e9-\u2603"},
+        {"v": -(2**31 - 1), "run": run_id, "branch": 2**31 - 1, "lsn": 2**63 - 1, "kind": "k" * 65},
+        {"v": "2", "run": run_id, "branch": 3, "lsn": 7, "kind": 5, "turn": 12},
+        {"v": 2**31 - 1, "run": run_id, "branch": 0, "lsn": 1, "kind": "caf\u00e9", "turn": "t" * 200},
+    ]
+    lines = [canonical_bytes(obj) for obj in objs]
+    # Not canonical (spaces, key order): stored as received, digested as the engine digests its value.
+    lines.insert(2, b'{ "run": "run-cols-\\u00e9", "v": 2, "branch": 0, "lsn": 2, "kind": "note" }')
+    before = timezone.now()
+    run = records_ingest(
+        run_id=run_id, body=b"".join(line + b"\n" for line in lines), content_type="application/x-ndjson", token=None
+    ).run
+    after = timezone.now()
+    rows = list(
+        JournalRecord.objects.filter(run=run)
+        .order_by("seq")
+        .values_list("run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "line", "received_at")
+    )
+    expected = [
+        (0, 0, "turn_planned", 2, "t\u00e9-\u2603"),
+        (2**31 - 1, 2**63 - 1, None, -(2**31 - 1), None),
+        (0, 2, "note", 2, None),
+        (3, 7, None, None, None),
+        (0, 1, "caf\u00e9", 2**31 - 1, "t" * 200),
+    ]
+    assert [row[0] for row in rows] == [run.pk] * 5
+    assert [row[1] for row in rows] == [1, 2, 3, 4, 5]
+    assert [row[2:7] for row in rows] == expected
+    assert [bytes(row[8]) for row in rows] == lines
+    assert [row[7] for row in rows] == [digest(parse_line(line).obj) for line in lines]
+    assert len({row[9] for row in rows}) == 1
+    assert before - timedelta(seconds=1) <= rows[0][9] <= after + timedelta(seconds=1)
+    assert rows[0][9].utcoffset() is not None
