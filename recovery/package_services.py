@@ -41,7 +41,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, OuterRef, Q, Subquery
@@ -49,13 +48,12 @@ from django.utils import timezone
 
 from journals.models import ApiToken, JournalRecord, Run
 from journals.selectors import journal_bytes
-from journals.services import IngestError, records_ingest
+from journals.services import IngestError, complete_record, records_ingest
 from loopx_site import access
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import emit, package_rejected
 from recovery.atomic import RESTORE_KIND, atomic_write, clean_stale_temporaries, temporary_sibling
-from recovery.engine.canonical import parse_line
 from recovery.models import Assessment
 from recovery.package_models import (
     ACCEPTED,
@@ -454,20 +452,6 @@ class _CorruptLine:
     ordinal: int  # how many corrupt lines come between that record and this one
 
 
-def _complete_record(line: bytes) -> dict[str, Any] | None:
-    """The line's object when it is one complete JSON object, else None: ingest's own test (its canonical fast
-    path, then the engine's ``parse_line``), so that what is kept aside here is exactly what it would refuse
-    as ``not_json``."""
-    if line[:1] == b"{":
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == line:
-            return obj
-    return parse_line(line).obj
-
-
 def _position(obj: dict[str, Any]) -> tuple[int, int] | None:
     branch, lsn = obj.get("branch"), obj.get("lsn")
     if isinstance(branch, int) and isinstance(lsn, int) and not isinstance(branch, bool) and not isinstance(lsn, bool):
@@ -510,7 +494,7 @@ def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tu
             # Lines as ingest splits them: on "\n" only; a last line without one is complete all the same.
             terminated = raw.endswith(b"\n")
             line = raw[:-1] if terminated else raw
-            obj = _complete_record(line)
+            obj = complete_record(line)  # ingest's own test: what it would refuse as not_json is kept aside
             if obj is None:
                 # Contract section 1: storage_corruption, never repaired by guessing, never dropped. The
                 # store takes only complete records, so the line is kept aside, verbatim, with its place.
