@@ -35,7 +35,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
-from recovery.engine.assess import _parse_batch  # the engine's batch proof of canonical bytes (see _parse_all)
+from recovery.engine import parse_canonical_batch  # the engine's batch proof of canonical bytes (docs/engine.md)
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
 
@@ -247,11 +247,11 @@ def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
     """The object and the digest of every line, in order; IngestError (with its line number) at the first
     line that is not one complete JSON object.
 
-    The whole batch is proven canonical by the engine's batch proof (``_parse_batch``, docs/engine.md): each
+    The whole batch is proven canonical by the engine's batch proof (``parse_canonical_batch``, docs/engine.md): each
     line parsed on its own, then ONE serialisation of the parsed list compared with the lines joined as a JSON
     array, which holds exactly when every line is the canonical bytes of its value. A batch that fails the
     proof (one line not canonical is enough) is parsed line by line, each line as ``_parse`` does."""
-    objs, verified = _parse_batch(lines)
+    objs, verified = parse_canonical_batch(lines)
     # Canonical bytes of a value: a line that is not an object (a bare number, say) is refused below.
     if verified and all(type(obj) is dict for obj in objs):
         sha256 = hashlib.sha256

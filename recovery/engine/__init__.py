@@ -61,6 +61,7 @@ from .assess import (
     rebuild_state,
     state_digest,
 )
+from .assess import _parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
 
 __all__ += [
     "ENGINE_VERSION",
@@ -69,6 +70,7 @@ __all__ += [
     "assess",
     "assess_path",
     "fold_state",
+    "parse_canonical_batch",
     "rebuild_state",
     "state_digest",
 ]
