@@ -21,7 +21,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import BooleanField, Case, F, Q, Value, When
 from django.utils import timezone
 
 from journals.models import ID_MAX, ApiToken, Run
@@ -122,11 +122,22 @@ class PackageUpload(models.Model):
 _UNRESOLVED = ("open", "acknowledged")
 
 
+# A kept corrupt line is in force while its finding is unresolved (a row without its finding counts too:
+# fail-closed).
+_IN_FORCE = Q(finding__isnull=True) | Q(finding__state__in=_UNRESOLVED)
+
+
 class JournalCorruptionQuerySet(AppendOnlyQuerySet):
     def in_force(self, run: Run | int) -> JournalCorruptionQuerySet:
         """The run's kept corrupt lines the assessment reads: those whose finding an operator has not
-        resolved (a row without its finding counts too: fail-closed)."""
-        return self.filter(run=run).filter(Q(finding__isnull=True) | Q(finding__state__in=_UNRESOLVED))
+        resolved."""
+        return self.filter(run=run).filter(_IN_FORCE)
+
+    def with_force(self, run: Run | int) -> JournalCorruptionQuerySet:
+        """Every kept corrupt line of the run, each annotated ``in_force`` (a repaired one stays, False)."""
+        return self.filter(run=run).annotate(
+            in_force=Case(When(_IN_FORCE, then=Value(True)), default=Value(False), output_field=BooleanField())
+        )
 
 
 class JournalCorruption(AppendOnlyModel):

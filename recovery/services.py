@@ -60,19 +60,22 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(evidence: Mapping[tuple[str, str], Any], corrupt: Iterable[tuple[int, str]] = ()) -> str:
-    """The digest of the inputs beside the committed records: operator evidence, and the corrupt lines kept
-    from imported packages (JournalCorruption, (pk, sha256) each) that are in force. Without corrupt lines
-    it is the digest of the evidence alone, as it always was, so stored assessments keep their identity."""
+def _evidence_digest(evidence: Mapping[tuple[str, str], Any], corrupt: Iterable[tuple[int, str, bool]] = ()) -> str:
+    """The digest of the inputs beside the committed records: operator evidence, and every corrupt line kept
+    from imported packages (JournalCorruption: pk, sha256 and whether it is in force). A repaired line stays
+    in the digest, marked, so that a repair is a new input with an assessment of its own: were it dropped,
+    the identity would fall back to an assessment from before the line arrived, which is not the run's
+    latest, and the turns would keep the blocked projection (tests/packages/test_torn_tail.py). Without
+    kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs."""
     items = sorted([t, i, f] for (t, i), f in evidence.items())
-    kept = [[pk, sha] for pk, sha in corrupt]
+    kept = [[pk, sha, in_force] for pk, sha, in_force in corrupt]
     return hashlib.sha256(canonical_bytes({"evidence": items, "corrupt_lines": kept} if kept else items)).hexdigest()
 
 
-def _corrupt_in_force(run: Run) -> list[tuple[int, str]]:
-    """(pk, sha256) of the run's kept corrupt lines the assessment reads, in their journal order."""
-    kept = JournalCorruption.objects.in_force(run).order_by("after_seq", "ordinal", "id")
-    return list(kept.values_list("pk", "sha256"))
+def _corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
+    """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order."""
+    kept = JournalCorruption.objects.with_force(run).order_by("after_seq", "ordinal", "id")
+    return list(kept.values_list("pk", "sha256", "in_force"))
 
 
 def _lines_through(run_pk: int, last_seq: int, tail: Iterable[bytes] = ()) -> Iterator[bytes]:
@@ -110,11 +113,12 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
     run = Run.objects.get(pk=run.pk)  # the prefix as committed now
     evidence = evidence_in_force(run=run)
-    corrupt = _corrupt_in_force(run)
+    kept = _corrupt_kept(run)
+    corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
-        "evidence_digest": _evidence_digest(evidence, corrupt),
+        "evidence_digest": _evidence_digest(evidence, kept),
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
@@ -124,15 +128,15 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     last_seq = run.last_seq
     tail: list[bytes] = []
     if corrupt:
-        data = dict(JournalCorruption.objects.filter(pk__in=[pk for pk, _ in corrupt]).values_list("pk", "data"))
-        tail = [bytes(data[pk]) for pk, _ in corrupt]
+        data = dict(JournalCorruption.objects.filter(pk__in=corrupt).values_list("pk", "data"))
+        tail = [bytes(data[pk]) for pk in corrupt]
     result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
     blocked = result.run_blocked
     failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
-            or _corrupt_in_force(run) != corrupt
+            or _corrupt_kept(run) != kept
         ):
             # Issue 4: compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
