@@ -1,10 +1,14 @@
 """Values copied out of records into columns must be storable everywhere: PostgreSQL text and jsonb
 refuse NUL characters, and no UTF-8 column takes a lone surrogate (both are legal inside a JSON string
-and may sit in a record; the record's own bytes keep them, untouched, in a binary column).
+and may sit in a record; the record's own bytes keep them, untouched, in a binary column). Neither jsonb
+nor strict JSON has NaN or an infinity (a record that breaks the contract may spell ``1e999``, kept as
+evidence): those become the strings "NaN", "Infinity", "-Infinity", never a silent null (the API's orjson
+renderer would write null; DRF's encoder would refuse the answer).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -20,7 +24,8 @@ def is_storable(text: str) -> bool:
 
 
 def storable(value: Any) -> Any:
-    """A copy of ``value`` with NUL and lone surrogates replaced by U+FFFD in every string and key."""
+    """A copy of ``value`` with NUL and lone surrogates replaced by U+FFFD in every string and key, and
+    non-finite numbers spelled as strings."""
     if isinstance(value, str):
         # Most text is storable as it is: the test is cheaper than the substitution.
         return value if is_storable(value) else _UNSTORABLE.sub(REPLACEMENT, value)
@@ -28,4 +33,6 @@ def storable(value: Any) -> Any:
         return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [storable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value

@@ -263,3 +263,16 @@ def test_fast_json_renderer_writes_drf_json():
     assert FastJSONRenderer().render(None) == b""
     indented = FastJSONRenderer().render({"a": [1]}, "application/json; indent=2")
     assert indented == JSONRenderer().render({"a": [1]}, "application/json; indent=2") and b"\n" in indented
+
+
+def test_a_non_finite_number_in_a_stored_record_is_spelled_not_nulled(runtime, viewer_client):
+    # A record that breaks the contract (a float, out of range) is still evidence: the API shows it as the
+    # string "Infinity", neither a silent null (orjson) nor a 500 (DRF's encoder refuses it).
+    b = JournalBuilder()
+    b.plan("t1")
+    b.lines[-1] = b.lines[-1][:-1] + b',"weight":1e999,"loss":-1e999}'
+    ingest(runtime.client, b)
+    answer = viewer_client.get("/api/v1/runs/run-1/records")
+    assert answer.status_code == 200, answer.content
+    record = answer.json()["results"][-1]["record"]
+    assert record["weight"] == "Infinity" and record["loss"] == "-Infinity"
