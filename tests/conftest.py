@@ -30,3 +30,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("redis"):
         if not os.environ.get("REDIS_URL"):
             _gate("needs Redis: set REDIS_URL=redis://... to run it")
+
+
+@pytest.fixture
+def eager_tasks():  # type: ignore[no-untyped-def]
+    """Run published tasks inline, as a worker would (the settings are read once by the Celery app, so its
+    configuration is switched, not Django's setting). Used by the package tests of the API and console."""
+    from loopx_site.celery import app
+
+    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record validate_package publishes (the upload's id) instead of sending them anywhere."""
+    from recovery.tasks import validate_package
+
+    published: list[str] = []
+    monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
+    return published

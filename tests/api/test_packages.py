@@ -30,22 +30,6 @@ def package_dir(settings, tmp_path):
     return settings.LOOPX_PACKAGE_DIR
 
 
-@pytest.fixture
-def eager_tasks():
-    """Tasks run inline when published, as a worker would run them (the Celery app's own switch)."""
-    from loopx_site.celery import app
-
-    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
-    yield app
-    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
-
-
-@pytest.fixture
-def no_broker(monkeypatch) -> list[str]:
-    published: list[str] = []
-    monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
-    return published
 
 
 def package_bytes(tmp_path, run: str = "api-run-1", fmt: str = "tar.gz") -> bytes:

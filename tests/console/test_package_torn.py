@@ -20,7 +20,6 @@ from recovery.models import PackageUpload
 from recovery.package_models import JournalCorruption
 from recovery.packages import build_package
 from recovery.services import assessment_refresh
-from tests.console.test_packages import eager_tasks  # noqa: F401 - a fixture
 from tests.console.test_queries import QUIET_TURN_PAGE_QUERIES
 from tests.journal_builder import JournalBuilder
 
@@ -51,7 +50,7 @@ def _journal() -> tuple[bytes, list[tuple[int, int, int]]]:
 
 
 @pytest.fixture
-def imported(op_pages, settings, tmp_path, eager_tasks, django_capture_on_commit_callbacks):  # noqa: F811
+def imported(op_pages, settings, tmp_path, eager_tasks, django_capture_on_commit_callbacks):
     """Upload the package through the console (the task runs inline); returns (upload, kept positions)."""
     settings.LOOPX_PACKAGE_DIR = tmp_path
     body, kept = _journal()

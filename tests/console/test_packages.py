@@ -34,24 +34,6 @@ def hostile_package() -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture
-def eager_tasks():
-    """Run published tasks inline, as a worker would (the settings are read once by the Celery app, so its
-    configuration is switched, not Django's setting)."""
-    from loopx_site.celery import app
-
-    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
-    yield app
-    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
-
-
-@pytest.fixture
-def no_broker(monkeypatch) -> list[str]:
-    """Record validate_package publishes instead of sending them anywhere."""
-    published: list[str] = []
-    monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
-    return published
 
 
 def _upload(client, name: str, data: bytes, capture) -> object:
