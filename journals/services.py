@@ -12,15 +12,17 @@ import hashlib
 import json
 import secrets
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.copy import LibpqWriter
 
 from journals.models import (
     ID_MAX,
@@ -46,6 +48,7 @@ _MAX_V = 2**31 - 1
 # Writers we know (the JSONL family); a JSON array is accepted too and re-serialised canonically.
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
 JSON_TYPES = ("application/json",)
+_T = TypeVar("_T")
 
 
 # --- API tokens -------------------------------------------------------------------------------------
@@ -387,17 +390,26 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
         now = timezone.now()
         first_seq = run.last_seq + 1 if new else None
         if new:
-            _insert(run, new, now)
-            touched = _advance_branches(run, branches, new)
-            turns = _planned_turns(new, first_seq or 0)
-            run.updated_at = now
+            beyond = _stored_beyond_gaps(run, branches, new)
+            pg = connection.vendor == "postgresql"
+
+            def project() -> tuple[list[Branch], list[_PlannedTurn], dict[str, Any] | None]:
+                # The batch's projection in memory (no query): on PostgreSQL it runs while the server
+                # writes the rows (_insert), with the projection statement's parameters.
+                _chain(run, new)
+                touched = _advance_branches(run, branches, new, beyond)
+                turns = _planned_turns(new, first_seq or 0)
+                run.updated_at = now
+                return touched, turns, _projection_params(run, touched, turns) if pg else None
+
+            touched, turns, params = _insert(run, new, now, project)
             # Issue 4: the run's pending-assessment flag is raised in this transaction; the batch that
             # raises it publishes `assess_run` on commit (recovery/background.py). On PostgreSQL the flag's
             # upsert rides in the projection's statement (one round trip less per batch).
             from recovery.background import assessment_request, assessment_requested
 
-            if connection.vendor == "postgresql":
-                assessment_requested(run=run, raised=_write_projection_pg(run, touched, turns))
+            if params is not None:
+                assessment_requested(run=run, raised=_write_projection_pg(params))
             else:
                 _write_projection(run, touched, turns)
                 assessment_request(run=run)
@@ -437,36 +449,44 @@ def _drop_stored(run: Run, branches: dict[int, Branch], fresh: dict[tuple[int, i
     return duplicates
 
 
-def _insert(run: Run, new: list[_Prepared], now: Any) -> None:
-    """Append the batch's records after the run's last seq, chaining the run's prefix digest over them."""
-    prefix = run.prefix_digest
+def _insert(run: Run, new: list[_Prepared], now: Any, meanwhile: Callable[[], _T]) -> _T:
+    """Append the batch's records after the run's last seq; returns what ``meanwhile`` returns.
+
+    On PostgreSQL ``meanwhile`` runs once the COPY's rows are sent and before its end is awaited, so that
+    the batch's remaining Python work overlaps the server's writing of the rows (most of a batch's time);
+    it must not query. On SQLite it runs after the insert."""
     first = run.last_seq + 1
+    if connection.vendor == "postgresql":
+        return _copy_rows(_copy_data(run.pk, first, new, now), meanwhile)
+    JournalRecord.objects.bulk_create(
+        [
+            JournalRecord(
+                run_id=run.pk,
+                seq=seq,
+                branch=rec.branch,
+                lsn=rec.lsn,
+                kind=rec.kind,
+                v=rec.v,
+                turn=rec.turn,
+                digest=rec.digest,
+                line=rec.raw,
+                received_at=now,
+            )
+            for seq, rec in enumerate(new, start=first)
+        ],
+        batch_size=500,
+    )
+    return meanwhile()
+
+
+def _chain(run: Run, new: list[_Prepared]) -> None:
+    """The run's prefix identity after the batch: counts, last seq, the digest chained over the records."""
+    prefix = run.prefix_digest
     sha256 = hashlib.sha256
     for rec in new:
         prefix = sha256((prefix + rec.digest).encode()).hexdigest()
-    if connection.vendor == "postgresql":
-        _copy_rows(_copy_data(run.pk, first, new, now))
-    else:
-        JournalRecord.objects.bulk_create(
-            [
-                JournalRecord(
-                    run_id=run.pk,
-                    seq=seq,
-                    branch=rec.branch,
-                    lsn=rec.lsn,
-                    kind=rec.kind,
-                    v=rec.v,
-                    turn=rec.turn,
-                    digest=rec.digest,
-                    line=rec.raw,
-                    received_at=now,
-                )
-                for seq, rec in enumerate(new, start=first)
-            ],
-            batch_size=500,
-        )
     run.record_count += len(new)
-    run.last_seq = first + len(new) - 1
+    run.last_seq += len(new)
     run.prefix_digest = prefix
 
 
@@ -529,19 +549,40 @@ def _copy_data(run_pk: int, first_seq: int, new: list[_Prepared], now: datetime)
     return b"".join(out)
 
 
-def _copy_rows(data: bytes) -> None:
+def _copy_rows(data: bytes, meanwhile: Callable[[], _T]) -> _T:
     """PostgreSQL: COPY is several times faster than INSERT for a batch (benchmarks/bench_ingest.py). The
     binary format halves the client's work per row (no text escaping of the lines' bytes, which the
-    server would then unescape); the rows come whole from ``_copy_data``."""
+    server would then unescape); the rows come whole from ``_copy_data``. Every byte is flushed to the
+    server (``flush_threshold=0``; psycopg would otherwise keep the tail in libpq's buffer until the end)
+    before ``meanwhile`` runs; the COPY's end and its result (an error included) are awaited after it."""
     table = JournalRecord._meta.db_table
     with connection.cursor() as cursor:
         raw_cursor = cursor.cursor  # the psycopg 3 cursor inside Django's wrapper, same transaction
-        with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+        writer = LibpqWriter(raw_cursor, flush_threshold=0)
+        with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)", writer=writer) as copy:
             copy.write(data)
+            return meanwhile()
 
 
-def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> list[Branch]:
-    """Move the cursors of the branches the batch touches (in memory); returns them."""
+def _stored_beyond_gaps(run: Run, branches: dict[int, Branch], new: list[_Prepared]) -> dict[int, set[int]]:
+    """The lsns stored above the committed cursor of each branch the batch touches that has a gap (records
+    stored beyond it earlier): they count once the gap is filled. Read before the batch is written."""
+    beyond: dict[int, set[int]] = {}
+    for number in {rec.branch for rec in new}:
+        branch = branches.get(number)
+        if branch is not None and branch.last_lsn > branch.committed_lsn:
+            beyond[number] = set(
+                JournalRecord.objects.filter(run=run, branch=number, lsn__gt=branch.committed_lsn).values_list(
+                    "lsn", flat=True
+                )
+            )
+    return beyond
+
+
+def _advance_branches(
+    run: Run, branches: dict[int, Branch], new: list[_Prepared], beyond: dict[int, set[int]]
+) -> list[Branch]:
+    """Move the cursors of the branches the batch touches (in memory, no query); returns them."""
     by_branch: dict[int, set[int]] = {}
     for rec in new:
         by_branch.setdefault(rec.branch, set()).add(rec.lsn)
@@ -555,19 +596,14 @@ def _advance_branches(run: Run, branches: dict[int, Branch], new: list[_Prepared
             created.append(branch)
         else:
             changed.append(branch)
-            if branch.last_lsn > branch.committed_lsn:
-                # Records stored beyond a gap earlier: they count once the gap is filled.
-                lsns |= set(
-                    JournalRecord.objects.filter(run=run, branch=number, lsn__gt=branch.committed_lsn).values_list(
-                        "lsn", flat=True
-                    )
-                )
+        # The batch's records count; those stored beyond a gap earlier only move the cursor.
+        branch.record_count += len(lsns)
+        known = lsns | beyond[number] if number in beyond else lsns
         committed = branch.committed_lsn
-        while committed + 1 in lsns:
+        while committed + 1 in known:
             committed += 1
         branch.committed_lsn = committed
         branch.last_lsn = max(branch.last_lsn, max(lsns))
-        branch.record_count += len(by_branch[number])
     return created + changed
 
 
@@ -591,16 +627,36 @@ def _write_projection(run: Run, branches: list[Branch], turns: list[_PlannedTurn
     run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
 
 
-def _write_projection_pg(run: Run, branches: list[Branch], turns: list[_PlannedTurn]) -> bool:
+def _projection_params(run: Run, branches: list[Branch], turns: list[_PlannedTurn]) -> dict[str, Any]:
+    """The parameters of ``_write_projection_pg`` (no query: built while the rows are written)."""
+    from recovery.background import assessment_request_statement
+
+    flag_sql, flag_params = assessment_request_statement(run=run)
+    return {
+        "flag_sql": flag_sql,
+        "run": run.pk,
+        "now": timezone.now(),
+        "turns": orjson.dumps([t._asdict() for t in turns]).decode(),
+        "bn": [b.number for b in branches],
+        "bl": [b.last_lsn for b in branches],
+        "bc": [b.committed_lsn for b in branches],
+        "bk": [b.record_count for b in branches],
+        "count": run.record_count,
+        "seq": run.last_seq,
+        "digest": run.prefix_digest,
+        "updated": run.updated_at,
+        **flag_params,
+    }
+
+
+def _write_projection_pg(params: dict[str, Any]) -> bool:
     """PostgreSQL: the same writes as ``_write_projection``, and the pending-assessment flag's upsert, in
     one statement (data-modifying CTEs, a fixed number of parameters whatever the batch holds). The planned
     turns travel as one JSON document (one parameter, serialised by orjson: psycopg adapts a Python list
     element by element). Columns without a value here take the model's defaults, spelled out. The first
-    planning of a turn wins (ON CONFLICT DO NOTHING). Returns whether the flag was raised by this batch."""
-    from recovery.background import assessment_request_statement
-
-    flag_sql, flag_params = assessment_request_statement(run=run)
-    now = timezone.now()
+    planning of a turn wins (ON CONFLICT DO NOTHING). Returns whether the flag was raised by this batch.
+    ``params`` from ``_projection_params``."""
+    flag_sql = params.pop("flag_sql")
     connection.ensure_connection()
     # Server-side binding (a plain psycopg cursor on the same connection and transaction): the parameters
     # go to the server as such instead of being quoted into the SQL text client-side.
@@ -627,20 +683,7 @@ def _write_projection_pg(run: Run, branches: list[Branch], turns: list[_PlannedT
             WHERE id = %(run)s
             RETURNING (SELECT count(*) FROM flag)
             """,
-            {
-                "run": run.pk,
-                "now": now,
-                "turns": orjson.dumps([t._asdict() for t in turns]).decode(),
-                "bn": [b.number for b in branches],
-                "bl": [b.last_lsn for b in branches],
-                "bc": [b.committed_lsn for b in branches],
-                "bk": [b.record_count for b in branches],
-                "count": run.record_count,
-                "seq": run.last_seq,
-                "digest": run.prefix_digest,
-                "updated": run.updated_at,
-                **flag_params,
-            },
+            params,
         )
         row = cursor.fetchone()
     return bool(row and row[0])

@@ -155,6 +155,26 @@ def test_contract_breaking_records_are_stored_as_evidence(runtime):
     assert decision["reason"] in {"kind_unknown", "record_invalid", "lsn_gap"}
 
 
+def test_filling_a_gap_moves_the_cursor_over_records_stored_beyond_it_and_counts_each_record_once(runtime):
+    def line(lsn: int, branch: int = 0) -> bytes:
+        return b'{"branch":%d,"kind":"note","lsn":%d,"run":"run-1","v":2}\n' % (branch, lsn)
+
+    assert post(runtime.client, line(0) + line(2) + line(3) + line(6)).json()["branches"] == [
+        {"branch": 0, "committed_lsn": 0, "last_lsn": 6}
+    ]
+    # lsn 1 fills the first gap (the cursor runs over 2 and 3, stored before); lsn 5 leaves the second.
+    answer = post(runtime.client, line(1) + line(5) + line(0, branch=1)).json()
+    assert answer["branches"] == [
+        {"branch": 0, "committed_lsn": 3, "last_lsn": 6},
+        {"branch": 1, "committed_lsn": 0, "last_lsn": 0},
+    ]
+    assert post(runtime.client, line(4)).json()["branches"][0] == {"branch": 0, "committed_lsn": 6, "last_lsn": 6}
+    counts = dict(Branch.objects.filter(run__run_id="run-1").values_list("number", "record_count"))
+    assert counts == {0: 7, 1: 1} == {
+        n: JournalRecord.objects.filter(run__run_id="run-1", branch=n).count() for n in (0, 1)
+    }
+
+
 def test_json_array_body_is_accepted(runtime):
     b = two_turns()
     items = [json.loads(line) for line in b.lines]
