@@ -12,7 +12,7 @@ import hashlib
 import json
 import secrets
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -123,7 +123,9 @@ class _Prepared:
     raw: bytes
     branch: int
     lsn: int
-    digest: str
+    # None until needed (``_digest``): the sha256 of the line's bytes, computed while the rows stream to the
+    # server (``_copy_chunks``); a line that is not canonical gets the engine's digest of its value at once.
+    digest: str | None
     kind: str | None
     v: int | None
     turn: str | None
@@ -246,9 +248,9 @@ def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
     return parsed.obj, parsed.digest or hashlib.sha256(raw).hexdigest()
 
 
-def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The object and the digest of every line, in order; IngestError (with its line number) at the first
-    line that is not one complete JSON object.
+def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """The object and the digest of every line, in order (None: the sha256 of its bytes, left to
+    ``_digest``); IngestError (with its line number) at the first line that is not one complete JSON object.
 
     The whole batch is proven canonical by the engine's batch proof (``parse_canonical_batch``, docs/engine.md): each
     line parsed on its own, then ONE serialisation of the parsed list compared with the lines joined as a JSON
@@ -257,9 +259,9 @@ def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
     objs, verified = parse_canonical_batch(lines)
     # Canonical bytes of a value: a line that is not an object (a bare number, say) is refused below.
     if verified and all(type(obj) is dict for obj in objs):
-        sha256 = hashlib.sha256
-        return objs, [sha256(raw).hexdigest() for raw in lines]
-    objs, digests = [], []
+        return objs, [None] * len(lines)
+    digests: list[str | None] = []
+    objs = []
     for number, raw in enumerate(lines, start=1):
         try:
             obj, digest = _parse(raw)
@@ -272,8 +274,8 @@ def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _prepare_all(lines: list[bytes], run_id: str) -> list[_Prepared]:
-    """Every line parsed, digested and its envelope checked (a batch is 1,000s of lines: the per-line cost is
-    most of ingest's CPU). Each line is parsed and hashed exactly once."""
+    """Every line parsed and its envelope checked (a batch is 1,000s of lines: the per-line cost is most of
+    ingest's CPU). Each line is parsed once, and hashed at most once (``_digest``)."""
     objs, digests = _parse_all(lines)
     prepared: list[_Prepared] = []
     append = prepared.append
@@ -307,6 +309,15 @@ def _prepare_all(lines: list[bytes], run_id: str) -> list[_Prepared]:
     return prepared
 
 
+def _digest(rec: _Prepared) -> str:
+    """The record's digest: the engine's for a line that is not canonical (set by ``_parse_all``), else the
+    sha256 of its bytes, computed once."""
+    digest = rec.digest
+    if digest is None:
+        digest = rec.digest = hashlib.sha256(rec.raw).hexdigest()
+    return digest
+
+
 def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
     return IngestError(
         409,
@@ -316,7 +327,7 @@ def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
         branch=rec.branch,
         lsn=rec.lsn,
         stored_digest=stored_digest,
-        received_digest=rec.digest,
+        received_digest=_digest(rec),
     )
 
 
@@ -378,10 +389,10 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
         seen = fresh.get((rec.branch, rec.lsn))
         if seen is None:
             fresh[(rec.branch, rec.lsn)] = rec
-        elif seen.digest == rec.digest:
+        elif _digest(seen) == _digest(rec):
             batch_duplicates += 1
         else:
-            raise _conflict(rec, seen.digest)
+            raise _conflict(rec, _digest(seen))
 
     with transaction.atomic():
         run, branches = _lock_run(run_id)
@@ -442,7 +453,7 @@ def _drop_stored(run: Run, branches: dict[int, Branch], fresh: dict[tuple[int, i
             stored = JournalRecord.objects.filter(run=run, branch=branch, lsn__in=chunk).values_list("lsn", "digest")
             for lsn, digest in stored:
                 rec = fresh[(branch, lsn)]
-                if digest != rec.digest:
+                if digest != _digest(rec):
                     raise _conflict(rec, digest)
                 del fresh[(branch, lsn)]
                 duplicates += 1
@@ -457,7 +468,7 @@ def _insert(run: Run, new: list[_Prepared], now: Any, meanwhile: Callable[[], _T
     it must not query. On SQLite it runs after the insert."""
     first = run.last_seq + 1
     if connection.vendor == "postgresql":
-        return _copy_rows(_copy_data(run.pk, first, new, now), meanwhile)
+        return _copy_rows(_copy_chunks(run.pk, first, new, now), meanwhile)
     JournalRecord.objects.bulk_create(
         [
             JournalRecord(
@@ -468,7 +479,7 @@ def _insert(run: Run, new: list[_Prepared], now: Any, meanwhile: Callable[[], _T
                 kind=rec.kind,
                 v=rec.v,
                 turn=rec.turn,
-                digest=rec.digest,
+                digest=_digest(rec),
                 line=rec.raw,
                 received_at=now,
             )
@@ -484,7 +495,7 @@ def _chain(run: Run, new: list[_Prepared]) -> None:
     prefix = run.prefix_digest
     sha256 = hashlib.sha256
     for rec in new:
-        prefix = sha256((prefix + rec.digest).encode()).hexdigest()
+        prefix = sha256((prefix + (rec.digest or _digest(rec))).encode()).hexdigest()
     run.record_count += len(new)
     run.last_seq += len(new)
     run.prefix_digest = prefix
@@ -518,49 +529,64 @@ def _copy_text(value: str | None, cache: dict[str | None, bytes]) -> bytes:
     return field
 
 
-def _copy_data(run_pk: int, first_seq: int, new: list[_Prepared], now: datetime) -> bytes:
-    """The batch's rows in COPY's binary format, built directly: psycopg's write_row adapts every value
-    through its dumpers one call at a time, most of the client's COPY cost (about a third of the CPU a
-    batch takes in Python). Columns and types as ``_COLUMNS``: bigint, bigint, integer, bigint, varchar,
-    integer, varchar, varchar, bytea, timestamptz. Same rows, same bytes in the table
-    (tests/store: every column read back)."""
+# Rows per chunk of COPY data (about 50 KB of the benchmark's records): the server writes a chunk's rows
+# while the next one is built.
+_COPY_CHUNK_ROWS = 200
+
+
+def _copy_chunks(run_pk: int, first_seq: int, new: list[_Prepared], now: datetime) -> Iterator[bytes]:
+    """The batch's rows in COPY's binary format, built directly, in chunks of ``_COPY_CHUNK_ROWS`` rows
+    (the signature before the first, the trailer after the last); each record's digest is computed here
+    (``_digest``) when it is not known yet. psycopg's write_row adapts every value through its dumpers one
+    call at a time, most of the client's COPY cost (about a third of the CPU a batch takes in Python).
+    Columns and types as ``_COLUMNS``: bigint, bigint, integer, bigint, varchar, integer, varchar, varchar,
+    bytea, timestamptz. Same rows, same bytes in the table (tests/store: every column read back)."""
     head, int4, length = _COPY_ROW_HEAD.pack, _COPY_INT4.pack, _COPY_LENGTH.pack
     received = struct.pack("!iq", 8, (now - _PG_EPOCH) // timedelta(microseconds=1))
     texts: dict[str | None, bytes] = {}
     null = _COPY_NULL
+    sha256 = hashlib.sha256
     out = [_COPY_SIGNATURE]
-    extend = out.extend
-    for seq, rec in enumerate(new, start=first_seq):
-        v = rec.v
-        raw = rec.raw
-        extend(
-            (
-                head(10, 8, run_pk, 8, seq, 4, rec.branch, 8, rec.lsn),
-                texts.get(rec.kind) or _copy_text(rec.kind, texts),
-                null if v is None else int4(4, v),
-                texts.get(rec.turn) or _copy_text(rec.turn, texts),
-                b"\x00\x00\x00\x40" + rec.digest.encode(),  # a sha256 hex digest: 64 ASCII bytes
-                length(len(raw)),
-                raw,
-                received,
+    for start in range(0, len(new), _COPY_CHUNK_ROWS):
+        extend = out.extend
+        for seq, rec in enumerate(new[start : start + _COPY_CHUNK_ROWS], start=first_seq + start):
+            v = rec.v
+            raw = rec.raw
+            digest = rec.digest
+            if digest is None:
+                digest = rec.digest = sha256(raw).hexdigest()
+            extend(
+                (
+                    head(10, 8, run_pk, 8, seq, 4, rec.branch, 8, rec.lsn),
+                    texts.get(rec.kind) or _copy_text(rec.kind, texts),
+                    null if v is None else int4(4, v),
+                    texts.get(rec.turn) or _copy_text(rec.turn, texts),
+                    b"\x00\x00\x00\x40" + digest.encode(),  # a sha256 hex digest: 64 ASCII bytes
+                    length(len(raw)),
+                    raw,
+                    received,
+                )
             )
-        )
-    out.append(_COPY_TRAILER)
-    return b"".join(out)
+        if start + _COPY_CHUNK_ROWS >= len(new):
+            out.append(_COPY_TRAILER)
+        yield b"".join(out)
+        out = []
 
 
-def _copy_rows(data: bytes, meanwhile: Callable[[], _T]) -> _T:
+def _copy_rows(chunks: Iterable[bytes], meanwhile: Callable[[], _T]) -> _T:
     """PostgreSQL: COPY is several times faster than INSERT for a batch (benchmarks/bench_ingest.py). The
     binary format halves the client's work per row (no text escaping of the lines' bytes, which the
-    server would then unescape); the rows come whole from ``_copy_data``. Every byte is flushed to the
-    server (``flush_threshold=0``; psycopg would otherwise keep the tail in libpq's buffer until the end)
-    before ``meanwhile`` runs; the COPY's end and its result (an error included) are awaited after it."""
+    server would then unescape); the rows come from ``_copy_chunks``. Each chunk is flushed to the server
+    as soon as it is built (``flush_threshold=0``; psycopg would otherwise keep up to 1 MiB in libpq's
+    buffer), so the server writes rows while the client builds the next chunk and then runs
+    ``meanwhile``; the COPY's end and its result (an error included) are awaited after that."""
     table = JournalRecord._meta.db_table
     with connection.cursor() as cursor:
         raw_cursor = cursor.cursor  # the psycopg 3 cursor inside Django's wrapper, same transaction
         writer = LibpqWriter(raw_cursor, flush_threshold=0)
         with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)", writer=writer) as copy:
-            copy.write(data)
+            for chunk in chunks:
+                copy.write(chunk)
             return meanwhile()
 
 
