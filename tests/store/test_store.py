@@ -4,13 +4,11 @@ and enum checks in the database, roles, tokens, and byte-for-byte export."""
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.db import DatabaseError, IntegrityError, NotSupportedError, connection, transaction
-from django.utils import timezone
+from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from audits.models import OperatorAction, RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
 from audits.services import operator_action_record
@@ -259,21 +257,6 @@ def test_one_assessment_per_prefix_evidence_and_engine():
     assert second != first and second.prefix_records == 2 and second.prefix_key != first.prefix_key
 
 
-def _other_connection() -> Any:
-    """A second PostgreSQL session on the test database (autocommit), beside Django's."""
-    import psycopg
-
-    settings = connection.settings_dict
-    return psycopg.connect(
-        host=settings["HOST"] or "127.0.0.1",
-        port=settings["PORT"] or 5432,
-        user=settings["USER"],
-        password=settings["PASSWORD"] or None,
-        dbname=settings["NAME"],
-        autocommit=True,
-    )
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("already_raised", [False, True])
@@ -283,6 +266,7 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
     import psycopg
 
     from recovery.pending import PendingAssessment
+    from tests.store import pg_session
 
     def batch(lsn: int) -> bytes:
         return b'{"branch":0,"kind":"turn_planned","lsn":%d,"run":"run-lock","turn":"t%d","v":2}\n' % (lsn, lsn)
@@ -290,7 +274,7 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
     records_ingest(run_id="run-lock", body=batch(0), content_type="application/x-ndjson", token=None)
     if not already_raised:
         PendingAssessment.objects.filter(run__run_id="run-lock").update(pending=False)
-    other = _other_connection()
+    other = pg_session()
     try:
         other.execute("SET lock_timeout = '200ms'")
         with transaction.atomic():
@@ -312,6 +296,8 @@ def test_every_column_of_a_batch_is_stored_as_received():
     column read back is what the line says, including NULL kind, v and turn, non-ASCII text, 64-bit lsns,
     negative and extreme v, and a non-canonical line among canonical ones (kept byte for byte)."""
     from datetime import timedelta
+
+    from django.utils import timezone
 
     from recovery.engine.canonical import canonical_bytes, digest, parse_line
 
@@ -350,133 +336,3 @@ def test_every_column_of_a_batch_is_stored_as_received():
     assert len({row[9] for row in rows}) == 1
     assert before - timedelta(seconds=1) <= rows[0][9] <= after + timedelta(seconds=1)
     assert rows[0][9].utcoffset() is not None
-
-
-# --- A record's run (PostgreSQL: triggers per statement, journals/migrations/0004) -----------------------
-
-_RAW_RECORD = (
-    "INSERT INTO journals_journalrecord (run_id, seq, branch, lsn, kind, v, turn, digest, line, received_at)"
-    " VALUES (%s, %s, 0, %s, 'note', 2, NULL, repeat('0', 64), '\\x7b7d'::bytea, now())"
-)
-
-
-def _fk_refused() -> Any:
-    import psycopg
-
-    # Django's IntegrityError, or psycopg's own from a COPY (Django wraps errors of execute() only).
-    return pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key")
-
-
-@pytest.mark.postgres
-def test_postgres_record_run_is_checked_per_statement_not_per_row():
-    """The FOREIGN KEY constraint is gone on PostgreSQL (the tests below see the triggers, nothing else)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
-            " AND conrelid = 'journals_journalrecord'::regclass AND confrelid = 'journals_run'::regclass"
-        )
-        assert cursor.fetchone()[0] == 0
-        cursor.execute(
-            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgfoid::regproc::text = ANY (%s) ORDER BY tgname",
-            [["loopx_journalrecord_run_exists", "loopx_run_keeps_records"]],
-        )
-        assert [row[0] for row in cursor.fetchall()] == [
-            "journals_journalrecord_run_exists",
-            "journals_journalrecord_run_exists_upd",
-            "journals_run_keeps_records",
-        ]
-
-
-@pytest.mark.postgres
-def test_postgres_a_record_of_no_run_is_refused_by_insert_and_by_copy():
-    run = Run.objects.create(run_id="run-fk")
-    missing = run.pk + 1000
-    with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_RAW_RECORD, [missing, 1, 0])
-    # One statement naming a real run and a missing one: refused as a whole.
-    with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO journals_journalrecord (run_id, seq, branch, lsn, digest, line, received_at)"
-            " VALUES (%s, 1, 0, 0, repeat('0', 64), '\\x7b7d'::bytea, now()),"
-            " (%s, 1, 0, 0, repeat('0', 64), '\\x7b7d'::bytea, now())",
-            [run.pk, missing],
-        )
-    # COPY (ingest's path) fires the statement trigger too.
-    with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-        with cursor.cursor.copy(
-            "COPY journals_journalrecord (run_id, seq, branch, lsn, digest, line, received_at) FROM STDIN"
-        ) as copy:
-            copy.write_row((run.pk, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
-            copy.write_row((missing, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
-    with connection.cursor() as cursor:
-        cursor.execute(_RAW_RECORD, [run.pk, 1, 0])
-    assert JournalRecord.objects.filter(run=run).count() == 1
-    assert not JournalRecord.objects.filter(run_id=missing).exists()
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_postgres_a_run_with_records_cannot_be_deleted_or_renumbered():
-    """The delete side, checked at COMMIT as the deferred constraint was; a run without records goes."""
-    kept, empty = Run.objects.create(run_id="run-kept"), Run.objects.create(run_id="run-empty")
-    with connection.cursor() as cursor:
-        cursor.execute(_RAW_RECORD, [kept.pk, 1, 0])
-    for sql in ("DELETE FROM journals_run WHERE id = %s", "UPDATE journals_run SET id = id + 1000 WHERE id = %s"):
-        with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [kept.pk])
-    assert Run.objects.filter(pk=kept.pk).exists()
-    # Deferred: a new row with the same id before COMMIT satisfies the check, as NO ACTION allows.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE journals_run SET id = id + 1000 WHERE id = %s", [kept.pk])
-        cursor.execute("UPDATE journals_run SET id = id - 1000 WHERE id = %s", [kept.pk + 1000])
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
-    assert not Run.objects.filter(pk=empty.pk).exists()
-    # TRUNCATE stays refused: other foreign keys reference the runs (branches, turns, checkpoints, ...).
-    with pytest.raises(NotSupportedError, match="cannot truncate"), transaction.atomic(), connection.cursor() as c:
-        c.execute("TRUNCATE journals_run")
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
-    """The insert side locks the run FOR KEY SHARE, as the constraint's check does: a concurrent DELETE of
-    the run waits for the inserting transaction (and is then refused), and an insert for a run deleted by an
-    open transaction waits for it (and is refused once the delete commits)."""
-    import psycopg
-
-    run = Run.objects.create(run_id="run-race")
-    other = _other_connection()
-    try:
-        other.execute("SET lock_timeout = '200ms'")
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_RAW_RECORD, [run.pk, 1, 0])
-            with pytest.raises(psycopg.errors.LockNotAvailable):
-                other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
-        with pytest.raises(psycopg.errors.ForeignKeyViolation):
-            other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
-
-        gone = Run.objects.create(run_id="run-gone")
-        with other.transaction():
-            other.execute("DELETE FROM journals_run WHERE id = %s", [gone.pk])
-            with connection.cursor() as cursor:
-                cursor.execute("SET lock_timeout = '200ms'")
-                with pytest.raises(DatabaseError, match="lock timeout"), transaction.atomic():
-                    cursor.execute(_RAW_RECORD, [gone.pk, 1, 0])
-                cursor.execute("SET lock_timeout = 0")
-        with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_RAW_RECORD, [gone.pk, 1, 0])
-    finally:
-        other.close()
-    assert JournalRecord.objects.filter(run=run).count() == 1
-    assert not JournalRecord.objects.filter(run_id=gone.pk).exists()
-
-
-def test_sqlite_keeps_the_record_run_foreign_key():
-    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth)."""
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's own table")
-    run = Run.objects.create(run_id="run-sqlite")
-    with pytest.raises(IntegrityError, match="journals_journalrecord"), transaction.atomic():
-        JournalRecord.objects.create(run_id=run.pk + 1000, seq=1, branch=0, lsn=0, digest="0" * 64, line=b"{}")
-        connection.check_constraints(table_names=["journals_journalrecord"])
