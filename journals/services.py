@@ -573,6 +573,16 @@ def _copy_chunks(run_pk: int, first_seq: int, new: list[_Prepared], now: datetim
         out = []
 
 
+def _flushing_writer(cursor: psycopg.Cursor[Any]) -> LibpqWriter:
+    """psycopg's COPY writer, flushing every block it is given (``flush_threshold=0``). psycopg releases
+    before the one installed here take no threshold and, on Linux, flush at the end only: the same rows,
+    less of their writing overlapped."""
+    try:
+        return LibpqWriter(cursor, flush_threshold=0)  # type: ignore[call-arg, unused-ignore]
+    except TypeError:
+        return LibpqWriter(cursor)
+
+
 def _copy_rows(chunks: Iterable[bytes], meanwhile: Callable[[], _T]) -> _T:
     """PostgreSQL: COPY is several times faster than INSERT for a batch (benchmarks/bench_ingest.py). The
     binary format halves the client's work per row (no text escaping of the lines' bytes, which the
@@ -583,8 +593,8 @@ def _copy_rows(chunks: Iterable[bytes], meanwhile: Callable[[], _T]) -> _T:
     table = JournalRecord._meta.db_table
     with connection.cursor() as cursor:
         raw_cursor = cursor.cursor  # the psycopg 3 cursor inside Django's wrapper, same transaction
-        writer = LibpqWriter(raw_cursor, flush_threshold=0)
-        with raw_cursor.copy(f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)", writer=writer) as copy:
+        statement = f"COPY {table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        with raw_cursor.copy(statement, writer=_flushing_writer(raw_cursor)) as copy:
             for chunk in chunks:
                 copy.write(chunk)
             return meanwhile()
