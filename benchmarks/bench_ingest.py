@@ -7,11 +7,16 @@
 It (re)creates the benchmark database, migrates it, creates a runtime token and starts gunicorn on it, then:
 
 - ``api``: once every worker has booted and served a first request (``warm_up``), POSTs the journal in
-  batches (JSONL, one keep-alive connection, one batch at a time) to /api/v1/runs/{run}/records and times
-  each batch (p50/p95) and the whole (records/s);
+  batches (JSONL, one connection, one batch at a time) to /api/v1/runs/{run}/records and times each batch
+  (p50/p95) and the whole (records/s, the sum of the batches' times);
 - floor ``copy``: the same rows (the same columns, the same indexes and constraints: a table created
   LIKE journals_journalrecord INCLUDING ALL) through raw psycopg COPY, one COPY and one commit per batch of
-  the same size; and ``copy-one``: a single COPY of every row, the fastest a client can write them.
+  the same size, on one connection; and ``copy-one``: a single COPY of every row, the fastest a client can
+  write them (informative).
+
+The two sides alternate in blocks (``--block`` batches of the API, then the floor's COPY of the same rows),
+so that a burst of load elsewhere on this shared machine lands on both alike; the ratio of each block is
+printed beside the whole run's.
 
 The target is API records/s >= half the per-batch COPY rate.
 """
@@ -136,47 +141,74 @@ def warm_up(port: int, token: str, workers: int) -> None:
             raise RuntimeError(f"warm-up answered {response.status}")
 
 
-def bench_api(port: int, token: str, run: str, batches: list[bytes]) -> tuple[float, list[float]]:
+class FloorCopy:
+    """The floor: the same rows via raw COPY into a table shaped like journals_journalrecord, one COPY and
+    one commit per batch, on one connection held open as the API's is."""
+
+    TABLE = "bench_copy_floor"
+    COLUMNS = "run_id, seq, branch, lsn, kind, v, turn, digest, line, received_at"
+
+    def __init__(self, url: str, lines: list[bytes]) -> None:
+        import psycopg
+
+        now = datetime.now(UTC)
+        self.rows = [
+            (1, seq, 0, seq - 1, "phase_committed", 2, "turn", hashlib.sha256(line).hexdigest(), line, now)
+            for seq, line in enumerate(lines, start=1)
+        ]
+        self.conn = psycopg.connect(url)
+        self.conn.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+        self.conn.execute(f"CREATE TABLE {self.TABLE} (LIKE journals_journalrecord INCLUDING ALL)")
+        self.conn.commit()
+
+    def batch(self, start: int, stop: int) -> float:
+        """COPY rows[start:stop] and commit; returns the seconds it took."""
+        t0 = time.perf_counter()
+        with self.conn.cursor() as cur, cur.copy(f"COPY {self.TABLE} ({self.COLUMNS}) FROM STDIN") as copy:
+            for row in self.rows[start:stop]:
+                copy.write_row(row)
+        self.conn.commit()
+        return time.perf_counter() - t0
+
+    def truncate(self) -> None:
+        self.conn.execute(f"TRUNCATE {self.TABLE}")
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+        self.conn.commit()
+        self.conn.close()
+
+
+def bench_interleaved(
+    port: int, token: str, run: str, batches: list[bytes], floor: FloorCopy, batch: int, block: int
+) -> tuple[list[float], list[float]]:
+    """The API and the floor in alternating blocks of ``block`` batches (the API's block of batches, then the
+    floor's COPY of the same rows), so that a burst of load elsewhere on this shared machine lands on both
+    sides alike instead of on whichever happened to run then. Returns each side's per-batch seconds."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
-    latencies: list[float] = []
-    start = time.perf_counter()
-    for body in batches:
-        t0 = time.perf_counter()
-        conn.request("POST", f"/api/v1/runs/{run}/records", body=body, headers=headers)
-        response = conn.getresponse()
-        payload = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"ingest answered {response.status}: {payload[:300]!r}")
-        latencies.append(time.perf_counter() - t0)
-    return time.perf_counter() - start, latencies
+    api: list[float] = []
+    copy: list[float] = []
+    for first in range(0, len(batches), block):
+        for index in range(first, min(first + block, len(batches))):
+            t0 = time.perf_counter()
+            conn.request("POST", f"/api/v1/runs/{run}/records", body=batches[index], headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"ingest answered {response.status}: {payload[:300]!r}")
+            api.append(time.perf_counter() - t0)
+        for index in range(first, min(first + block, len(batches))):
+            copy.append(floor.batch(index * batch, (index + 1) * batch))
+    conn.close()
+    return api, copy
 
 
-def bench_copy(url: str, lines: list[bytes], batch: int, *, one: bool) -> float:
-    """The floor: the same rows via raw COPY into a table shaped like journals_journalrecord."""
-    import psycopg
-
-    table = "bench_copy_floor"
-    now = datetime.now(UTC)
-    rows = []
-    for seq, line in enumerate(lines, start=1):
-        rows.append((1, seq, 0, seq - 1, "phase_committed", 2, "turn", hashlib.sha256(line).hexdigest(), line, now))
-    with psycopg.connect(url) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-        conn.execute(f"CREATE TABLE {table} (LIKE journals_journalrecord INCLUDING ALL)")
-        conn.commit()
-        columns = "run_id, seq, branch, lsn, kind, v, turn, digest, line, received_at"
-        start = time.perf_counter()
-        chunks = [rows] if one else [rows[i : i + batch] for i in range(0, len(rows), batch)]
-        for chunk in chunks:
-            with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in chunk:
-                    copy.write_row(row)
-            conn.commit()
-        elapsed = time.perf_counter() - start
-        conn.execute(f"DROP TABLE {table}")
-        conn.commit()
-    return elapsed
+def bench_copy_one(floor: FloorCopy) -> float:
+    """A single COPY of every row: the fastest a client can write them (informative)."""
+    floor.truncate()
+    return floor.batch(0, len(floor.rows))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -189,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--block", type=int, default=10, help="batches per side before the other side's turn")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
     args = parser.parse_args(argv)
     if not args.database_url.startswith(("postgres://", "postgresql://")):
@@ -203,15 +236,17 @@ def main(argv: list[str] | None = None) -> int:
 
     port = _free_port()
     server = start_gunicorn(args.database_url, args.workers, port)
+    floor = FloorCopy(args.database_url, lines)
     try:
         warm_up(port, token, args.workers)
-        api_seconds, latencies = bench_api(port, token, "bench-run", batches)
+        latencies, copies = bench_interleaved(port, token, "bench-run", batches, floor, args.batch, args.block)
+        copy_one_seconds = bench_copy_one(floor)
     finally:
         server.terminate()
         server.wait(timeout=30)
-    copy_seconds = bench_copy(args.database_url, lines, args.batch, one=False)
-    copy_one_seconds = bench_copy(args.database_url, lines, args.batch, one=True)
+        floor.close()
 
+    api_seconds, copy_seconds = sum(latencies), sum(copies)
     api_rate = args.records / api_seconds
     copy_rate = args.records / copy_seconds
     print(f"api        {api_rate:12,.0f} records/s  ({api_seconds:.2f} s)")
@@ -219,7 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy-one   {args.records / copy_one_seconds:12,.0f} records/s  ({copy_one_seconds:.2f} s, a single COPY)")
     print(
         f"batch of {args.batch:,}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
-        f"p95 {_pct(latencies, 0.95) * 1000:.1f} ms"
+        f"p95 {_pct(latencies, 0.95) * 1000:.1f} ms (floor: p50 {statistics.median(copies) * 1000:.1f} ms, "
+        f"p95 {_pct(copies, 0.95) * 1000:.1f} ms)"
+    )
+    blocks = [
+        sum(copies[i : i + args.block]) / sum(latencies[i : i + args.block]) for i in range(0, len(copies), args.block)
+    ]
+    print(
+        f"api / copy per block of {args.block} batches: min {min(blocks):.2f}, "
+        f"median {statistics.median(blocks):.2f}, max {max(blocks):.2f}"
     )
     ratio = api_rate / copy_rate
     verdict = "meets" if ratio >= TARGET else "misses"
