@@ -154,25 +154,26 @@ class _Writer:
         self.open_fds: set[int] = set()
         self._lock = threading.Lock()
 
-    def open(self, handle: _OpenFile) -> None:
-        fd = os.open(handle.path, _FILE_FLAGS, 0o600)
-        with self._lock:
-            self.open_fds.add(fd)
-        handle.fd = fd
-        os.fchmod(fd, 0o600)
-        failpoint("restore.file_open")
-
-    def write(self, handle: _OpenFile, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(handle.fd, view) :]
-
-    def finish(self, handle: _OpenFile) -> None:
-        failpoint("restore.file_written")
-        with self._lock:
-            self.open_fds.discard(handle.fd)
-        os.close(handle.fd)
-        self.syncer.submit(handle.path)
+    def step(self, handle: _OpenFile, chunk: bytes | None, last: bool) -> None:
+        """Open the file on its first step, write ``chunk``, close it and queue its fsync on its last step: one
+        hand-over per piece, and a member of one piece (most are) is a single one."""
+        if handle.fd < 0:
+            fd = os.open(handle.path, _FILE_FLAGS, 0o600)
+            with self._lock:
+                self.open_fds.add(fd)
+            handle.fd = fd
+            os.fchmod(fd, 0o600)
+            failpoint("restore.file_open")
+        if chunk:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(handle.fd, view) :]
+        if last:
+            failpoint("restore.file_written")
+            with self._lock:
+                self.open_fds.discard(handle.fd)
+            os.close(handle.fd)
+            self.syncer.submit(handle.path)
 
     def drain(self) -> None:
         for lane in self.lanes:
@@ -227,19 +228,22 @@ def _write_tree(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], tmp: Path,
             ensure(parts[:-1])
             handle = _OpenFile(tmp / entry.path)
             lane = writer.lanes[index % len(writer.lanes)]
-            lane.submit(writer.open, handle)
-            # Re-hashed here, from the very bytes handed to the writer: what is written is what was verified.
+            # Re-hashed here, from the very bytes handed to the writer: what is written is what was verified. Each
+            # piece is handed over when the next one has arrived, so the last is written once the hash is checked.
             digest = hashlib.sha256()
             done = 0
+            held: bytes | None = None
             for chunk in m.chunks():
                 done += len(chunk)
                 if done > entry.size:
                     raise _Changed(entry.name)
                 digest.update(chunk)
-                lane.submit(writer.write, handle, chunk)
+                if held is not None:
+                    lane.submit(writer.step, handle, held, False)
+                held = chunk
             if done != entry.size or digest.hexdigest() != entry.sha256:
                 raise _Changed(entry.name)
-            lane.submit(writer.finish, handle)
+            lane.submit(writer.step, handle, held, True)
         current = None
     except (PackageStop, MemberStop, Unsupported):
         raise _Changed(current) from None
