@@ -82,7 +82,8 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
             # Durable now, so its clean pages can go: the rest of the restore then writes into pages just freed
             # instead of fresh ones (measured: a third of the kernel's time here), and a large restore does not
             # push everything else out of the page cache. The restored files are read from disk when used.
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            with contextlib.suppress(OSError):  # advice only: a filesystem that refuses it changes nothing
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 
