@@ -16,7 +16,10 @@ from zlib_ng import zlib_ng as zlib  # zlib's API and checks (a port of CPython'
 from .report import ARCHIVE_CORRUPT
 
 CHUNK = 1024 * 1024  # member data is read and hashed in pieces of this size
-_GZ_IN = 64 * 1024  # measured: 64 KiB of input per inflate call is as fast as any
+# Input per inflate call. 1 MiB rather than 64 KiB: one call then usually yields a whole 1 MiB piece, where several
+# calls made as many short-lived output blocks plus a joined copy, and that churn kept faulting in fresh pages
+# (measured: check of 500 MB, kernel time 0.12-0.46 s with 64 KiB, 0.04-0.10 s with 1 MiB).
+_GZ_IN = 1024 * 1024
 _LOOK_BACK = 4 * 1024  # tarfile steps back one byte, the end-of-archive check one header (512 bytes)
 # tarfile reads a pax or GNU long-name header in one call; a legitimate one is a few KiB (paths are capped at
 # 1,024 bytes). Anything larger is refused before it is read, so a header cannot make us hold megabytes.
