@@ -1,8 +1,10 @@
 """One background thread that runs submitted steps in order, so that hashing and writing a piece overlap with
 inflating and reading the next one (zlib, hashlib and os.write all release the GIL on large buffers).
 
-The queue is bounded (``depth`` items, each at most one 1 MiB piece), so memory stays bounded too. A step that
-raises stops the rest; the error is raised in the submitting thread at its next ``submit`` or ``drain``.
+The queue is bounded (``depth`` items, each at most one 1 MiB piece), so memory stays bounded too. Two are
+enough to keep both threads busy; measured against four, verification was as fast or faster (less memory
+churned) and a check's traced peak 1 MiB lower. A step that raises stops the rest; the error is raised in the
+submitting thread at its next ``submit`` or ``drain``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ _Step = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 class Pipeline:
-    def __init__(self, depth: int = 4) -> None:
+    def __init__(self, depth: int = 2) -> None:
         self._queue: queue.Queue[_Step | threading.Event | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="loopx-pipeline", daemon=True)

@@ -17,10 +17,10 @@ import hashlib
 import io
 import os
 import shutil
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from recovery.atomic import RESTORE_KIND, clean_stale_temporaries, failpoint, fsync_directory, temporary_sibling
 
@@ -78,6 +78,12 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
     fd = os.open(path, flags)
     try:
         os.fsync(fd)
+        if not directory:
+            # Durable now, so its clean pages can go: the rest of the restore then writes into pages just freed
+            # instead of fresh ones (measured: a third of the kernel's time here), and a large restore does not
+            # push everything else out of the page cache. The restored files are read from disk when used.
+            with contextlib.suppress(OSError):  # advice only: a filesystem that refuses it changes nothing
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 
@@ -93,17 +99,21 @@ class _Syncer:
     def __init__(self, workers: int = 16) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loopx-fsync")
         self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()  # the writer lanes submit from their own threads; no future may be lost
 
     def submit(self, path: Path, directory: bool = False) -> None:
-        if len(self._pending) >= 256:  # surface errors early and keep the list short
-            done = [f for f in self._pending if f.done()]
-            for future in done:
-                future.result()
-            self._pending = [f for f in self._pending if not f.done()]
-        self._pending.append(self._pool.submit(_fsync_path, path, directory))
+        with self._lock:
+            if len(self._pending) >= 256:  # surface errors early and keep the list short
+                for future in self._pending:
+                    if future.done():
+                        future.result()
+                self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._pool.submit(_fsync_path, path, directory))
 
     def wait(self) -> None:
-        pending, self._pending = self._pending, []
+        """Wait for every fsync submitted so far (call once no lane is running); raise the first error."""
+        with self._lock:
+            pending, self._pending = self._pending, []
         for future in pending:
             future.result()
 
@@ -120,7 +130,7 @@ def _unpack(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], target: Path) 
         os.chmod(tmp, 0o700)  # the umask may have narrowed it; never widened
         failpoint("restore.tmpdir")
         directories = _write_tree(fh, limits, plan, tmp, writer)
-        writer.pipe.drain()
+        writer.drain()
         syncer.wait()
         failpoint("restore.files_synced")
         for directory in directories:
@@ -140,36 +150,44 @@ def _unpack(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], target: Path) 
 
 
 class _Writer:
-    """Hashes and writes file pieces on the pipeline's thread while the next piece is read and inflated."""
+    """Creates, writes and closes files on two lanes (threads, files taken in turn) while the main thread inflates
+    and hashes: creating a file (ext4's inode search) and copying into the page cache are most of a restore's
+    time, and both release the GIL."""
 
-    def __init__(self, syncer: _Syncer) -> None:
-        self.pipe = Pipeline()
+    def __init__(self, syncer: _Syncer, lanes: int = 2) -> None:
+        self.lanes = [Pipeline() for _ in range(lanes)]
         self.syncer = syncer
         self.open_fds: set[int] = set()
+        self._lock = threading.Lock()
 
-    def open(self, where: Path) -> _OpenFile:
-        fd = os.open(where, _FILE_FLAGS, 0o600)
-        self.open_fds.add(fd)
-        os.fchmod(fd, 0o600)
-        return _OpenFile(fd, where, hashlib.sha256())
+    def step(self, handle: _OpenFile, chunk: bytes | None, last: bool) -> None:
+        """Open the file on its first step, write ``chunk``, close it and queue its fsync on its last step: one
+        hand-over per piece, and a member of one piece (most are) is a single one."""
+        if handle.fd < 0:
+            fd = os.open(handle.path, _FILE_FLAGS, 0o600)
+            with self._lock:
+                self.open_fds.add(fd)
+            handle.fd = fd
+            os.fchmod(fd, 0o600)
+            failpoint("restore.file_open")
+        if chunk:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(handle.fd, view) :]
+        if last:
+            failpoint("restore.file_written")
+            with self._lock:
+                self.open_fds.discard(handle.fd)
+            os.close(handle.fd)
+            self.syncer.submit(handle.path)
 
-    def write(self, handle: _OpenFile, chunk: bytes) -> None:
-        handle.digest.update(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(handle.fd, view) :]
-        handle.written += len(chunk)
-
-    def finish(self, handle: _OpenFile, entry: PlanEntry) -> None:
-        if handle.written != entry.size or handle.digest.hexdigest() != entry.sha256:
-            raise _Changed(entry.name)
-        failpoint("restore.file_written")
-        self.open_fds.discard(handle.fd)
-        os.close(handle.fd)
-        self.syncer.submit(handle.path)
+    def drain(self) -> None:
+        for lane in self.lanes:
+            lane.drain()
 
     def abort(self) -> None:
-        self.pipe.close()
+        for lane in self.lanes:
+            lane.close()
         for fd in self.open_fds:
             os.close(fd)
         self.open_fds.clear()
@@ -177,10 +195,8 @@ class _Writer:
 
 @dataclass(slots=True)
 class _OpenFile:
-    fd: int
     path: Path
-    digest: Any
-    written: int = 0
+    fd: int = -1
 
 
 def _write_tree(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], tmp: Path, writer: _Writer) -> list[Path]:
@@ -216,15 +232,24 @@ def _write_tree(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], tmp: Path,
                 ensure(parts)
                 continue
             ensure(parts[:-1])
-            handle = writer.open(tmp / entry.path)
-            failpoint("restore.file_open")
+            handle = _OpenFile(tmp / entry.path)
+            lane = writer.lanes[index % len(writer.lanes)]
+            # Re-hashed here, from the very bytes handed to the writer: what is written is what was verified. Each
+            # piece is handed over when the next one has arrived, so the last is written once the hash is checked.
+            digest = hashlib.sha256()
             done = 0
+            held: bytes | None = None
             for chunk in m.chunks():
                 done += len(chunk)
                 if done > entry.size:
                     raise _Changed(entry.name)
-                writer.pipe.submit(writer.write, handle, chunk)
-            writer.pipe.submit(writer.finish, handle, entry)
+                digest.update(chunk)
+                if held is not None:
+                    lane.submit(writer.step, handle, held, False)
+                held = chunk
+            if done != entry.size or digest.hexdigest() != entry.sha256:
+                raise _Changed(entry.name)
+            lane.submit(writer.step, handle, held, True)
         current = None
     except (PackageStop, MemberStop, Unsupported):
         raise _Changed(current) from None

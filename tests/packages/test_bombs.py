@@ -11,7 +11,9 @@ import tracemalloc
 import zipfile
 from pathlib import Path
 
-from recovery.packages import Limits, check_package
+import pytest
+
+from recovery.packages import Limits, _streams, check_package
 from recovery.packages import report as codes
 
 from .crafting import E, make_archive, manifest_bytes, package_entries, tar_bytes
@@ -159,3 +161,30 @@ def test_an_overlong_journal_line_cannot_be_verified(tmp_path: Path) -> None:
     report = check_package(path, Limits(max_journal_line_bytes=MiB))
     assert report.codes() == [codes.JOURNAL_INVALID]
     assert "cannot be verified" in report.findings[0].detail
+
+
+def test_many_tiny_gzip_members_cost_in_proportion_to_their_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zlib copies the input a call leaves over; were every call given a large block, a concatenation of empty
+    gzip members (20 bytes each, legal and inflating to nothing) would cost a block's copy per member."""
+    empty = gzip.compress(b"", mtime=0)
+    path = tmp_path / "tiny.tar.gz"
+    path.write_bytes(gzip.compress(tar_bytes(package_entries()), mtime=0) + empty * 10_000)
+    fed = [0]
+    real = _streams.zlib.decompressobj
+
+    class Counting:
+        def __init__(self, wbits: int) -> None:
+            self._d = real(wbits)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._d, name)
+
+        def decompress(self, data: bytes | memoryview, max_length: int = 0) -> bytes:
+            fed[0] += len(data)
+            return self._d.decompress(data, max_length)
+
+    monkeypatch.setattr(_streams.zlib, "decompressobj", Counting)
+    assert check_package(path).accepted  # gzip allows concatenated members, empty ones included
+    assert fed[0] < 256 * path.stat().st_size, fed[0]  # 64 KiB per member would be about 1,600 times

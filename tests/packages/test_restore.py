@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -10,6 +11,8 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +253,72 @@ def test_relative_target_and_trailing_slash(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.chdir(tmp_path)
     assert restore_package(path.name, "out/").accepted
     assert (tmp_path / "out" / "journal.jsonl").is_file()
+
+
+def _many_files(tmp_path: Path) -> tuple[Path, int]:
+    """A package whose files are spread over both writer lanes and several directories."""
+    state = {f"state/d{n % 3}/f{n:02d}": os.urandom(3000 + n) for n in range(24)}
+    return write(tmp_path, "tar.gz", package_entries(state=state)), len(state) + 2  # + journal and manifest
+
+
+def test_every_fsync_completes_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsyncs run in a pool beside the writing; the rename waits for all of them, files before directories."""
+    path, files = _many_files(tmp_path)
+    done: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+    real_fsync = restore_module._fsync_path
+
+    def slow_fsync(where: Path, directory: bool = False) -> None:
+        time.sleep(0.02)  # slower than the writing: an unfinished fsync would show at the rename
+        real_fsync(where, directory)
+        with lock:
+            done.append((str(where), directory))
+
+    real_rename = restore_module._rename_noreplace
+    seen_at_rename: list[list[tuple[str, bool]]] = []
+
+    def checking_rename(src: Path, dst: Path) -> None:
+        with lock:
+            seen_at_rename.append(list(done))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(restore_module, "_fsync_path", slow_fsync)
+    monkeypatch.setattr(restore_module, "_rename_noreplace", checking_rename)
+    assert restore_package(path, tmp_path / "out").accepted
+    [synced] = seen_at_rename
+    kinds = [directory for _, directory in synced]
+    assert kinds.count(False) == files and kinds.count(True) == 5  # the tree's root, state/, three d*/
+    assert kinds == sorted(kinds)  # every file before any directory
+
+
+@pytest.mark.parametrize("fails", ["fsync", "write"])
+def test_a_failing_fsync_or_write_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """An error on a writer lane or in the fsync pool is raised, and the temporary tree is removed."""
+    path, _ = _many_files(tmp_path)
+    if fails == "fsync":
+        real_fsync = os.fsync
+        calls = [0]
+
+        def failing_fsync(fd: int) -> None:
+            calls[0] += 1
+            if calls[0] == 7:
+                raise OSError(errno.EIO, "injected fsync failure")
+            real_fsync(fd)
+
+        monkeypatch.setattr(restore_module.os, "fsync", failing_fsync)
+    else:
+        real_write = os.write
+        writes = [0]
+
+        def failing_write(fd: int, data: bytes | memoryview) -> int:
+            writes[0] += 1
+            if writes[0] == 11:
+                raise OSError(errno.ENOSPC, "injected disk full")
+            return real_write(fd, data)
+
+        monkeypatch.setattr(restore_module.os, "write", failing_write)
+    with pytest.raises(OSError, match="injected"):
+        restore_package(path, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path)) == [path.name]  # no target, no temporary
