@@ -3,6 +3,7 @@ records). Views parse, call a service or selector, and respond."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -182,11 +183,15 @@ class TurnCursorPagination(CursorPagination):
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
         if cursor is not None and cursor.position is not None:
-            # A position that is no time (a cursor not of our making) is an invalid cursor, not a 500.
+            # A position that is no time, or one at an offset PostgreSQL refuses (16 hours or more; ours are
+            # always UTC), comes from a cursor not of our making: an invalid cursor, not a 500.
             try:
-                Turn._meta.get_field("updated_at").to_python(cursor.position)
+                moment = Turn._meta.get_field("updated_at").to_python(cursor.position)
             except DjangoValidationError:
                 raise NotFound(self.invalid_cursor_message) from None
+            offset = moment.utcoffset()
+            if offset is not None and abs(offset) >= timedelta(hours=16):
+                raise NotFound(self.invalid_cursor_message)
         return cursor
 
 

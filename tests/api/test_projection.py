@@ -373,11 +373,11 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
 
 
 def test_turn_pages_refuse_cursors_and_runs_that_name_nothing(runtime, viewer_client):
-    """A cursor whose position is not a time is an invalid cursor (404, as an undecodable one), and a run id
-    no column can hold (a NUL) names no run: neither is a 500."""
+    """A cursor whose position is not a time, or a time at an offset PostgreSQL refuses, is an invalid cursor
+    (404, as an undecodable one), and a run id no column can hold (a NUL) names no run: none is a 500."""
     import base64
 
-    for position in ("garbage", "99999-01-01 00:00:00+00:00"):
+    for position in ("garbage", "99999-01-01 00:00:00+00:00", "2026-01-01 00:00:00+16:00", "2026-01-01 00:00:00-20:00"):
         cursor = base64.b64encode(f"o=0&p={position}".encode()).decode()
         for client in (runtime.client, viewer_client):
             for url in (f"/api/v1/turns?cursor={cursor}", f"/api/v1/turns?decision=resume&reason=x&cursor={cursor}"):
