@@ -87,6 +87,22 @@ class JournalView(LoopxView):
 
     renderer_classes = [FastJSONRenderer, BrowsableAPIRenderer]
 
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response):
+            response.add_post_render_callback(self._release)
+        return response
+
+    def _release(self, response: Response) -> None:
+        # DRF's rendering leaves the answer in reference cycles: the response in its own renderer context
+        # (``context["response"]``), beside the view, which holds it too (``view.response``) and is held by
+        # DRF's request. Nothing reads them once the bytes are rendered; let go, a page's data (50 turns'
+        # dicts and lists) is freed as soon as the answer is sent instead of waiting for the cyclic garbage
+        # collector, whose passes it would otherwise bring on about twice as often (~1 ms for a young pass
+        # holding them).
+        response.renderer_context = {}
+        self.response = None
+
 
 class RecordsView(JournalView):
     """POST: ingest a batch (atomic, idempotent on redelivery). GET: the run's records, redacted."""
