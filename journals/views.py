@@ -3,13 +3,15 @@ records). Views parse, call a service or selector, and respond."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
@@ -24,6 +26,7 @@ from journals.selectors import (
     run_find,
     runs_list,
     turn_detail,
+    turn_page_rows,
     turn_records,
     turn_rows,
 )
@@ -83,6 +86,22 @@ class JournalView(LoopxView):
     """The journal API's views: JSON written by orjson (journals/renderers.py), the browsable API beside it."""
 
     renderer_classes = [FastJSONRenderer, BrowsableAPIRenderer]
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response):
+            response.add_post_render_callback(self._release)
+        return response
+
+    def _release(self, response: Response) -> None:
+        # DRF's rendering leaves the answer in reference cycles: the response in its own renderer context
+        # (``context["response"]``), beside the view, which holds it too (``view.response``) and is held by
+        # DRF's request. Nothing reads them once the bytes are rendered; let go, a page's data (50 turns'
+        # dicts and lists) is freed as soon as the answer is sent instead of waiting for the cyclic garbage
+        # collector, whose passes it would otherwise bring on about twice as often (~1 ms for a young pass
+        # holding them).
+        response.renderer_context = {}
+        self.response = None
 
 
 class RecordsView(JournalView):
@@ -177,6 +196,20 @@ class TurnCursorPagination(CursorPagination):
     page_size = 50
     ordering = ("-updated_at", "-id")
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None:
+            # A position that is no time, or one at an offset PostgreSQL refuses (16 hours or more; ours are
+            # always UTC), comes from a cursor not of our making: an invalid cursor, not a 500.
+            try:
+                moment = Turn._meta.get_field("updated_at").to_python(cursor.position)
+            except DjangoValidationError:
+                raise NotFound(self.invalid_cursor_message) from None
+            offset = moment.utcoffset()
+            if offset is not None and abs(offset) >= timedelta(hours=16):
+                raise NotFound(self.invalid_cursor_message)
+        return cursor
+
 
 # The filters whose valid values are a fixed set, matched exactly (journals/filters.py).
 _CHOICES = {"decision": frozenset(DECISIONS), "status": frozenset(TURN_STATUSES)}
@@ -190,37 +223,43 @@ class TurnListView(JournalView):
     pagination_class = TurnCursorPagination
 
     def get_queryset(self) -> QuerySet[Turn]:
+        return turn_rows(run_prefix=self.token_prefix(), run_id=self.kwargs.get("run_id"))
+
+    def exact_filters(self) -> dict[str, str] | None:
+        """The filters of a page that needs no filter set, or None. Building and validating the filter set's
+        form is a visible share of a page; a page without any filter (a run's first page, a cursor) needs
+        none of it (with no value every filter is a no-op), nor does the common filter by one valid decision
+        or status (ChoiceFilters: an exact match). Anything else (other filters, a value to refuse with a
+        400) goes through the filter set."""
+        params = self.request.query_params
+        present = [name for name in TurnFilter.base_filters if name in params]
+        if all(
+            name in _CHOICES and len(params.getlist(name)) == 1 and params[name] in _CHOICES[name] for name in present
+        ):
+            return {name: params[name] for name in present}
+        return None
+
+    def page_rows(self) -> list[dict[str, Any]]:
         run_id = self.kwargs.get("run_id")
         if run_id is not None:
             # Joined, not looked up first: one query less per page. An empty page asks whether the run exists.
             self.check_run_allowed(self.request, run_id)
-        return turn_rows(run_prefix=self.token_prefix(), run_id=run_id)
-
-    def filter_queryset(self, queryset: QuerySet[Turn]) -> QuerySet[Turn]:
-        # Building and validating the filter set's form is a visible share of a page. A page without any
-        # filter (a run's first page, a cursor) needs none of it: with no value every filter is a no-op.
-        # Nor does the common filter by one valid decision or status (ChoiceFilters: an exact match).
-        # Anything else (other filters, a value to refuse with a 400) goes through the filter set.
-        params = self.request.query_params
-        present = [name for name in TurnFilter.base_filters if name in params]
-        if not present:
-            return queryset
-        if all(
-            name in _CHOICES and len(params.getlist(name)) == 1 and params[name] in _CHOICES[name] for name in present
-        ):
-            return queryset.filter(**{name: params[name] for name in present})
-        return super().filter_queryset(queryset)
+        exact = self.exact_filters()
+        if exact is None:
+            rows = self.filter_queryset(self.get_queryset())
+        else:
+            rows = turn_page_rows(run_prefix=self.token_prefix(), run_id=run_id, exact=exact)
+        return self.paginate_queryset(rows)
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response([TurnSerializer.row(row) for row in page])
+        return self.get_paginated_response([TurnSerializer.row(row) for row in self.page_rows()])
 
 
 class RunTurnListView(TurnListView):
     @extend_schema(operation_id="run_turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        page = self.page_rows()
         if not page and run_find(run_id=run_id or "") is None:
             raise NotFound("No such run.")
         return self.get_paginated_response([TurnSerializer.row(row) for row in page])

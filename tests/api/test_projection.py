@@ -276,3 +276,156 @@ def test_a_non_finite_number_in_a_stored_record_is_spelled_not_nulled(runtime, v
     assert answer.status_code == 200, answer.content
     record = answer.json()["results"][-1]["record"]
     assert record["weight"] == "Infinity" and record["loss"] == "-Infinity"
+
+
+def _many_turns() -> None:
+    """130 turns over three runs, times tied in groups of seven (cursors then need offsets), decisions and
+    statuses spread."""
+    from datetime import timedelta
+
+    from journals.models import DECISIONS, TURN_STATUSES, Run
+
+    runs = [Run.objects.create(run_id=name) for name in ("run-a1", "run-a2", "run-b1")]
+    start = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    Turn.objects.bulk_create(
+        Turn(
+            run=runs[i % 3],
+            turn_id=f"t{i:03d}",
+            plan=["plan", "envelope"],
+            completed_phases=["plan"][: i % 2],
+            decision=None if i % 11 == 0 else DECISIONS[i % 5],
+            status=TURN_STATUSES[i % 2],
+            reason="phase_prefix_violation" if i % 5 == 3 else None,
+            # Whole seconds for some (no fraction in the cursor's position), microseconds for others.
+            updated_at=start + timedelta(seconds=i // 7, microseconds=(i // 7) % 3 * 250_001),
+            created_at=start,
+        )
+        for i in range(130)
+    )
+
+
+def _crawl(client, url: str) -> list[bytes]:
+    """Every answer from the first page forwards to the last, then back by the previous links."""
+    answers: list[bytes] = []
+    next_url: str | None = url
+    while next_url:
+        answer = client.get(next_url)
+        assert answer.status_code == 200, answer.content
+        answers.append(answer.content)
+        last, next_url = answer.json(), answer.json()["next"]
+    previous = last["previous"]
+    while previous:
+        answer = client.get(previous)
+        answers.append(answer.content)
+        previous = answer.json()["previous"]
+    return answers
+
+
+@pytest.mark.filterwarnings("ignore:DateTimeField Turn.updated_at received a naive datetime")
+def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
+    """On PostgreSQL the list's fast path (no filter, a valid decision or status) runs one written statement
+    (selectors.TurnPageQuery) under DRF's cursor pagination; every page, forwards and back, with tied times
+    (offset cursors), a run prefix, a run's list and cursors not of our making, is the ORM's page byte for
+    byte."""
+    import base64
+
+    from journals import views
+    from journals.selectors import TurnPageQuery, turn_rows
+    from tests.personas import make_runtime
+
+    _many_turns()
+    everyone, prefixed = make_runtime("reader"), make_runtime("reader-a", run_prefix="run-a")
+
+    def cursor(**fields: object) -> str:
+        from urllib.parse import urlencode
+
+        return base64.b64encode(urlencode(fields).encode()).decode()
+
+    urls = [
+        "/api/v1/turns",
+        "/api/v1/turns?decision=resume",
+        "/api/v1/turns?status=completed",
+        "/api/v1/turns?decision=complete&status=open",
+        "/api/v1/runs/run-a2/turns",
+        "/api/v1/runs/run-a2/turns?decision=finalize",
+        "/api/v1/turns?cursor=" + cursor(o=3, p="2026-03-04 05:06:10.500002+00:00"),
+        "/api/v1/turns?cursor=" + cursor(o=2, r=1, p="2026-03-04 05:06:12+00:00"),
+        "/api/v1/turns?cursor=" + cursor(o=60),
+        "/api/v1/turns?cursor=" + cursor(o=0, p="2026-03-04 05:06:12"),  # naive: the ORM's zone applies
+    ]
+
+    def answers() -> list[list[bytes]]:
+        out = [_crawl(runtime.client, url) for runtime in (everyone, prefixed) for url in urls]
+        out.append([prefixed.client.get("/api/v1/runs/run-b1/turns").content])  # 403
+        return out
+
+    # Combinations the API never sends (a token's prefix is checked against the run's id first) still agree.
+    if connection.vendor == "postgresql":
+        for prefix, run_id in (("run-a", "run-b1"), ("run-a", "run-a1"), ("run-", None), ("run-b", None), ("", "nope")):
+            ours = TurnPageQuery(run_prefix=prefix, run_id=run_id, exact={}).order_by("-updated_at", "-id")[0:200]
+            assert ours == list(turn_rows(run_prefix=prefix, run_id=run_id).order_by("-updated_at", "-id")[0:200])
+
+    written = answers()
+    orm = lambda *, run_prefix, run_id, exact: turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**exact)  # noqa: E731
+    monkeypatch.setattr(views, "turn_page_rows", orm)
+    assert answers() == written
+    assert sum(len(pages) for pages in written) > 40 and written[0][0].count(b'"turn"') == 50
+
+
+def test_turn_pages_refuse_cursors_and_runs_that_name_nothing(runtime, viewer_client):
+    """A cursor whose position is not a time, or a time at an offset PostgreSQL refuses, is an invalid cursor
+    (404, as an undecodable one), and a run id no column can hold (a NUL) names no run: none is a 500."""
+    import base64
+
+    for position in ("garbage", "99999-01-01 00:00:00+00:00", "2026-01-01 00:00:00+16:00", "2026-01-01 00:00:00-20:00"):
+        cursor = base64.b64encode(f"o=0&p={position}".encode()).decode()
+        for client in (runtime.client, viewer_client):
+            for url in (f"/api/v1/turns?cursor={cursor}", f"/api/v1/turns?decision=resume&reason=x&cursor={cursor}"):
+                answer = client.get(url)
+                assert (answer.status_code, answer.json()) == (404, {"detail": "Invalid cursor"})
+    for url in ("/api/v1/runs/a%00b/turns", "/api/v1/runs/a%00b/turns?reason=x"):
+        answer = runtime.client.get(url)
+        assert (answer.status_code, answer.json()) == (404, {"detail": "No such run."})
+
+
+def test_a_token_read_costs_the_tokens_lookup_and_the_page(runtime, django_assert_num_queries):
+    b = JournalBuilder("run-t")
+    for i in range(3):
+        b.plan(f"t{i}")
+    ingest(runtime.client, b)  # the token's use is noted (at most once a minute): not on the reads below
+    for url in ("/api/v1/turns?decision=resume", "/api/v1/turns", "/api/v1/runs/run-t/turns"):
+        with django_assert_num_queries(2):
+            assert runtime.client.get(url).status_code == 200
+    with django_assert_num_queries(2 if connection.vendor == "postgresql" else 4):
+        assert runtime.client.get("/api/v1/runs/run-t/turns/t1").status_code == 200
+
+
+def test_a_rendered_page_leaves_its_rows_to_reference_counting(runtime):
+    """DRF's rendering leaves a response in reference cycles (its own renderer context, the view); the
+    journal views let go of them once rendered, so a page's rows are freed when the answer is sent, not left
+    to the cyclic garbage collector (whose passes they would bring on more often)."""
+    import gc
+
+    from rest_framework.test import APIRequestFactory
+
+    from journals.views import TurnListView
+
+    b = JournalBuilder("run-gc")
+    for i in range(5):
+        b.plan(f"t{i}")
+    ingest(runtime.client, b)
+    request = APIRequestFactory().get("/api/v1/turns", HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        response = TurnListView.as_view()(request).render()
+        assert response.status_code == 200 and response.content.count(b'"turn"') == 5
+        del response
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, dict) and {"turn", "plan"} <= o.keys()]
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+    assert left == []

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.utils import timezone
 
 from audits.models import OperatorAction, RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
 from audits.services import operator_action_record
@@ -336,3 +337,22 @@ def test_every_column_of_a_batch_is_stored_as_received():
     assert len({row[9] for row in rows}) == 1
     assert before - timedelta(seconds=1) <= rows[0][9] <= after + timedelta(seconds=1)
     assert rows[0][9].utcoffset() is not None
+
+
+def test_the_token_lookup_gives_the_orms_token():
+    """On PostgreSQL the token's lookup is one written statement (selectors.api_token_find): the instance is
+    the ORM's, every field alike (datetimes with their zone), saved state included; a revoked or unknown
+    token is None at once."""
+    from journals.services import api_token_create, api_token_revoke
+
+    token, raw = api_token_create(name="runtime-cmp", run_prefix="pre-")
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    found, orm = api_token_find(raw=raw), ApiToken.objects.get(pk=token.pk)
+    assert found is not None and not found._state.adding and found._state.db == orm._state.db
+    for field in ApiToken._meta.concrete_fields:
+        ours, theirs = getattr(found, field.attname), getattr(orm, field.attname)
+        assert (ours, type(ours)) == (theirs, type(theirs))
+        assert getattr(ours, "tzinfo", None) == getattr(theirs, "tzinfo", None)
+    assert api_token_find(raw=raw + "x") is None and api_token_find(raw="") is None
+    api_token_revoke(token=orm, actor_name="test")
+    assert api_token_find(raw=raw) is None
