@@ -4,6 +4,7 @@ without the triggers; SQLite keeps its constraint."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -133,11 +134,33 @@ def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
     assert not JournalRecord.objects.filter(run_id=gone.pk).exists()
 
 
-def test_sqlite_keeps_the_record_run_foreign_key():
-    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth)."""
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's own table")
-    run = Run.objects.create(run_id="run-sqlite")
-    with pytest.raises(IntegrityError, match="journals_journalrecord"), transaction.atomic():
-        JournalRecord.objects.create(run_id=run.pk + 1000, seq=1, branch=0, lsn=0, digest="0" * 64, line=b"{}")
-        connection.check_constraints(table_names=["journals_journalrecord"])
+def test_sqlite_keeps_the_record_run_foreign_key(tmp_path):
+    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth). Checked on a
+    SQLite database of its own, migrated by ``manage.py migrate`` as a newcomer's is, so that CI's PostgreSQL
+    pass runs it too."""
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    database = tmp_path / "scratch.sqlite3"
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "LOOPX_VAR_DIR": str(tmp_path)}
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"], cwd=root, env=env, check=True, capture_output=True
+    )
+    db = sqlite3.connect(database)
+    try:
+        keys = db.execute("PRAGMA foreign_key_list('journals_journalrecord')").fetchall()
+        assert [(row[2], row[3], row[4]) for row in keys] == [("journals_run", "run_id", "id")]
+        db.execute("PRAGMA foreign_keys = ON")
+        # Django declares SQLite's keys DEFERRABLE INITIALLY DEFERRED: the record of no run is refused at COMMIT.
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            db.execute(
+                "INSERT INTO journals_journalrecord (run_id, seq, branch, lsn, kind, v, turn, digest, line,"
+                " received_at) VALUES (1000, 1, 0, 0, 'note', 2, NULL, ?, X'7b7d', '2026-01-01 00:00:00')",
+                ["0" * 64],
+            )
+            db.commit()
+    finally:
+        db.close()
