@@ -76,3 +76,26 @@ def test_procfile_names_web_worker_and_one_beat():
     module = importlib.import_module(config.group(1))
     assert callable(module.child_exit) and module.accesslog is None
     assert "exactly one" in DOC
+
+
+def _prepare_threshold(env: dict[str, str]) -> str:
+    code = (
+        "import django; django.setup(); from django.conf import settings;"
+        " print(settings.DATABASES['default'].get('OPTIONS', {}).get('prepare_threshold', 'absent'))"
+    )
+    env = {**env, "DJANGO_SETTINGS_MODULE": "loopx_site.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_prepared_statements_are_a_postgresql_setting_that_a_pooler_can_turn_off(tmp_path):
+    env = production_env(tmp_path)
+    env["DATABASE_URL"] = "postgres://loopx@db-host:5432/loopx"  # parsed only: nothing connects
+    assert _prepare_threshold(env) == "5"
+    assert _prepare_threshold({**env, "DB_PREPARED_STATEMENTS": "0"}) == "None"
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    assert _prepare_threshold(env) == "absent"  # SQLite has no such option
+    assert "`DB_PREPARED_STATEMENTS`" in DOC

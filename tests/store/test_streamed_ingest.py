@@ -220,3 +220,17 @@ def test_postgres_a_batch_on_a_branch_with_a_gap_goes_to_the_general_path(runtim
     assert answers[0][1]["branches"][0]["committed_lsn"] == 99
     assert answers[1][1]["branches"][0]["committed_lsn"] == len(b.lines) - 1
     assert outcomes == [("streamed", 1), ("general", 0)]  # refused before any row: nothing sent
+
+
+def test_postgres_the_projection_statement_is_prepared_after_five_batches(runtime):
+    from django.db import connection
+
+    b = journal(12)
+    for start in range(0, len(b.lines), 15):
+        answer = runtime.client.post(URL, b.body(b.lines[start : start + 15]), content_type="application/x-ndjson")
+        assert answer.status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    # Only the written statement on psycopg's server-side cursor; the ORM's queries bind client-side.
+    assert len(prepared) == 1 and "WITH planned AS" in prepared[0]
