@@ -93,7 +93,7 @@ def test_postgres_a_run_with_records_cannot_be_deleted_or_renumbered():
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
     assert not Run.objects.filter(pk=empty.pk).exists()
-    # TRUNCATE stays refused: other foreign keys reference the runs (branches, turns, checkpoints, ...).
+    # TRUNCATE stays refused: other foreign keys reference the runs (branches, checkpoints, ...).
     with pytest.raises(NotSupportedError, match="cannot truncate"), transaction.atomic(), connection.cursor() as c:
         c.execute("TRUNCATE journals_run")
 
