@@ -138,7 +138,10 @@ TURN_ASSESSED_FIELDS = (
 
 
 class Turn(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns")
+    # On PostgreSQL the reference to the run is kept by triggers, not by a FOREIGN KEY constraint checking
+    # each row (journals/migrations/0005_turn_run_statement_check.py); SQLite keeps its constraint. No index
+    # of its own: turn_unique_per_run and turn_run_updated_id lead with run_id.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns", db_constraint=False, db_index=False)
     turn_id = models.CharField(max_length=ID_MAX)
     lineage = models.TextField(null=True, blank=True)
     branch = models.IntegerField(default=0)
@@ -151,7 +154,8 @@ class Turn(models.Model):
     resume_from = models.TextField(null=True, blank=True)
     completed_phases = models.JSONField(default=list)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Not indexed alone: turn_updated_id (-updated_at, -id) serves its ranges and orderings.
+    updated_at = models.DateTimeField(default=timezone.now)
     # Digest of the latest assessment's picture of this turn: a refresh rewrites only turns that changed.
     assessed_digest = models.CharField(max_length=64, blank=True, default="")
     # The fencing counter of the recovery gate: only ever grows (recovery.services.turn_claim).

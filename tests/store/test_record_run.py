@@ -4,7 +4,6 @@ without the triggers; SQLite keeps its constraint."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -94,7 +93,7 @@ def test_postgres_a_run_with_records_cannot_be_deleted_or_renumbered():
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
     assert not Run.objects.filter(pk=empty.pk).exists()
-    # TRUNCATE stays refused: other foreign keys reference the runs (branches, turns, checkpoints, ...).
+    # TRUNCATE stays refused: other foreign keys reference the runs (branches, checkpoints, ...).
     with pytest.raises(NotSupportedError, match="cannot truncate"), transaction.atomic(), connection.cursor() as c:
         c.execute("TRUNCATE journals_run")
 
@@ -134,22 +133,12 @@ def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
     assert not JournalRecord.objects.filter(run_id=gone.pk).exists()
 
 
-def test_sqlite_keeps_the_record_run_foreign_key(tmp_path):
-    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth). Checked on a
-    SQLite database of its own, migrated by ``manage.py migrate`` as a newcomer's is, so that CI's PostgreSQL
-    pass runs it too."""
+def test_sqlite_keeps_the_record_run_foreign_key(sqlite_migrated):
+    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth), on a
+    database migrated by ``manage.py migrate`` (tests/store/conftest.py)."""
     import sqlite3
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    database = tmp_path / "scratch.sqlite3"
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "LOOPX_VAR_DIR": str(tmp_path)}
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"], cwd=root, env=env, check=True, capture_output=True
-    )
-    db = sqlite3.connect(database)
+    db = sqlite3.connect(sqlite_migrated)
     try:
         keys = db.execute("PRAGMA foreign_key_list('journals_journalrecord')").fetchall()
         assert [(row[2], row[3], row[4]) for row in keys] == [("journals_run", "run_id", "id")]
