@@ -293,7 +293,7 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
 
 
 def test_every_column_of_a_batch_is_stored_as_received():
-    """Ingest writes rows itself (PostgreSQL: COPY's binary format built by journals/services.py): each
+    """Ingest writes rows itself (PostgreSQL: COPY's text format built by journals/services.py): each
     column read back is what the line says, including NULL kind, v and turn, non-ASCII text, 64-bit lsns,
     negative and extreme v, and a non-canonical line among canonical ones (kept byte for byte)."""
     from datetime import timedelta

@@ -26,6 +26,11 @@ URL = "/api/v1/runs/run-1/records"
 CHUNK = services._COPY_CHUNK_ROWS
 
 
+def chunks(lines: int) -> int:
+    """How many chunks of COPY rows the streamed path builds for a batch of ``lines`` new records."""
+    return -(-lines // CHUNK)
+
+
 def journal(turns: int) -> JournalBuilder:
     """``turns`` full turns (9 records each with the default plan), a checkpoint every 20 turns."""
     b = JournalBuilder()
@@ -124,7 +129,7 @@ def test_postgres_plain_batches_stream_and_store_what_the_general_path_stores(ru
     assert [status for status, _ in answers] == [200, 200]
     assert answers[1][1]["stored"] == len(b.lines) - 250 and answers[1][1]["duplicates"] == 0
     assert [kind for kind, _ in outcomes] == ["streamed", "streamed"]
-    assert outcomes[1][1] == -(-(len(b.lines) - 250) // CHUNK)  # every chunk built, none twice
+    assert outcomes[1][1] == chunks(len(b.lines) - 250)  # every chunk built, none twice
     # Each checkpoint row points at its own record, one of each batch's (seq = the line's place + 1).
     points = [n + 1 for n, line in enumerate(b.lines) if b'"kind":"checkpoint"' in line]
     assert len(points) == 4
@@ -146,7 +151,7 @@ def test_postgres_a_stored_record_in_a_late_chunk_hands_the_batch_back(runtime, 
     answers, outcomes = same_both_ways(runtime, monkeypatch, [b.body(b.lines[:300]), b.body(late)])
     assert answers[1] == (200, answers[1][1]) and answers[1][1]["duplicates"] == 1
     assert answers[1][1]["stored"] == len(fresh)
-    assert outcomes == [("streamed", 2), ("general", 2)]  # two chunks sent, then rolled back
+    assert outcomes == [("streamed", chunks(300)), ("general", 2)]  # two chunks sent, then rolled back
 
 
 def test_postgres_a_repeat_within_the_batch_hands_it_back(runtime, monkeypatch):
@@ -219,7 +224,7 @@ def test_postgres_a_batch_on_a_branch_with_a_gap_goes_to_the_general_path(runtim
     answers, outcomes = same_both_ways(runtime, monkeypatch, [b.body(first), b.body(second)])
     assert answers[0][1]["branches"][0]["committed_lsn"] == 99
     assert answers[1][1]["branches"][0]["committed_lsn"] == len(b.lines) - 1
-    assert outcomes == [("streamed", 1), ("general", 0)]  # refused before any row: nothing sent
+    assert outcomes == [("streamed", chunks(len(first))), ("general", 0)]  # refused before any row: nothing sent
 
 
 def test_postgres_the_projection_statement_is_prepared_after_five_batches(runtime):
@@ -234,3 +239,23 @@ def test_postgres_the_projection_statement_is_prepared_after_five_batches(runtim
         prepared = [row[0] for row in cursor.fetchall()]
     # Only the written statement on psycopg's server-side cursor; the ORM's queries bind client-side.
     assert len(prepared) == 1 and "WITH planned AS" in prepared[0]
+
+
+def test_postgres_what_copy_text_escapes_reads_back_as_sent(runtime, monkeypatch):
+    """COPY's text format: a backslash, tab, newline or carriage return in a value is escaped, \\N is NULL
+    and \\. could end the data; ids that hold them, or that spell them, come back as they were sent."""
+    nasty = ["tab\there", "nl\nhere", "cr\rhere", "back\\slash", "\\N", "\\.", "\\x41", "end\\", "\u00e9-\u2603", ""]
+    b = JournalBuilder()
+    for n, value in enumerate(nasty):
+        b.record("turn_planned", turn=value, lineage="root")
+        b.record(value or "k", turn=f"t{n}")
+    spy = Spy(monkeypatch, enabled=True)
+    answer = runtime.client.post(URL, b.body(), content_type="application/x-ndjson")
+    assert answer.status_code == 200 and answer.json()["stored"] == len(b.lines)
+    assert spy.outcomes == [("streamed", chunks(len(b.lines)))]
+    rows = list(JournalRecord.objects.order_by("seq").values_list("kind", "turn", "line", "v", "lsn"))
+    assert [row[1] for row in rows[::2]] == nasty
+    assert [row[0] for row in rows[1::2]] == [value or "k" for value in nasty]
+    assert [bytes(row[2]) for row in rows] == b.lines
+    assert [(row[3], row[4]) for row in rows] == [(2, lsn) for lsn in range(len(b.lines))]
+    assert sorted(Turn.objects.values_list("turn_id", flat=True)) == sorted(nasty)
