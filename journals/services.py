@@ -36,7 +36,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
-from recovery.engine import parse_canonical_batch  # the engine's batch proof of canonical bytes (docs/engine.md)
+from recovery.engine import parse_canonical_batch, proven_canonical  # the engine's proof of canonical bytes
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
 
@@ -488,6 +488,10 @@ def _ingest_streamed(run_id: str, lines: list[bytes]) -> IngestResult:
         stream = _Stream(run, branches, lines, run_id, new, now)
 
         def project() -> _Projected | None:
+            # The whole batch proven canonical once its rows are sent (the engine's one serialisation,
+            # docs/engine.md): while they stream the client sets the pace, afterwards the server does.
+            if stream.streamable and not proven_canonical(stream.objs, lines):
+                stream.streamable = False
             return _project(run, branches, new, {}, now) if stream.streamable else None
 
         projected = _copy_rows(stream.chunks(), project)
@@ -508,7 +512,8 @@ class _Stream:
     """The streamed path's COPY data (``_ingest_streamed``): ``chunks`` parses, checks and builds the rows of
     ``_COPY_CHUNK_ROWS`` lines at a time, appending the records to ``new``; at the first line the streamed
     path does not take, it sets ``streamable`` to False and ends the data (the rows already sent are rolled
-    back with the transaction)."""
+    back with the transaction). Whether every line is canonical is proven after the last chunk (a line
+    that is not makes the batch the general path's too, its rows sent and then rolled back)."""
 
     def __init__(
         self,
@@ -526,6 +531,7 @@ class _Stream:
         self.new = new
         self.rows = _CopyRows(now)
         self.streamable = True
+        self.objs: list[dict[str, Any]] = []  # every line's object, for the canonical proof at the end
         # A record streams only above this lsn of its branch: the highest stored (-1 for a new branch, which
         # has none), or every lsn for a branch with a gap (records stored beyond its cursor, which the
         # general path reads to move the cursor).
@@ -539,10 +545,15 @@ class _Stream:
         floors, lines, new = self.floors, self.lines, self.new
         for start in range(0, len(lines), _COPY_CHUNK_ROWS):
             chunk = lines[start : start + _COPY_CHUNK_ROWS]
-            objs, verified = parse_canonical_batch(chunk)
-            if not verified or not all(type(obj) is dict for obj in objs):
+            try:
+                objs = list(map(orjson.loads, chunk))
+            except orjson.JSONDecodeError:
                 self.streamable = False
                 break
+            if not all(type(obj) is dict for obj in objs):
+                self.streamable = False
+                break
+            self.objs.extend(objs)
             try:
                 prepared = _prepare_rows(objs, [None] * len(chunk), chunk, self.run_id, start + 1)
             except IngestError:

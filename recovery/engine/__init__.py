@@ -62,6 +62,7 @@ from .assess import (
     state_digest,
 )
 from .assess import _parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
+from .assess import _proven_canonical as proven_canonical
 
 __all__ += [
     "ENGINE_VERSION",
@@ -71,6 +72,7 @@ __all__ += [
     "assess_path",
     "fold_state",
     "parse_canonical_batch",
+    "proven_canonical",
     "rebuild_state",
     "state_digest",
 ]

@@ -436,11 +436,17 @@ def _parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
         objs = list(map(_loads, lines))
     except _DecodeError:
         return [_loads_or_none(line) for line in lines], False  # checked line by line
+    return objs, _proven_canonical(objs, lines)
+
+
+def _proven_canonical(objs: Sequence[Any], lines: Sequence[bytes]) -> bool:
+    """Whether every line is the canonical bytes of its value, ``objs[i]`` being ``lines[i]`` parsed on its
+    own: one serialisation of the whole list (the proof in ``_parse_batch``). Ingest's streamed path parses
+    chunk by chunk and proves the whole batch once, after its rows are sent."""
     try:
-        verified = _dumps_sorted(objs) == b"[" + b",".join(lines) + b"]"
+        return bool(_dumps_sorted(objs) == b"[" + b",".join(lines) + b"]")
     except TypeError:  # orjson.JSONEncodeError: something it reads but will not write (nesting, say)
-        verified = False
-    return objs, verified
+        return False
 
 
 def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:

@@ -758,3 +758,31 @@ def test_the_decision_of_a_valid_journal_is_not_blocked_by_reading() -> None:
     assert_clean(result)
     assert [(t.turn, t.decision) for t in result.turns] == [("t0", Decision.COMPLETE), ("t1", Decision.RESUME)]
     assert Code.RECORD_INVALID.run_level and not Code.UNKNOWN_TURN.run_level
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.lists(st.dictionaries(st.text(max_size=4), _json_values, max_size=4), min_size=1, max_size=6),
+    st.data(),
+)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_the_batch_proof_of_canonical_bytes_agrees_with_checking_each_line(objs: list[Any], data: Any) -> None:
+    """``proven_canonical`` (ingest's streamed path proves a whole batch once, after parsing it in chunks)
+    says True exactly when every line is its value's canonical bytes, as the per-line check says."""
+    from recovery.engine import proven_canonical
+
+    lines = [canonical_bytes(o) for o in objs]
+    if data.draw(st.booleans()):  # spoil one line: foreign formatting, same value
+        at = data.draw(st.integers(0, len(lines) - 1))
+        lines[at] = json.dumps(
+            objs[at], ensure_ascii=data.draw(st.booleans()), indent=data.draw(st.sampled_from([None, 1]))
+        ).encode()
+    parsed = [orjson.loads(line) for line in lines]
+    per_line = all(orjson.dumps(p, option=orjson.OPT_SORT_KEYS) == line for p, line in zip(parsed, lines, strict=True))
+    assert proven_canonical(parsed, lines) is per_line
