@@ -11,7 +11,7 @@ from django.db import DatabaseError, IntegrityError, NotSupportedError, connecti
 from django.utils import timezone
 
 from journals.models import JournalRecord, Run
-from tests.store import pg_session
+from tests.store import assert_sqlite_keeps_run_foreign_key, pg_session
 
 pytestmark = pytest.mark.django_db
 
@@ -134,22 +134,11 @@ def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
 
 
 def test_sqlite_keeps_the_record_run_foreign_key(sqlite_migrated):
-    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth), on a
-    database migrated by ``manage.py migrate`` (tests/store/conftest.py)."""
-    import sqlite3
-
-    db = sqlite3.connect(sqlite_migrated)
-    try:
-        keys = db.execute("PRAGMA foreign_key_list('journals_journalrecord')").fetchall()
-        assert [(row[2], row[3], row[4]) for row in keys] == [("journals_run", "run_id", "id")]
-        db.execute("PRAGMA foreign_keys = ON")
-        # Django declares SQLite's keys DEFERRABLE INITIALLY DEFERRED: the record of no run is refused at COMMIT.
-        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-            db.execute(
-                "INSERT INTO journals_journalrecord (run_id, seq, branch, lsn, kind, v, turn, digest, line,"
-                " received_at) VALUES (1000, 1, 0, 0, 'note', 2, NULL, ?, X'7b7d', '2026-01-01 00:00:00')",
-                ["0" * 64],
-            )
-            db.commit()
-    finally:
-        db.close()
+    """On a database migrated by ``manage.py migrate`` (tests/store/conftest.py)."""
+    assert_sqlite_keeps_run_foreign_key(
+        sqlite_migrated,
+        "journals_journalrecord",
+        "INSERT INTO journals_journalrecord (run_id, seq, branch, lsn, kind, v, turn, digest, line, received_at)"
+        " VALUES (1000, 1, 0, 0, 'note', 2, NULL, ?, X'7b7d', '2026-01-01 00:00:00')",
+        ("0" * 64,),
+    )

@@ -13,7 +13,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from journals.models import Run, Turn
 from journals.services import records_ingest
 from tests.journal_builder import JournalBuilder
-from tests.store import pg_session
+from tests.store import assert_sqlite_keeps_run_foreign_key, pg_session
 
 pytestmark = pytest.mark.django_db
 
@@ -237,22 +237,11 @@ def test_turn_indexes_lead_with_what_the_lists_need():
 
 
 def test_sqlite_keeps_the_turn_run_foreign_key(sqlite_migrated):
-    """SQLite keeps the constraint it has (the model's db_constraint=False is PostgreSQL's truth), on a
-    database migrated by ``manage.py migrate`` (tests/store/conftest.py)."""
-    import sqlite3
-
-    db = sqlite3.connect(sqlite_migrated)
-    try:
-        keys = db.execute("PRAGMA foreign_key_list('journals_turn')").fetchall()
-        assert [(row[2], row[3], row[4]) for row in keys] == [("journals_run", "run_id", "id")]
-        db.execute("PRAGMA foreign_keys = ON")
-        # Django declares SQLite's keys DEFERRABLE INITIALLY DEFERRED: the turn of no run is refused at COMMIT.
-        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-            db.execute(
-                "INSERT INTO journals_turn (run_id, turn_id, branch, plan, first_seq, status, completed_phases,"
-                " created_at, updated_at, assessed_digest, fencing_counter)"
-                " VALUES (1000, 't1', 0, '[]', 0, 'open', '[]', '2026-01-01 00:00:00', '2026-01-01 00:00:00', '', 0)"
-            )
-            db.commit()
-    finally:
-        db.close()
+    """On a database migrated by ``manage.py migrate`` (tests/store/conftest.py)."""
+    assert_sqlite_keeps_run_foreign_key(
+        sqlite_migrated,
+        "journals_turn",
+        "INSERT INTO journals_turn (run_id, turn_id, branch, plan, first_seq, status, completed_phases,"
+        " created_at, updated_at, assessed_digest, fencing_counter) VALUES (1000, 't1', 0, '[]', 0, 'open', '[]',"
+        " '2026-01-01 00:00:00', '2026-01-01 00:00:00', '', 0)",
+    )
