@@ -1,5 +1,6 @@
 """Store tests. ``pg_session``: a second PostgreSQL session beside Django's, for tests of locks;
-``assert_sqlite_keeps_run_foreign_key``: what SQLite keeps of a run foreign key PostgreSQL checks by triggers."""
+``assert_sqlite_keeps_run_foreign_key``: what SQLite keeps of a run foreign key PostgreSQL checks by triggers;
+``assert_run_is_kept_while_referenced``: the delete side of such a key on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -41,3 +42,26 @@ def assert_sqlite_keeps_run_foreign_key(database: Path, table: str, orphan_inser
             db.commit()
     finally:
         db.close()
+
+
+def assert_run_is_kept_while_referenced(kept: Any, empty: Any) -> None:
+    """The delete side of a run foreign key that PostgreSQL checks by a deferred constraint trigger (0004 for
+    records, 0005 for turns): ``kept`` (a run something references) can be neither deleted nor renumbered,
+    refused at COMMIT; a renumbering undone before COMMIT passes, as NO ACTION allows; ``empty`` (a run
+    nothing references) is deleted."""
+    import psycopg
+    from django.db import IntegrityError, connection, transaction
+
+    from journals.models import Run
+
+    for sql in ("DELETE FROM journals_run WHERE id = %s", "UPDATE journals_run SET id = id + 1000 WHERE id = %s"):
+        with pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(sql, [kept.pk])
+    assert Run.objects.filter(pk=kept.pk).exists()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE journals_run SET id = id + 1000 WHERE id = %s", [kept.pk])
+        cursor.execute("UPDATE journals_run SET id = id - 1000 WHERE id = %s", [kept.pk + 1000])
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
+    assert not Run.objects.filter(pk=empty.pk).exists()

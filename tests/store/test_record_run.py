@@ -11,7 +11,7 @@ from django.db import DatabaseError, IntegrityError, NotSupportedError, connecti
 from django.utils import timezone
 
 from journals.models import JournalRecord, Run
-from tests.store import assert_sqlite_keeps_run_foreign_key, pg_session
+from tests.store import assert_run_is_kept_while_referenced, assert_sqlite_keeps_run_foreign_key, pg_session
 
 pytestmark = pytest.mark.django_db
 
@@ -82,17 +82,7 @@ def test_postgres_a_run_with_records_cannot_be_deleted_or_renumbered():
     kept, empty = Run.objects.create(run_id="run-kept"), Run.objects.create(run_id="run-empty")
     with connection.cursor() as cursor:
         cursor.execute(_RAW_RECORD, [kept.pk, 1, 0])
-    for sql in ("DELETE FROM journals_run WHERE id = %s", "UPDATE journals_run SET id = id + 1000 WHERE id = %s"):
-        with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [kept.pk])
-    assert Run.objects.filter(pk=kept.pk).exists()
-    # Deferred: a new row with the same id before COMMIT satisfies the check, as NO ACTION allows.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE journals_run SET id = id + 1000 WHERE id = %s", [kept.pk])
-        cursor.execute("UPDATE journals_run SET id = id - 1000 WHERE id = %s", [kept.pk + 1000])
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
-    assert not Run.objects.filter(pk=empty.pk).exists()
+    assert_run_is_kept_while_referenced(kept, empty)
     # TRUNCATE stays refused: other foreign keys reference the runs (branches, checkpoints, ...).
     with pytest.raises(NotSupportedError, match="cannot truncate"), transaction.atomic(), connection.cursor() as c:
         c.execute("TRUNCATE journals_run")

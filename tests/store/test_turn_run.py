@@ -13,7 +13,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from journals.models import Run, Turn
 from journals.services import records_ingest
 from tests.journal_builder import JournalBuilder
-from tests.store import assert_sqlite_keeps_run_foreign_key, pg_session
+from tests.store import assert_run_is_kept_while_referenced, assert_sqlite_keeps_run_foreign_key, pg_session
 
 pytestmark = pytest.mark.django_db
 
@@ -154,17 +154,7 @@ def test_postgres_a_run_with_turns_cannot_be_deleted_or_renumbered():
     """The delete side, checked at COMMIT as the deferred constraint was; a run without turns goes."""
     kept, empty = Run.objects.create(run_id="run-kept"), Run.objects.create(run_id="run-empty")
     Turn.objects.create(run=kept, turn_id="t1")
-    for sql in ("DELETE FROM journals_run WHERE id = %s", "UPDATE journals_run SET id = id + 1000 WHERE id = %s"):
-        with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [kept.pk])
-    assert Run.objects.filter(pk=kept.pk).exists()
-    # Deferred: a new row with the same id before COMMIT satisfies the check, as NO ACTION allows.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE journals_run SET id = id + 1000 WHERE id = %s", [kept.pk])
-        cursor.execute("UPDATE journals_run SET id = id - 1000 WHERE id = %s", [kept.pk + 1000])
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
-    assert not Run.objects.filter(pk=empty.pk).exists()
+    assert_run_is_kept_while_referenced(kept, empty)
     # So does a run whose turns are deleted after it, before COMMIT.
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM journals_run WHERE id = %s", [kept.pk])
