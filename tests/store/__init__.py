@@ -1,9 +1,11 @@
 """Store tests. ``pg_session``: a second PostgreSQL session beside Django's, for tests of locks;
 ``assert_sqlite_keeps_run_foreign_key``: what SQLite keeps of a run foreign key PostgreSQL checks by triggers;
-``assert_run_is_kept_while_referenced``: the delete side of such a key on PostgreSQL."""
+``assert_run_is_kept_while_referenced``: the delete side of such a key on PostgreSQL;
+``assert_run_delete_and_writes_wait``: its lock, FOR KEY SHARE as the constraint's own check takes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +67,38 @@ def assert_run_is_kept_while_referenced(kept: Any, empty: Any) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM journals_run WHERE id = %s", [empty.pk])
     assert not Run.objects.filter(pk=empty.pk).exists()
+
+
+def assert_run_delete_and_writes_wait(writes: list[tuple[Callable[[Any, Any], None], Any]], gone: Any) -> None:
+    """Each ``write(cursor, run)`` (a row referencing ``run`` written on Django's connection) locks the run
+    FOR KEY SHARE, as a foreign key's check does: a concurrent DELETE of the run waits for the writing
+    transaction (and is then refused), and the write for a run (``gone``) deleted by an open transaction
+    waits for it (and is refused once the delete commits)."""
+    import psycopg
+    from django.db import DatabaseError, IntegrityError, connection, transaction
+
+    delete = "DELETE FROM journals_run WHERE id = %s"
+    other = pg_session()
+    try:
+        other.execute("SET lock_timeout = '200ms'")
+        for write, run in writes:
+            with transaction.atomic(), connection.cursor() as cursor:
+                write(cursor, run)
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    other.execute(delete, [run.pk])
+            with pytest.raises(psycopg.errors.ForeignKeyViolation):
+                other.execute(delete, [run.pk])
+        with other.transaction():
+            other.execute(delete, [gone.pk])
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '200ms'")
+                for write, _ in writes:
+                    with pytest.raises(DatabaseError, match="lock timeout"), transaction.atomic():
+                        write(cursor, gone)
+                cursor.execute("SET lock_timeout = 0")
+        for write, _ in writes:
+            with pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"):
+                with transaction.atomic(), connection.cursor() as cursor:
+                    write(cursor, gone)
+    finally:
+        other.close()

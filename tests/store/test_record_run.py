@@ -7,11 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, IntegrityError, NotSupportedError, connection, transaction
+from django.db import IntegrityError, NotSupportedError, connection, transaction
 from django.utils import timezone
 
 from journals.models import JournalRecord, Run
-from tests.store import assert_run_is_kept_while_referenced, assert_sqlite_keeps_run_foreign_key, pg_session
+from tests.store import (
+    assert_run_delete_and_writes_wait,
+    assert_run_is_kept_while_referenced,
+    assert_sqlite_keeps_run_foreign_key,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -94,31 +98,12 @@ def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
     """The insert side locks the run FOR KEY SHARE, as the constraint's check does: a concurrent DELETE of
     the run waits for the inserting transaction (and is then refused), and an insert for a run deleted by an
     open transaction waits for it (and is refused once the delete commits)."""
-    import psycopg
+    run, gone = Run.objects.create(run_id="run-race"), Run.objects.create(run_id="run-gone")
 
-    run = Run.objects.create(run_id="run-race")
-    other = pg_session()
-    try:
-        other.execute("SET lock_timeout = '200ms'")
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_RAW_RECORD, [run.pk, 1, 0])
-            with pytest.raises(psycopg.errors.LockNotAvailable):
-                other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
-        with pytest.raises(psycopg.errors.ForeignKeyViolation):
-            other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
+    def insert(cursor: Any, target: Run) -> None:
+        cursor.execute(_RAW_RECORD, [target.pk, 1, 0])
 
-        gone = Run.objects.create(run_id="run-gone")
-        with other.transaction():
-            other.execute("DELETE FROM journals_run WHERE id = %s", [gone.pk])
-            with connection.cursor() as cursor:
-                cursor.execute("SET lock_timeout = '200ms'")
-                with pytest.raises(DatabaseError, match="lock timeout"), transaction.atomic():
-                    cursor.execute(_RAW_RECORD, [gone.pk, 1, 0])
-                cursor.execute("SET lock_timeout = 0")
-        with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_RAW_RECORD, [gone.pk, 1, 0])
-    finally:
-        other.close()
+    assert_run_delete_and_writes_wait([(insert, run)], gone)
     assert JournalRecord.objects.filter(run=run).count() == 1
     assert not JournalRecord.objects.filter(run_id=gone.pk).exists()
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from journals.models import Run, Turn
 from journals.services import records_ingest
 from tests.journal_builder import JournalBuilder
-from tests.store import assert_run_is_kept_while_referenced, assert_sqlite_keeps_run_foreign_key, pg_session
+from tests.store import (
+    assert_run_delete_and_writes_wait,
+    assert_run_is_kept_while_referenced,
+    assert_sqlite_keeps_run_foreign_key,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -169,7 +173,6 @@ def test_postgres_a_run_delete_and_a_turn_write_wait_for_each_other():
     the run waits for the transaction that inserted a turn of it, or moved one to it (and is then refused),
     and an insert or a move to a run deleted by an open transaction waits for it (and is refused once the
     delete commits)."""
-    import psycopg
 
     def insert(cursor: Any, run: Run) -> None:
         cursor.execute(_RAW_TURN, [run.pk, "t1"])
@@ -179,31 +182,8 @@ def test_postgres_a_run_delete_and_a_turn_write_wait_for_each_other():
 
     inserted, moved_to = Run.objects.create(run_id="run-inserted"), Run.objects.create(run_id="run-moved-to")
     moved = Turn.objects.create(run=Run.objects.create(run_id="run-spare"), turn_id="moved")
-    other = pg_session()
-    try:
-        other.execute("SET lock_timeout = '200ms'")
-        for write, run in ((insert, inserted), (move, moved_to)):
-            with transaction.atomic(), connection.cursor() as cursor:
-                write(cursor, run)
-                with pytest.raises(psycopg.errors.LockNotAvailable):
-                    other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
-            with pytest.raises(psycopg.errors.ForeignKeyViolation):
-                other.execute("DELETE FROM journals_run WHERE id = %s", [run.pk])
-
-        gone = Run.objects.create(run_id="run-gone")
-        with other.transaction():
-            other.execute("DELETE FROM journals_run WHERE id = %s", [gone.pk])
-            with connection.cursor() as cursor:
-                cursor.execute("SET lock_timeout = '200ms'")
-                for write in (insert, move):
-                    with pytest.raises(DatabaseError, match="lock timeout"), transaction.atomic():
-                        write(cursor, gone)
-                cursor.execute("SET lock_timeout = 0")
-        for write in (insert, move):
-            with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-                write(cursor, gone)
-    finally:
-        other.close()
+    gone = Run.objects.create(run_id="run-gone")
+    assert_run_delete_and_writes_wait([(insert, inserted), (move, moved_to)], gone)
     assert list(Turn.objects.filter(run=inserted).values_list("turn_id", flat=True)) == ["t1"]
     assert Turn.objects.get(pk=moved.pk).run_id == moved_to.pk
     assert not Turn.objects.filter(run_id=gone.pk).exists()
