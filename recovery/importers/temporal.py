@@ -32,6 +32,7 @@ PHASES = ["start", "close"]
 _ARRAY = re.compile(rb'"events"\s*:\s*\[')
 _CANDIDATE = re.compile(rb"\}\s*[,\]]")
 _WS = b" \t\r\n"
+_FAST_TRIES = 256
 _DECIMAL = re.compile(r"[0-9]+")
 
 # Events that journal nothing (counted in `skipped`), as the spec's last-but-one row lists them.
@@ -66,6 +67,7 @@ _WORKFLOW_CLOSED = {
     "WorkflowExecutionCanceled": "cancelled",
     "WorkflowExecutionTerminated": "cancelled",
 }
+_NEXUS_CLOSED = ("NexusOperationCompleted", "NexusOperationFailed", "NexusOperationTimedOut", "NexusOperationCanceled")
 _LOCAL_MARKERS = ("LocalActivity", "core_local_activity")
 _JSON_PLAIN = "json/plain"
 
@@ -127,28 +129,14 @@ class _Split:
         if pos < size and data[pos] == 0x5D:  # "]": no events
             self.array_close = pos
             return
-        loads, count = orjson.loads, data.count
         while True:
             if pos >= size or data[pos] != 0x7B:  # "{"
                 raise refuse("an element of events is not an object")
             start = pos
-            opens = closes = squares = 0
-            scanned = start
-            for cand in _CANDIDATE.finditer(data, start):
-                end = cand.start() + 1
-                opens += count(b"{", scanned, end)
-                closes += count(b"}", scanned, end)
-                squares += count(b"[", scanned, end) - count(b"]", scanned, end)
-                scanned = end
-                if opens != closes or squares != 0:
-                    continue
-                try:
-                    event = loads(view[start:end])
-                except orjson.JSONDecodeError:
-                    continue
-                break
-            else:
+            found = self._element(view, start, fast=True) or self._element(view, start, fast=False)
+            if found is None:
                 raise refuse("the events array is not complete JSON")
+            end, event = found
             yield start, end, event
             pos = _skip_ws(data, end, size)
             if pos < size and data[pos] == 0x2C:  # ","
@@ -158,6 +146,33 @@ class _Split:
                 self.array_close = pos
                 return
             raise refuse("the events array is not complete JSON")
+
+    def _element(self, view: memoryview, start: int, *, fast: bool) -> tuple[int, dict[str, Any]] | None:
+        """The element starting at ``start``: (its end, its value). The fast way tries orjson only where the
+        braces and brackets since ``start`` balance; braces inside strings can keep them from ever
+        balancing, so after ``_FAST_TRIES`` candidates the slow way tries every candidate in turn (the
+        first cut orjson reads whole is the element's end: an earlier one is incomplete, a later one has
+        trailing bytes)."""
+        data, count, loads = self.data, self.data.count, orjson.loads
+        opens = closes = squares = 0
+        scanned = start
+        for tries, cand in enumerate(_CANDIDATE.finditer(data, start)):
+            end = cand.start() + 1
+            if fast:
+                if tries >= _FAST_TRIES:
+                    return None
+                opens += count(b"{", scanned, end)
+                closes += count(b"}", scanned, end)
+                squares += count(b"[", scanned, end) - count(b"]", scanned, end)
+                scanned = end
+                if opens != closes or squares != 0:
+                    continue
+            try:
+                event = loads(view[start:end])
+            except orjson.JSONDecodeError:
+                continue
+            return end, event
+        return None
 
     def check_outside(self) -> None:
         """The file with the array emptied is one JSON object holding it at ``events`` or
@@ -406,7 +421,7 @@ class _Mapper:
             self._dispatch(j, at, eid, intent, cls, f"{run}/nexus/{eid}", extra)
             j.decided_by[intent] = decided
             self.nexus[eid] = intent
-        elif name in ("NexusOperationCompleted", "NexusOperationFailed", "NexusOperationTimedOut", "NexusOperationCanceled"):
+        elif name in _NEXUS_CLOSED:
             attrs = self._attrs(event, name, eid)
             intent = self._readback(self.nexus, attrs, "scheduledEventId", eid, name)
             if name == "NexusOperationCompleted":
