@@ -66,7 +66,9 @@ class History:
         started = self.add("WorkflowTaskStarted", scheduledEventId=str(scheduled), identity="worker@host")
         self.add("WorkflowTaskCompleted", scheduledEventId=str(scheduled), startedEventId=str(started))
 
-    def data(self, *, spelling: str = "pascal", ids: str = "int", wrap: bool = False, order: list[int] | None = None) -> bytes:
+    def data(
+        self, *, spelling: str = "pascal", ids: str = "int", wrap: bool = False, order: list[int] | None = None
+    ) -> bytes:
         events = []
         for event in self.events:
             event = dict(event)

@@ -50,7 +50,12 @@ def test_an_execution_is_one_turn_planned_and_started_from_event_1_and_closed_by
     completed(h)
     recs = records(journal_of(h))
     assert [r["kind"] for r in recs] == [
-        "turn_planned", "phase_committed", "intent_dispatched", "effect_observed", "phase_committed", "turn_terminal"
+        "turn_planned",
+        "phase_committed",
+        "intent_dispatched",
+        "effect_observed",
+        "phase_committed",
+        "turn_terminal",
     ]
     assert recs[0]["lineage"] == "temporal:OrderWorkflow" and recs[0]["phases"] == ["start", "close"]
     assert [r["lsn"] for r in recs] == list(range(6)) and {r["branch"] for r in recs} == {0}
@@ -59,9 +64,12 @@ def test_an_execution_is_one_turn_planned_and_started_from_event_1_and_closed_by
     assert recs[0]["at"] == "2026-03-01T10:00:01.123456789Z"
     assert "prev" not in recs[0] and all("prev" in r for r in recs[1:])
     assert recs[2]["intent"] == "activity:1" and recs[2]["activity_type"] == "ChargeCard"
-    assert recs[2]["args_digest"] == hashlib.sha256(
-        json.dumps(PAYLOAD, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    ).hexdigest()
+    assert (
+        recs[2]["args_digest"]
+        == hashlib.sha256(
+            json.dumps(PAYLOAD, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+    )
     t = turn(journal_of(h))
     assert (t["decision"], intents(t)) == ("complete", {"activity:1": ("unsafe", "settled")})
 
@@ -73,7 +81,11 @@ def test_a_scheduled_activity_never_closed_blocks_when_unsafe_and_is_reissued_wh
     t = turn(journal_of(h))
     assert (t["decision"], t["reason"]) == ("blocked", "effect_indeterminate")
     t = turn(journal_of(h, {"ChargeCard": "idempotent"}))
-    assert (t["decision"], t["resume_from"], intents(t)) == ("resume", "close", {"activity:1": ("idempotent", "reissue")})
+    assert (t["decision"], t["resume_from"], intents(t)) == (
+        "resume",
+        "close",
+        {"activity:1": ("idempotent", "reissue")},
+    )
     rec = records(journal_of(h, {"ChargeCard": "idempotent"}))[2]
     assert rec["idempotency_key"] == "temporal-run-abc/1"
     t = turn(journal_of(h, {"*": "safe"}))
@@ -105,7 +117,11 @@ def test_an_activity_is_read_back_by_its_scheduled_event(closing: str, started: 
     if outcome == "unknown":
         assert (t["decision"], t["reason"]) == ("blocked", "effect_indeterminate")
         t = turn(journal_of(h, {"ChargeCard": "idempotent"}))
-        assert (t["decision"], t["resume_from"], intents(t)["activity:7"]) == ("resume", "close", ("idempotent", "reissue"))
+        assert (t["decision"], t["resume_from"], intents(t)["activity:7"]) == (
+            "resume",
+            "close",
+            ("idempotent", "reissue"),
+        )
     else:
         assert (t["decision"], t["resume_from"], intents(t)["activity:7"]) == ("resume", "close", ("unsafe", "settled"))
 
@@ -141,14 +157,24 @@ def test_a_local_activity_takes_its_class_from_the_activity_type_its_marker_name
 
     h = History()
     java = h.add("MarkerRecorded", markerName="LocalActivity", details={"type": payload("SendEmail"), "input": PAYLOAD})
-    core = h.add("MarkerRecorded", markerName="core_local_activity", details={"data": payload({"activity_type": "Lookup", "seq": 1})})
+    core = h.add(
+        "MarkerRecorded",
+        markerName="core_local_activity",
+        details={"data": payload({"activity_type": "Lookup", "seq": 1})},
+    )
     plain = h.add("MarkerRecorded", markerName="LocalActivity", details={"data": PAYLOAD})
     result = imported("temporal", h.data(), {"SendEmail": "idempotent", "Lookup": "safe"})
     recs = {r["intent"]: r for r in records(result.runs[0].journal) if r["kind"] == "intent_dispatched"}
-    assert recs[f"local:{java}"]["effect_class"] == "idempotent" and recs[f"local:{java}"]["activity_type"] == "SendEmail"
+    assert (
+        recs[f"local:{java}"]["effect_class"] == "idempotent" and recs[f"local:{java}"]["activity_type"] == "SendEmail"
+    )
     assert recs[f"local:{core}"]["effect_class"] == "safe"
     assert recs[f"local:{plain}"]["effect_class"] == "unsafe"
-    assert result.runs[0].decided_by == {f"local:{java}": "SendEmail", f"local:{core}": "Lookup", f"local:{plain}": None}
+    assert result.runs[0].decided_by == {
+        f"local:{java}": "SendEmail",
+        f"local:{core}": "Lookup",
+        f"local:{plain}": None,
+    }
 
 
 def test_other_markers_journal_nothing_and_are_counted() -> None:
@@ -173,12 +199,18 @@ def test_other_markers_journal_nothing_and_are_counted() -> None:
 )
 def test_a_child_workflow_is_idempotent_on_its_workflow_id(closing: str | None, outcome: str | None) -> None:
     h = History()
-    i = h.add("StartChildWorkflowExecutionInitiated", workflowId="child-42", workflowType={"name": "Ship"}, input=PAYLOAD)
+    i = h.add(
+        "StartChildWorkflowExecutionInitiated", workflowId="child-42", workflowType={"name": "Ship"}, input=PAYLOAD
+    )
     h.add("ChildWorkflowExecutionStarted", initiatedEventId=i, workflowExecution={"workflowId": "child-42"})
     if closing:
         h.add(closing, initiatedEventId=str(i))
     recs = records(journal_of(h))
-    assert (recs[2]["intent"], recs[2]["effect_class"], recs[2]["idempotency_key"]) == ("child:child-42", "idempotent", "child-42")
+    assert (recs[2]["intent"], recs[2]["effect_class"], recs[2]["idempotency_key"]) == (
+        "child:child-42",
+        "idempotent",
+        "child-42",
+    )
     t = turn(journal_of(h))
     if outcome:
         assert recs[-1]["outcome"] == outcome and intents(t)["child:child-42"] == ("idempotent", "settled")
@@ -191,8 +223,18 @@ def test_a_child_workflow_is_idempotent_on_its_workflow_id(closing: str | None, 
     [
         ("SignalExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionSignaled", "signal", "succeeded"),
         ("SignalExternalWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionFailed", "signal", "failed"),
-        ("RequestCancelExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionCancelRequested", "cancel", "succeeded"),
-        ("RequestCancelExternalWorkflowExecutionInitiated", "RequestCancelExternalWorkflowExecutionFailed", "cancel", "failed"),
+        (
+            "RequestCancelExternalWorkflowExecutionInitiated",
+            "ExternalWorkflowExecutionCancelRequested",
+            "cancel",
+            "succeeded",
+        ),
+        (
+            "RequestCancelExternalWorkflowExecutionInitiated",
+            "RequestCancelExternalWorkflowExecutionFailed",
+            "cancel",
+            "failed",
+        ),
     ],
 )
 def test_signals_and_cancels_of_other_workflows(initiated: str, closing: str, prefix: str, outcome: str) -> None:
@@ -201,7 +243,9 @@ def test_signals_and_cancels_of_other_workflows(initiated: str, closing: str, pr
     h.add(closing, initiatedEventId=i)
     recs = records(journal_of(h))
     assert (recs[2]["intent"], recs[2]["effect_class"], recs[2]["idempotency_key"]) == (
-        f"{prefix}:{i}", "idempotent", f"temporal-run-abc/{prefix}/{i}"
+        f"{prefix}:{i}",
+        "idempotent",
+        f"temporal-run-abc/{prefix}/{i}",
     )
     assert recs[3]["outcome"] == outcome
 
@@ -225,7 +269,9 @@ def test_nexus_operations_take_their_class_from_the_operation(closing: str, star
     h.add(closing, scheduledEventId=s)
     recs = records(journal_of(h, {"charge": "idempotent"}))
     assert (recs[2]["intent"], recs[2]["effect_class"], recs[2]["idempotency_key"]) == (
-        f"nexus:{s}", "idempotent", f"temporal-run-abc/nexus/{s}"
+        f"nexus:{s}",
+        "idempotent",
+        f"temporal-run-abc/nexus/{s}",
     )
     assert recs[3]["outcome"] == outcome
     assert records(journal_of(h))[2]["effect_class"] == "unsafe"
@@ -248,7 +294,8 @@ def test_the_execution_s_end_closes_the_turn(closing: str, status: str) -> None:
     h.add(closing, reason="because", details=PAYLOAD)
     recs = records(journal_of(h))
     assert [(r["kind"], r.get("phase"), r.get("status")) for r in recs[-2:]] == [
-        ("phase_committed", "close", None), ("turn_terminal", None, status)
+        ("phase_committed", "close", None),
+        ("turn_terminal", None, status),
     ]
     assert turn(journal_of(h))["decision"] == "complete"
 
@@ -262,12 +309,28 @@ def test_an_unsafe_activity_left_open_blocks_even_after_the_execution_completed(
 
 
 INTERNAL = [
-    "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut",
-    "TimerStarted", "TimerFired", "TimerCanceled", "WorkflowExecutionSignaled", "WorkflowExecutionCancelRequested",
-    "WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateCompleted", "WorkflowExecutionUpdateAdmitted",
-    "WorkflowExecutionUpdateRejected", "WorkflowExecutionOptionsUpdated", "UpsertWorkflowSearchAttributes",
-    "WorkflowPropertiesModified", "ActivityTaskStarted", "ActivityTaskCancelRequested", "ChildWorkflowExecutionStarted",
-    "NexusOperationStarted", "NexusOperationCancelRequested",
+    "WorkflowTaskScheduled",
+    "WorkflowTaskStarted",
+    "WorkflowTaskCompleted",
+    "WorkflowTaskFailed",
+    "WorkflowTaskTimedOut",
+    "TimerStarted",
+    "TimerFired",
+    "TimerCanceled",
+    "WorkflowExecutionSignaled",
+    "WorkflowExecutionCancelRequested",
+    "WorkflowExecutionUpdateAccepted",
+    "WorkflowExecutionUpdateCompleted",
+    "WorkflowExecutionUpdateAdmitted",
+    "WorkflowExecutionUpdateRejected",
+    "WorkflowExecutionOptionsUpdated",
+    "UpsertWorkflowSearchAttributes",
+    "WorkflowPropertiesModified",
+    "ActivityTaskStarted",
+    "ActivityTaskCancelRequested",
+    "ChildWorkflowExecutionStarted",
+    "NexusOperationStarted",
+    "NexusOperationCancelRequested",
 ]
 
 
@@ -331,7 +394,12 @@ def _mixed() -> History:
 def test_both_spellings_integer_and_string_ids_and_the_history_wrapper_give_the_same_journal() -> None:
     h = _mixed()
     first = journal_of(h)
-    for kw in ({"spelling": "screaming"}, {"ids": "str"}, {"wrap": True}, {"spelling": "screaming", "ids": "str", "wrap": True}):
+    for kw in (
+        {"spelling": "screaming"},
+        {"ids": "str"},
+        {"wrap": True},
+        {"spelling": "screaming", "ids": "str", "wrap": True},
+    ):
         assert journal_of(h, **kw) == first
 
 
@@ -367,8 +435,18 @@ def test_what_is_not_exactly_a_history_is_refused(mutate: object, why: str) -> N
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"not json", b"[]", b'{"events": {}}', b'{"events": []}', b'{"events": [1]}', b'{"history": {}}',
-     b'{"events": [{"eventId": 1}', b'{"events": [], "x": ', b'{"note": "\\"events\\": [", "events": []}'],
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b'{"events": {}}',
+        b'{"events": []}',
+        b'{"events": [1]}',
+        b'{"history": {}}',
+        b'{"events": [{"eventId": 1}',
+        b'{"events": [], "x": ',
+        b'{"note": "\\"events\\": [", "events": []}',
+    ],
 )
 def test_what_is_not_a_history_at_all_is_refused(data: bytes) -> None:
     with pytest.raises(ImportRefused) as err:
@@ -378,7 +456,7 @@ def test_what_is_not_a_history_at_all_is_refused(data: bytes) -> None:
 
 def test_braces_inside_strings_do_not_cut_an_event() -> None:
     h = History()
-    h.add("ActivityTaskScheduled", activityId="}, {\"eventId\": 9}]", activityType={"name": "a}b"}, input={"x": "]},{"})
+    h.add("ActivityTaskScheduled", activityId='}, {"eventId": 9}]', activityType={"name": "a}b"}, input={"x": "]},{"})
     recs = records(journal_of(h))
     assert recs[2]["intent"] == 'activity:}, {"eventId": 9}]'
 
@@ -458,22 +536,36 @@ def histories(draw: st.DrawFn) -> History:
             h.add(closing, scheduledEventId=s)
         if draw(st.integers(0, 5)) == 0:
             h.add("StartChildWorkflowExecutionInitiated", workflowId=f"c{n}", workflowType={"name": "C"})
-    end = draw(st.sampled_from([None, "WorkflowExecutionCompleted", "WorkflowExecutionFailed", "WorkflowExecutionTerminated"]))
+    end = draw(
+        st.sampled_from([None, "WorkflowExecutionCompleted", "WorkflowExecutionFailed", "WorkflowExecutionTerminated"])
+    )
     if end:
         h.add(end)
     return h
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(), st.randoms(use_true_random=False), st.sampled_from(["pascal", "screaming"]), st.sampled_from(["int", "str"]))
-def test_any_order_spelling_and_id_form_of_the_same_events_gives_the_same_journal(h: History, rnd, spelling, ids) -> None:
+@given(
+    histories(),
+    st.randoms(use_true_random=False),
+    st.sampled_from(["pascal", "screaming"]),
+    st.sampled_from(["int", "str"]),
+)
+def test_any_order_spelling_and_id_form_of_the_same_events_gives_the_same_journal(
+    h: History, rnd, spelling, ids
+) -> None:
     order = list(range(len(h.events)))
     rnd.shuffle(order)
     assert journal_of(h, order=order, spelling=spelling, ids=ids) == journal_of(h)
 
 
 @settings(max_examples=60, deadline=None)
-@given(histories(), st.dictionaries(st.sampled_from(["ChargeCard", "SendEmail", "Lookup", "*"]), st.sampled_from(["safe", "idempotent", "unsafe"])))
+@given(
+    histories(),
+    st.dictionaries(
+        st.sampled_from(["ChargeCard", "SendEmail", "Lookup", "*"]), st.sampled_from(["safe", "idempotent", "unsafe"])
+    ),
+)
 def test_every_imported_journal_chains_and_assesses_with_no_violation(h: History, effect_map: dict[str, str]) -> None:
     journal = journal_of(h, effect_map)
     assert journal_of(h, effect_map) == journal  # the same bytes twice
@@ -487,16 +579,24 @@ def test_every_imported_journal_chains_and_assesses_with_no_violation(h: History
 # -- the command ----------------------------------------------------------------------------------------
 
 
-def test_the_command_writes_the_journal_and_assess_journal_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_writes_the_journal_and_assess_journal_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     h = History()
     h.activity("1")
     src = tmp_path / "history.json"
     src.write_bytes(h.data(spelling="screaming"))
     (tmp_path / "map.json").write_text(json.dumps({"ChargeCard": "idempotent"}))
     out = tmp_path / "run.jsonl"
-    code, stdout, err = run_import(capsys, str(src), "--from", "temporal", "--out", str(out), "--effects", str(tmp_path / "map.json"), "--json")
+    code, stdout, err = run_import(
+        capsys, str(src), "--from", "temporal", "--out", str(out), "--effects", str(tmp_path / "map.json"), "--json"
+    )
     assert (code, err) == (0, "")
-    assert json.loads(stdout) == {"from": "temporal", "runs": [{"run": "temporal-run-abc", "records": 3, "out": str(out)}], "skipped": {}}
+    assert json.loads(stdout) == {
+        "from": "temporal",
+        "runs": [{"run": "temporal-run-abc", "records": 3, "out": str(out)}],
+        "skipped": {},
+    }
     assert out.read_bytes() == imported("temporal", src.read_bytes(), {"ChargeCard": "idempotent"}).runs[0].journal
     answer = run_assess(capsys, out)
     assert (answer["turns"][0]["decision"], answer["turns"][0]["resume_from"]) == ("resume", "close")
@@ -528,7 +628,9 @@ def test_bad_input_or_a_bad_effect_map_exits_2_with_one_line_and_writes_nothing(
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".import-")]
 
 
-def test_an_existing_journal_is_replaced_whole_or_not_at_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_existing_journal_is_replaced_whole_or_not_at_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run.jsonl"
     out.write_bytes(b"old\n")
     src = tmp_path / "h.json"
@@ -549,7 +651,9 @@ def test_an_existing_journal_is_replaced_whole_or_not_at_all(tmp_path: Path, cap
         ["--from", "temporal", "--out", "/nonexistent-dir/x.jsonl"],
     ],
 )
-def test_wrong_arguments_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+def test_wrong_arguments_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
     src = tmp_path / "h.json"
     src.write_bytes(History().data())
     args = [str(tmp_path / "x.jsonl") if a == "X" else a for a in args]
