@@ -7,13 +7,23 @@ from typing import Any
 
 from django import forms
 
-from journals.models import DECISIONS, TURN_STATUSES
+from journals.models import DECISIONS, TURN_STATUSES, TurnState
 from recovery.engine.types import EFFECT_INDETERMINATE, Code
+from recovery.state import FILTER_NAMES, OPERATOR_BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED, UNASSESSED
 
-UNASSESSED = "unassessed"
 DECISION_CHOICES = [("", "any decision")] + [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")]
+STATE_CHOICES = (
+    [("", "any state"), ("held", "held (any reason)"), ("waiting", "waiting for a person")]
+    + [(str(s), str(s.label)) for s in TurnState]
+    + [("proceeding", "the gate lets it go on"), (UNASSESSED, "not yet assessed")]
+)
 REASON_CHOICES = [("", "any reason")] + sorted(
-    [(c.value, c.value.replace("_", " ")) for c in Code] + [(EFFECT_INDETERMINATE, "effect indeterminate")]
+    [(c.value, c.value.replace("_", " ")) for c in Code]
+    + [
+        (EFFECT_INDETERMINATE, "effect indeterminate"),
+        (OPERATOR_BLOCKED, "operator blocked"),
+        (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
+    ]
 )
 STATUS_CHOICES = [("", "any status")] + [(s, s) for s in TURN_STATUSES]
 # Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
@@ -33,7 +43,8 @@ TURN_SORTS = {
     "created": ("created_at", "id"),
     "turn": ("turn_id", "id"),
     "run": ("run__run_id", "first_seq", "id"),
-    "decision": ("decision", "-updated_at", "-id"),
+    "decision": ("effective__decision", "-updated_at", "-id"),
+    "state": ("effective__state", "-updated_at", "-id"),
 }
 TURN_SORT_CHOICES = [
     ("-updated", "latest change first"),
@@ -43,6 +54,7 @@ TURN_SORT_CHOICES = [
     ("turn", "turn id"),
     ("run", "run, then journal order"),
     ("decision", "decision"),
+    ("state", "state"),
 ]
 RUN_SORTS = {
     "-updated": ("-updated_at", "-id"),
@@ -79,6 +91,7 @@ class _GetForm(forms.Form):
 
 class TurnFilterForm(_GetForm):
     q = forms.CharField(required=False, max_length=200, label="Search", help_text="Turn, run or lineage contains")
+    state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     decision = forms.ChoiceField(required=False, choices=DECISION_CHOICES)
     reason = forms.ChoiceField(required=False, choices=REASON_CHOICES)
     status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
@@ -87,7 +100,7 @@ class TurnFilterForm(_GetForm):
     sort = forms.ChoiceField(required=False, choices=TURN_SORT_CHOICES)
     per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
 
-    FILTER_FIELDS = ("q", "decision", "reason", "status", "run", "age")
+    FILTER_FIELDS = FILTER_NAMES
 
 
 class RunFilterForm(_GetForm):

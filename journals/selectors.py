@@ -294,8 +294,9 @@ def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
 
 
 def turn_with_timeline(*, turn: Turn) -> Turn:
-    """The turn with its phases (and committing records) and intents prefetched: a fixed query count."""
-    return Turn.objects.select_related("run").prefetch_related(*_TIMELINE).get(pk=turn.pk)
+    """The turn with its run and effective state joined, its phases (and committing records) and intents
+    prefetched: a fixed query count."""
+    return Turn.objects.select_related("run", "effective").prefetch_related(*_TIMELINE).get(pk=turn.pk)
 
 
 def turn_records(*, turn: Turn) -> QuerySet[JournalRecord]:
