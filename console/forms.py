@@ -7,35 +7,15 @@ from typing import Any
 
 from django import forms
 
-from journals.models import DECISIONS, TURN_STATUSES, TurnState
-from recovery.engine.types import EFFECT_INDETERMINATE, Code
-from recovery.state import FILTER_NAMES, OPERATOR_BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED, UNASSESSED
+from recovery.state import FILTER_CHOICES, FILTER_NAMES, UNASSESSED
 
-DECISION_CHOICES = [("", "any decision")] + [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")]
-STATE_CHOICES = (
-    [("", "any state"), ("held", "held (any reason)"), ("waiting", "waiting for a person")]
-    + [(str(s), str(s.label)) for s in TurnState]
-    + [("proceeding", "the gate lets it go on"), (UNASSESSED, "not yet assessed")]
-)
-REASON_CHOICES = [("", "any reason")] + sorted(
-    [(c.value, c.value.replace("_", " ")) for c in Code]
-    + [
-        (EFFECT_INDETERMINATE, "effect indeterminate"),
-        (OPERATOR_BLOCKED, "operator blocked"),
-        (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
-    ]
-)
-STATUS_CHOICES = [("", "any status")] + [(s, s) for s in TURN_STATUSES]
-# Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
-AGE_CHOICES = [
-    ("", "any age"),
-    ("lt1h", "changed in the last hour"),
-    ("lt24h", "changed in the last 24 hours"),
-    ("lt7d", "changed in the last 7 days"),
-    ("gt1h", "unchanged for over an hour"),
-    ("gt24h", "unchanged for over 24 hours"),
-    ("gt7d", "unchanged for over 7 days"),
-]
+# The filter's choices are recovery.state's, so that a list, a bulk decision and the bulk API accept the
+# same values under the same names.
+DECISION_CHOICES = [("", "any decision"), *FILTER_CHOICES["decision"]]
+STATE_CHOICES = [("", "any state"), *FILTER_CHOICES["state"]]
+REASON_CHOICES = [("", "any reason"), *FILTER_CHOICES["reason"]]
+STATUS_CHOICES = [("", "any status"), *FILTER_CHOICES["status"]]
+AGE_CHOICES = [("", "any age"), *FILTER_CHOICES["age"]]
 TURN_SORTS = {
     "-updated": ("-updated_at", "-id"),
     "updated": ("updated_at", "id"),

@@ -203,6 +203,8 @@ class TurnState(models.TextChoices):
 
 
 GATE_STATES = ("proceed", "hold", "done")
+# The effective state's columns every turn row of the API carries (journals.serializers.state_row).
+STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at")
 
 
 class TurnEffective(models.Model):

@@ -194,7 +194,8 @@ def gate_view(
     engine = engine_row(row)
     # An unresolved integrity finding of the chain verification (stored records no longer match what was
     # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
-    integrity = None if engine.decision in ("complete", "discarded") else run_integrity_hold(run_id=turn.run_id)
+    done = engine.decision in ("complete", "discarded") and (operator is None or operator.kind == "approve")
+    integrity = None if done else run_integrity_hold(run_id=turn.run_id)  # a done turn is never held
     value = turn_state_compute(
         plan=list(turn.plan) if isinstance(turn.plan, list) else [],
         engine=engine,

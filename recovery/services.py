@@ -20,13 +20,7 @@ from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord,
 from journals.storable import storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
-from loopx_site.ops.events import (
-    announce_newly_blocked,
-    blocked_turn_pks,
-    crash_loop_parked,
-    emit,
-    instrument_assessment,
-)
+from loopx_site.ops.events import crash_loop_parked, emit, instrument_assessment
 from recovery import engine
 from recovery.engine import assess as _engine_assess
 from recovery.engine.canonical import canonical_bytes, parse_line
@@ -160,7 +154,6 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        blocked_before = blocked_turn_pks(locked)  # issue 8: to announce turns that become blocked
         turns = _project_turns(locked, result, last_seq)
         TurnAssessment.objects.bulk_create(
             [
@@ -178,10 +171,6 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 if td.turn in turns
             ],
             batch_size=2000,
-        )
-        # Issue 8: `turn_blocked` (webhooks, metrics) for each turn this assessment newly blocks.
-        announce_newly_blocked(
-            locked.run_id, [(turns[td.turn], td) for td in result.turns if td.turn in turns], blocked_before, stored.pk
         )
         # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
         if locked.assessed_seq is None or locked.assessed_seq <= last_seq:

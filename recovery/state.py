@@ -24,8 +24,9 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from journals.models import Intent, Run, Turn, TurnEffective, TurnState
-from recovery.engine.types import RUN_LEVEL
+from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
+from loopx_site.ops.events import emit, turn_blocked
+from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from recovery.models import Assessment, GateDecision, TurnAssessment
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
@@ -51,6 +52,7 @@ class EngineRow:
     reason: str | None
     resume_from: str | None
     completed: int  # phases committed on the live timeline
+    reason_line: int | None = None  # the journal line of the engine's reason, when it names one
 
 
 @dataclass(frozen=True)
@@ -229,9 +231,9 @@ def turn_states_refresh(
         )
         intents, stored = intents.filter(turn_id__in=wanted), stored.filter(turn_id__in=wanted)
     engine_of = {
-        pk: EngineRow(decision, reason, resume_from, len(completed))
-        for pk, decision, reason, resume_from, completed in rows.values_list(
-            "turn_id", "decision", "reason", "resume_from", "completed_phases"
+        pk: EngineRow(decision, reason, resume_from, len(completed), line)
+        for pk, decision, reason, resume_from, completed, line in rows.values_list(
+            "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
         ).iterator(chunk_size=5000)
     }
     if not engine_of:
@@ -252,6 +254,7 @@ def turn_states_refresh(
     create: list[TurnEffective] = []
     update: list[TurnEffective] = []
     found: dict[int, StateValue] = {}
+    newly_held: list[tuple[str, StateValue]] = []
     for pk, turn_id, plan in turns.values_list("pk", "turn_id", "plan").iterator(chunk_size=5000):
         engine = engine_of.get(pk)
         if engine is None:
@@ -268,6 +271,8 @@ def turn_states_refresh(
         )
         fields = _fields(value)
         row = existing.get(pk)
+        if value.gate == HOLD and (row is None or row.gate != HOLD):
+            newly_held.append((turn_id, value))
         if row is None:
             create.append(TurnEffective(turn_id=pk, run_id=run.pk, since=now, updated_at=now, **fields))
             found[pk] = _with_since(value, now)
@@ -286,6 +291,18 @@ def turn_states_refresh(
             TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
         if update:
             TurnEffective.objects.bulk_update(update, [*_FIELDS, "since", "updated_at"], batch_size=2000)
+        # `turn_blocked` (webhooks, metrics) for each turn this refresh newly holds, whoever held it; sent in
+        # the transaction, so that deliveries commit with the state.
+        for turn_id, value in newly_held:
+            emit(
+                turn_blocked,
+                run_id=run.run_id,
+                turn_id=turn_id,
+                reason=value.reason,
+                reason_line=value.engine.reason_line if value.engine else None,
+                assessment_id=assessment.pk,
+                state=str(value.state),
+            )
     return found
 
 
@@ -351,6 +368,31 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     "proceeding": frozenset({TurnState.RESUMING, TurnState.FINALIZING, TurnState.APPROVED}),
 }
 AGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+# The values each filter name takes, with their words (what a form shows).
+FILTER_CHOICES: dict[str, list[tuple[str, str]]] = {
+    "state": [("held", "held (any reason)"), ("waiting", "waiting for a person")]
+    + [(str(s), str(s.label)) for s in TurnState]
+    + [("proceeding", "the gate lets it go on"), (UNASSESSED, "not yet assessed")],
+    "decision": [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")],
+    "reason": sorted(
+        [(c.value, c.value.replace("_", " ")) for c in Code]
+        + [
+            (EFFECT_INDETERMINATE, "effect indeterminate"),
+            (OPERATOR_BLOCKED, "operator blocked"),
+            (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
+        ]
+    ),
+    "status": [(s, s) for s in TURN_STATUSES],
+    # Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
+    "age": [
+        ("lt1h", "changed in the last hour"),
+        ("lt24h", "changed in the last 24 hours"),
+        ("lt7d", "changed in the last 7 days"),
+        ("gt1h", "unchanged for over an hour"),
+        ("gt24h", "unchanged for over 24 hours"),
+        ("gt7d", "unchanged for over 7 days"),
+    ],
+}
 
 
 def age_q(age: str, field_name: str) -> Q:

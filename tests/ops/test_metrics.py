@@ -69,9 +69,9 @@ def test_workload_shows_in_metrics(runtime, operator):
     assert delta("loopx_events_total", event="finding_opened") == 1
 
     # Scrape-time gauges: exact, from this test's database.
-    assert value(after, "loopx_turns", decision="complete", reason="") == 1
-    assert value(after, "loopx_turns", decision="resume", reason="") == 1
-    assert value(after, "loopx_turns", decision="blocked", reason="lineage_missing") == 1
+    assert value(after, "loopx_turns", state="complete", decision="complete", reason="") == 1
+    assert value(after, "loopx_turns", state="resuming", decision="resume", reason="") == 1
+    assert value(after, "loopx_turns", state="held_review", decision="blocked", reason="lineage_missing") == 1
     assert value(after, "loopx_findings_open", kind="lost_turn") == 1
     assert value(after, "loopx_findings_open", kind="chain_broken") == 0
     assert value(after, "loopx_operator_actions_total", kind="turn_block") == 1
@@ -202,4 +202,4 @@ def test_a_scrape_costs_a_few_queries(client, runtime, django_assert_max_num_que
     assessment_refresh(run=Run.objects.get(run_id="volume"))
     with django_assert_max_num_queries(10):
         samples = scrape(client, HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
-    assert value(samples, "loopx_turns", decision="complete", reason="") == 30
+    assert value(samples, "loopx_turns", state="complete", decision="complete", reason="") == 30
