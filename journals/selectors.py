@@ -233,6 +233,7 @@ class TurnPageQuery:
 
 _UPDATED_AT = Turn._meta.get_field("updated_at")
 _EXACT_COLUMNS = {"decision": "t.decision", "status": "t.status", "state": "e.state"}
+_EXACT_LOOKUPS = {"decision": "decision", "status": "status", "state": "effective__state"}
 _RUN_JOIN = " JOIN journals_run r ON r.id = t.run_id"
 _STATE_JOIN = " LEFT JOIN journals_turneffective e ON e.turn_id = t.id"
 _STATE_COLUMNS = ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS)
@@ -247,7 +248,7 @@ def turn_page_rows(*, run_prefix: str = "", run_id: str | None = None, exact: di
     TurnPageQuery, elsewhere the queryset."""
     if connection.vendor == "postgresql":
         return TurnPageQuery(run_prefix=run_prefix, run_id=run_id, exact=exact)
-    return turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**exact)
+    return turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**{_EXACT_LOOKUPS[k]: v for k, v in exact.items()})
 
 
 _TIMELINE = (

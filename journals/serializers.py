@@ -132,6 +132,9 @@ class TurnStateSerializer(serializers.Serializer):
     operator = serializers.CharField(allow_null=True, help_text="Who decided on top of the engine, if anyone.")
     decided_at = serializers.DateTimeField(allow_null=True)
 
+    def to_representation(self, effective: Any) -> dict[str, Any] | None:
+        return state_row({f: getattr(effective, f) for f in STATE_ROW_FIELDS}, prefix="")
+
 
 def state_row(row: dict[str, Any], prefix: str = "effective_") -> dict[str, Any] | None:
     """The ``state`` object of a turn row (its TurnEffective columns joined under ``prefix``)."""
@@ -167,7 +170,7 @@ class TurnSerializer(serializers.ModelSerializer):
     turn = serializers.CharField(source="turn_id")
     plan = serializers.ListField(child=serializers.CharField())
     completed_phases = serializers.ListField(child=serializers.CharField())
-    state = TurnStateSerializer(allow_null=True, read_only=True)
+    state = TurnStateSerializer(source="effective", allow_null=True, read_only=True)
 
     @staticmethod
     def row(row: dict[str, Any]) -> dict[str, Any]:

@@ -395,6 +395,11 @@ FILTER_CHOICES: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# The schema's names for the filter's value sets (settings.SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES).
+STATE_FILTER_VALUES = [value for value, _ in FILTER_CHOICES["state"]]
+DECISION_FILTER_VALUES = [value for value, _ in FILTER_CHOICES["decision"]]
+
+
 def age_q(age: str, field_name: str) -> Q:
     delta = AGES.get(age[2:])
     if delta is None:

@@ -25,7 +25,7 @@ from rest_framework.test import APIClient
 from audits.checks import audit_unclaimed_blocked_turns
 from audits.finding_services import finding_open_or_touch, finding_resolve
 from audits.findings import UNRESOLVED, Finding
-from console.selectors import blocked_queue
+from console.selectors import blocked_queue, decorate_runs
 from console.turn_detail import turn_page
 from journals.models import Intent, Run, Turn, TurnEffective
 from journals.services import records_ingest
@@ -235,10 +235,12 @@ class OneTruth(RuleBasedStateMachine):
             # Unknown never becomes "probably fine".
             if Intent.objects.filter(turn=turn, live=True, resolution="indeterminate", effect_class="unsafe").exists():
                 assert gate.state != "proceed", turn.turn_id
-        assert state_counts(runs=[run.pk]) == {
-            **Counter(str(v.state) for v in stored.values()),
-            "unassessed": len(turns) - len(stored),
-        }
+        counts = {**Counter(str(v.state) for v in stored.values()), "unassessed": len(turns) - len(stored)}
+        assert state_counts(runs=[run.pk]) == counts  # the overview's tiles and chart count with it
+        present = {k: n for k, n in counts.items() if n}
+        assert self.api.get(f"/api/v1/runs/{self.run_id}").json()["states"] == present  # the API's run
+        decorate_runs([run])
+        assert run.state_counts == present  # the runs list
 
     @invariant()
     def findings_follow_the_state(self) -> None:

@@ -65,12 +65,13 @@ def test_workload_shows_in_metrics(runtime, operator):
     assert delta("loopx_ingest_records_total", outcome="duplicate") == len(ok.lines)
     assert delta("loopx_assessment_duration_seconds_count") == 2
     assert delta("loopx_assessment_duration_seconds_bucket", le="+Inf") == 2
-    assert delta("loopx_events_total", event="turn_blocked") == 1
+    # t9 held by the engine, t2 held by the operator's block: each became held once.
+    assert delta("loopx_events_total", event="turn_blocked") == 2
     assert delta("loopx_events_total", event="finding_opened") == 1
 
     # Scrape-time gauges: exact, from this test's database.
     assert value(after, "loopx_turns", state="complete", decision="complete", reason="") == 1
-    assert value(after, "loopx_turns", state="resuming", decision="resume", reason="") == 1
+    assert value(after, "loopx_turns", state="blocked_operator", decision="blocked", reason="operator_blocked") == 1
     assert value(after, "loopx_turns", state="held_review", decision="blocked", reason="lineage_missing") == 1
     assert value(after, "loopx_findings_open", kind="lost_turn") == 1
     assert value(after, "loopx_findings_open", kind="chain_broken") == 0
