@@ -1,6 +1,7 @@
 """Reads the console needs beyond the store's selectors: list filters, capped counts, overview figures.
 
-Every list is a fixed number of queries whatever its length (select_related, one aggregate per page,
+Every read takes the reader's ``scope`` (loopx_site.access.run_scope: the runs of their teams) and keeps to
+it, counts included. Every list is a fixed number of queries whatever its length (select_related, one aggregate per page,
 correlated subqueries for "latest X of this row"), and every count is capped so that a page over a
 million rows costs what a page over a thousand does (tests/console assert both).
 """
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from audits.models import OperatorAction
 from journals.models import Run, Turn
+from loopx_site.access import RunScope
 from recovery.models import GateDecision
 from recovery.selectors import RUN_LEVEL_CODES
 
@@ -55,9 +57,9 @@ def not_approved_now() -> Q:
     )
 
 
-def turns_filtered(filters: dict[str, Any]) -> QuerySet[Turn]:
-    """Turns matching a TurnFilterForm's cleaned data, in the requested order."""
-    turns = Turn.objects.select_related("run")
+def turns_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Turn]:
+    """Turns of ``scope``'s runs matching a TurnFilterForm's cleaned data, in the requested order."""
+    turns = Turn.objects.select_related("run").filter(scope.q("run__run_id"))
     q = filters.get("q")
     if q:
         turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
@@ -77,8 +79,8 @@ def turns_filtered(filters: dict[str, Any]) -> QuerySet[Turn]:
     return turns.order_by(*TURN_SORTS.get(filters.get("sort") or "-updated", TURN_SORTS["-updated"]))
 
 
-def runs_filtered(filters: dict[str, Any]) -> QuerySet[Run]:
-    runs = Run.objects.all()
+def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
+    runs = Run.objects.filter(scope.q("run_id"))
     if filters.get("q"):
         runs = runs.filter(run_id__icontains=filters["q"])
     state = filters.get("state")
@@ -206,10 +208,10 @@ def chart_height(bars: list[Bar]) -> int:
 DECISION_ORDER = ("blocked", "resume", "finalize", "complete", "discarded", UNASSESSED)
 
 
-def blocked_queue(limit: int = 20) -> QuerySet[Turn]:
+def blocked_queue(limit: int = 20, *, scope: RunScope) -> QuerySet[Turn]:
     """Blocked turns that wait for a person, oldest first (an approval of the current reason clears one)."""
     return (
-        with_gate(Turn.objects.filter(decision="blocked").select_related("run"))
+        with_gate(Turn.objects.filter(scope.q("run__run_id"), decision="blocked").select_related("run"))
         .filter(not_approved_now())
         .order_by("updated_at", "id")[:limit]
     )
@@ -231,16 +233,18 @@ class TurnCounts:
 COUNTS_TTL_SECONDS = 60
 
 
-def _count_turns() -> TurnCounts:
+def _count_turns(scope: RunScope) -> TurnCounts:
     # One grouped query each, both answered from an index alone: (decision, -updated_at) for the decisions,
     # (reason, -updated_at) for the reasons. The engine gives a reason to blocked turns only (contract,
     # section 6), so "reason IS NOT NULL" is "blocked" without reading the table row of every blocked turn.
     by_decision = {
         (UNASSESSED if d is None else d): n
-        for d, n in Turn.objects.order_by().values_list("decision").annotate(n=Count("id")).values_list("decision", "n")
+        for d, n in Turn.objects.filter(scope.q("run__run_id"))
+        .order_by()
+        .values_list("decision").annotate(n=Count("id")).values_list("decision", "n")
     }
     by_reason = list(
-        Turn.objects.filter(reason__isnull=False)
+        Turn.objects.filter(scope.q("run__run_id"), reason__isnull=False)
         .order_by()
         .values_list("reason")
         .annotate(n=Count("id"))
@@ -250,21 +254,22 @@ def _count_turns() -> TurnCounts:
     return TurnCounts(by_decision=by_decision, by_reason=by_reason, counted_at=timezone.now())
 
 
-def turn_counts() -> TurnCounts:
-    """The overview's counts, from the cache while no turn has changed (at most COUNTS_TTL_SECONDS old)."""
+def turn_counts(*, scope: RunScope) -> TurnCounts:
+    """The overview's counts of ``scope``'s turns, from the cache while no turn has changed (at most
+    COUNTS_TTL_SECONDS old). Each scope is counted and kept apart: a team's tiles never count another's."""
     latest = Turn.objects.order_by("-updated_at", "-id").values_list("id", "updated_at").first()
-    key = "console:turn-counts:" + (f"{latest[0]}:{latest[1].timestamp()}" if latest else "none")
+    key = f"console:turn-counts:{scope.cache_key}:" + (f"{latest[0]}:{latest[1].timestamp()}" if latest else "none")
     found = cache.get(key)
     if not isinstance(found, TurnCounts):
-        found = _count_turns()
+        found = _count_turns(scope)
         cache.set(key, found, COUNTS_TTL_SECONDS)
     return found
 
 
-def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
-    counts = turn_counts()
+def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) -> Overview:
+    counts = turn_counts(scope=scope)
     decisions = [(d, counts.by_decision.get(d, 0)) for d in DECISION_ORDER]
-    queue = list(blocked_queue(queue_limit))
+    queue = list(blocked_queue(queue_limit, scope=scope))
     return Overview(
         decisions=_bars(decisions),
         reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason]),
@@ -273,7 +278,9 @@ def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
         blocked_total=counts.by_decision.get("blocked", 0),
         counted_at=counts.counted_at,
         actions=list(
-            OperatorAction.objects.select_related("turn", "run").order_by("-created_at", "-id")[:action_limit]
+            OperatorAction.objects.filter(scope.q("run__run_id"))
+            .select_related("turn", "run")
+            .order_by("-created_at", "-id")[:action_limit]
         ),
     )
 
@@ -286,9 +293,9 @@ BULK_MAX = 1000
 UNAPPROVABLE = frozenset(RUN_LEVEL_CODES) | {"effect_indeterminate"}
 
 
-def bulk_candidates(filters: dict[str, Any], action: str) -> QuerySet[Turn]:
+def bulk_candidates(filters: dict[str, Any], action: str, *, scope: RunScope) -> QuerySet[Turn]:
     """The turns of a filter that a bulk action would actually touch (the rest it leaves alone)."""
-    turns = with_gate(turns_filtered(filters))
+    turns = with_gate(turns_filtered(filters, scope=scope))
     if action == "approve":
         held_by_engine = Q(decision="blocked") & ~Q(reason__in=UNAPPROVABLE) & not_approved_now()
         held_by_operator = Q(gate_kind__in=("block", "park")) & Q(decision__in=("resume", "finalize"))

@@ -39,6 +39,8 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_celery_beat",
+    # Teams (who sees which runs): below the journal store, whose selectors filter by them.
+    "teams",
     "journals",
     "recovery",
     "audits",
