@@ -36,5 +36,7 @@ def heartbeats() -> list[Beat]:
 def open_findings(limit: int = 8, *, scope: RunScope) -> list[Finding]:
     return list(
         # The run's id is shown, the turn's by the finding's own `subject`: no join to the turn's wide row.
-        Finding.objects.filter(scope.q("run__run_id"), state__in=UNRESOLVED).select_related("run").order_by("-last_seen", "-id")[:limit]
+        Finding.objects.filter(scope.q("run__run_id"), state__in=UNRESOLVED)
+        .select_related("run")
+        .order_by("-last_seen", "-id")[:limit]
     )

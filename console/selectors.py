@@ -1,8 +1,8 @@
 """Reads the console needs beyond the store's selectors: list filters, capped counts, overview figures.
 
-Every read takes the reader's ``scope`` (loopx_site.access.run_scope: the runs of their teams) and keeps to
-it, counts included. Every list is a fixed number of queries whatever its length (select_related, one aggregate per page,
-correlated subqueries for "latest X of this row"), and every count is capped so that a page over a
+Every read takes the reader's ``scope`` (loopx_site.access.run_scope: the runs of their teams) and keeps
+to it, counts included. Every list is a fixed number of queries whatever its length (select_related, one
+aggregate per page, correlated subqueries for "latest X of this row"), and every count is capped so that a page over a
 million rows costs what a page over a thousand does (tests/console assert both).
 """
 

@@ -105,7 +105,8 @@ def blocked_queue(request: HttpRequest) -> HttpResponse:
 def runs(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned()
-    page = selectors.page_of(selectors.runs_filtered(filters, scope=_scope(request)), _page_number(request), filters.get("per_page") or 50)
+    runs = selectors.runs_filtered(filters, scope=_scope(request))
+    page = selectors.page_of(runs, _page_number(request), filters.get("per_page") or 50)
     selectors.decorate_runs(page.rows)
     return render(request, "console/runs.html", {"form": form, "page": page, "nav": "runs", **_role_context(request)})
 

@@ -14,6 +14,7 @@ A run outside a person's scope answers exactly as a run that does not exist (404
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +108,6 @@ class RunScope:
         """A short name of the scope, for caches of counts over it."""
         if self.prefixes is None:
             return "all"
-        import hashlib
-
         return hashlib.sha256("\0".join(self.prefixes).encode()).hexdigest()[:16]
 
 

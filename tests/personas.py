@@ -86,7 +86,8 @@ def teamless_operator(db) -> User:
 
 @pytest.fixture
 def admin_user(db) -> User:
-    return _user("ada-admin", "admin", team=None, is_staff=True)  # the admin role sees every run, in no team  # administrators also use the Django admin
+    # The admin role sees every run, in no team; administrators also use the Django admin.
+    return _user("ada-admin", "admin", team=None, is_staff=True)
 
 
 @pytest.fixture
