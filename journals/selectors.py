@@ -141,8 +141,8 @@ def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> Quer
 class TurnPageQuery:
     """A turn list's page on PostgreSQL as one written statement: the rows of ``turn_rows`` (same keys, same
     values), filtered by the scope's run prefixes (loopx_site.access), a run and exact column values (a
-    valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination does to a queryset: order
-    by its ordering or the reverse, keep the rows past the cursor's position, slice.
+    valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
+    does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
 
     Building and compiling the ORM's statement took ~0.3 ms a page, more than PostgreSQL took to plan and run
     it. tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
