@@ -25,7 +25,23 @@ from rest_framework.request import Request
 from journals.models import ApiToken
 
 VIEWER, OPERATOR, ADMIN = "viewer", "operator", "admin"
+ROLES = (VIEWER, OPERATOR, ADMIN)
 _RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
+
+
+def role_from_groups(groups: Any) -> str | None:
+    """The role an identity provider's groups give (settings LOOPX_OIDC_GROUPS_VIEWER, _OPERATOR, _ADMIN:
+    provider group names), the highest when several match; None when none does (fail closed)."""
+    from django.conf import settings
+
+    names = set(groups)
+    mapped = {
+        VIEWER: settings.LOOPX_OIDC_GROUPS_VIEWER,
+        OPERATOR: settings.LOOPX_OIDC_GROUPS_OPERATOR,
+        ADMIN: settings.LOOPX_OIDC_GROUPS_ADMIN,
+    }
+    held = [role for role, provider_groups in mapped.items() if names & set(provider_groups)]
+    return max(held, key=_RANK.__getitem__, default=None)
 
 
 def role_of(user: Any) -> str | None:
