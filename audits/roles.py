@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PROJECT_APPS = ("journals", "recovery", "audits", "console", "notifications")
+PROJECT_APPS = ("journals", "recovery", "audits", "console", "notifications", "teams")
 # Models whose mere listing would expose credentials (hashed or not): admins only.
 ADMIN_ONLY_MODELS = frozenset({"apitoken", "webhook"})
 OPERATOR_ADDS = {"recovery": ("operatorevidence", "gatedecision"), "audits": ("operatoraction",)}

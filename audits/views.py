@@ -143,9 +143,7 @@ class AuditListView(LoopxView):
     filterset_class = AuditFilter
 
     def get_queryset(self) -> QuerySet[RecoveryAudit]:
-        audits = _audits().order_by("-id")
-        prefix = self.token_prefix()
-        return audits.filter(run__run_id__startswith=prefix) if prefix else audits
+        return _audits().filter(self.run_scope().q("run__run_id")).order_by("-id")
 
     @extend_schema(operation_id="audits_list", responses={200: RecoveryAuditSerializer(many=True), **_ERRORS})
     def get(self, request: Request) -> Response:
@@ -158,9 +156,9 @@ class OperatorActionListView(LoopxView):
     filterset_class = OperatorActionFilter
 
     def get_queryset(self) -> QuerySet[OperatorAction]:
+        # An action about no run (a token made, a finding of no run) is seen only by whom sees every run.
         actions = OperatorAction.objects.select_related("run", "turn").order_by("-id")
-        prefix = self.token_prefix()
-        return actions.filter(run__run_id__startswith=prefix) if prefix else actions
+        return actions.filter(self.run_scope().q("run__run_id"))
 
     @extend_schema(
         operation_id="operator_actions_list", responses={200: OperatorActionSerializer(many=True), **_ERRORS}

@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
 
         user = User.objects.create_user("bench-operator", password="bench-password-123")
         user.groups.add(Group.objects.get_or_create(name="operator")[0])
+        from teams.services import team_ensure, team_members_add
+
+        team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[user])
         client = Client()
         client.force_login(user)
         plain = Client()

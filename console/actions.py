@@ -7,6 +7,7 @@ record who, when, what, why and the gate's state before and after as an Operator
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -14,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from journals.models import Intent, Turn
+from loopx_site import access
 from loopx_site.errors import ServiceError
 from recovery import services
 from recovery.state import state_of
@@ -63,10 +65,15 @@ def _rerender(
     return render(request, "console/turn_detail.html", context, status=status)
 
 
+def _visible_turns(request: HttpRequest) -> QuerySet[Turn]:
+    """Turns of the runs the operator sees: another team's turn is a 404, as a missing one."""
+    return Turn.objects.select_related("run").filter(access.runs_visible(user=request.user, field="run__run_id"))
+
+
 @operator_required
 @require_POST
 def approve(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(Turn.objects.select_related("run"), pk=pk)
+    turn = get_object_or_404(_visible_turns(request), pk=pk)
     form = ApproveForm(request.POST, indeterminate=_indeterminate(turn))
     if not form.is_valid():
         return _rerender(request, turn, approve=form)
@@ -83,7 +90,7 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 @require_POST
 def block(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(Turn.objects.select_related("run"), pk=pk)
+    turn = get_object_or_404(_visible_turns(request), pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return _rerender(request, turn, block=form)
@@ -115,9 +122,10 @@ def bulk(request: HttpRequest) -> HttpResponse:
         # A bulk decision over every turn of every run is never what an operator means: ask for a filter.
         messages.error(request, "Filter the turns first: a bulk decision applies to a filter, never to everything.")
         return HttpResponseRedirect(reverse("console:turns"))
-    candidates = selectors.bulk_candidates(filters, action)
+    scope = access.run_scope(user=request.user)
+    candidates = selectors.bulk_candidates(filters, action, scope=scope)
     count, capped = selectors.capped_count(candidates, cap=selectors.BULK_MAX)
-    matching, matching_capped = selectors.capped_count(selectors.turns_filtered(filters))
+    matching, matching_capped = selectors.capped_count(selectors.turns_filtered(filters, scope=scope))
     form = BulkForm(data if request.method == "POST" else None, initial={"action": action, "expected": count})
     stale = False
     params = _filter_params(data)

@@ -6,6 +6,7 @@ Transitions go through the tasks side's services (audits.finding_services), whic
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -13,11 +14,17 @@ from django.views.decorators.http import require_POST
 
 from audits import finding_services
 from audits.findings import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
+from loopx_site import access
 from loopx_site.errors import ServiceError
 
 from . import selectors
 from .forms import ReasonForm
 from .permissions import operator_required, viewer_required
+
+
+def _visible(request: HttpRequest) -> QuerySet[Finding]:
+    """Findings of the runs the person sees: another team's finding is absent, and a 404 when named."""
+    return Finding.objects.filter(access.runs_visible(user=request.user, field="run__run_id"))
 
 
 def _list_url(request: HttpRequest) -> str:
@@ -29,7 +36,7 @@ def _list_url(request: HttpRequest) -> str:
 def findings(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "unresolved")
     kind = request.GET.get("kind", "")
-    qs = Finding.objects.select_related("run", "turn", "acknowledged_by").order_by("-last_seen", "-id")
+    qs = _visible(request).select_related("run", "turn", "acknowledged_by").order_by("-last_seen", "-id")
     if state == "unresolved":
         qs = qs.filter(state__in=UNRESOLVED)
     elif state in FINDING_STATES:
@@ -68,7 +75,7 @@ def findings(request: HttpRequest) -> HttpResponse:
 @operator_required
 @require_POST
 def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    finding = get_object_or_404(Finding, pk=pk)
+    finding = get_object_or_404(_visible(request), pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Acknowledging needs a reason of a few words.")
@@ -85,7 +92,7 @@ def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 @require_POST
 def resolve(request: HttpRequest, pk: int) -> HttpResponse:
-    finding = get_object_or_404(Finding, pk=pk)
+    finding = get_object_or_404(_visible(request), pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Resolving needs a reason of a few words.")

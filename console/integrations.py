@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from audits.background import Heartbeat
 from audits.findings import UNRESOLVED, Finding
+from loopx_site.access import RunScope
 
 # A process that has not beaten for this long is shown as silent (workers beat every minute or so).
 STALE_AFTER = timedelta(seconds=getattr(settings, "LOOPX_HEARTBEAT_STALE_SECONDS", 180))
@@ -32,8 +33,10 @@ def heartbeats() -> list[Beat]:
     ]
 
 
-def open_findings(limit: int = 8) -> list[Finding]:
+def open_findings(limit: int = 8, *, scope: RunScope) -> list[Finding]:
     return list(
         # The run's id is shown, the turn's by the finding's own `subject`: no join to the turn's wide row.
-        Finding.objects.filter(state__in=UNRESOLVED).select_related("run").order_by("-last_seen", "-id")[:limit]
+        Finding.objects.filter(scope.q("run__run_id"), state__in=UNRESOLVED)
+        .select_related("run")
+        .order_by("-last_seen", "-id")[:limit]
     )

@@ -26,7 +26,9 @@ from django.views.decorators.http import require_POST
 
 from audits.findings import Finding
 from journals.models import Run
+from loopx_site import access
 from recovery.package_models import FINAL_STATES, IMPORTED, PackageUpload
+from recovery.package_selectors import package_uploads_visible
 from recovery.package_services import PackageError, package_upload_receive, package_validation_enqueue
 from recovery.package_services import run_export as run_export_package
 from recovery.package_views import export_filename
@@ -40,7 +42,7 @@ RECENT = 20
 def packages(request: HttpRequest) -> HttpResponse:
     from .views import _role_context
 
-    recent = list(PackageUpload.objects.order_by("-created_at")[:RECENT])
+    recent = list(package_uploads_visible(user=request.user).order_by("-created_at")[:RECENT])
     return render(
         request,
         "console/packages.html",
@@ -51,7 +53,7 @@ def packages(request: HttpRequest) -> HttpResponse:
 @operator_required
 def run_export(request: HttpRequest, pk: int) -> HttpResponse:
     """The run's package, byte-for-byte journal included (contract section 8: the one raw export)."""
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(Run.objects.filter(access.runs_visible(user=request.user)), pk=pk)
     handle, path = tempfile.mkstemp(prefix="loopx-export-", suffix=".tar.gz")
     os.close(handle)
     run_export_package(run=run, out_path=path)
@@ -146,7 +148,7 @@ def _status_context(upload: PackageUpload) -> dict[str, object]:
 def package_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     from .views import _role_context
 
-    upload = get_object_or_404(PackageUpload, pk=pk)
+    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
     return render(
         request,
         "console/package_detail.html",
@@ -159,7 +161,7 @@ def package_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The partial the detail page polls while the upload is verified and imported."""
     from .views import _role_context
 
-    upload = get_object_or_404(PackageUpload, pk=pk)
+    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
     return render(request, "console/_package_status.html", {**_status_context(upload), **_role_context(request)})
 
 
@@ -168,7 +170,7 @@ def package_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 def package_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the upload's task again (a broker outage lost the first one). Always safe: the task's steps
     are compare-and-set on the upload's state, so a second delivery finds the work done."""
-    upload = get_object_or_404(PackageUpload, pk=pk)
+    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
     if upload.state in FINAL_STATES:
         messages.error(request, "This upload is finished; there is nothing to queue.")
     elif package_validation_enqueue(upload_id=upload.pk):

@@ -1,8 +1,9 @@
 """Reads the console needs beyond the store's selectors: list filters, capped counts, overview figures.
 
-Every list is a fixed number of queries whatever its length (select_related, one aggregate per page,
-correlated subqueries for "latest X of this row"), and every count is capped so that a page over a
-million rows costs what a page over a thousand does (tests/console assert both).
+Every read takes the reader's ``scope`` (loopx_site.access.run_scope: the runs of their teams) and keeps
+to it, counts included. Every list is a fixed number of queries whatever its length (select_related, one
+aggregate per page), and every count is capped so that a page over a million rows costs what a page over
+a thousand does (tests/console assert both).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from audits.models import OperatorAction
 from journals.models import Run, Turn, TurnEffective, TurnState
+from loopx_site.access import RunScope
 from recovery import services
 from recovery.state import HOLD, STATE_GROUPS, UNASSESSED, state_counts, turns_matching
 from recovery.state import age_q as age_q
@@ -27,15 +29,15 @@ from .forms import RUN_SORTS, TURN_SORTS
 COUNT_CAP = 10_000
 
 
-def turns_filtered(filters: dict[str, Any]) -> QuerySet[Turn]:
-    """Turns matching a TurnFilterForm's cleaned data (recovery.state.turns_matching: the same filter the
-    bulk decisions and the bulk API use), in the requested order."""
-    turns = turns_matching(filters=filters)
+def turns_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Turn]:
+    """Turns of ``scope``'s runs matching a TurnFilterForm's cleaned data (recovery.state.turns_matching:
+    the same filter the bulk decisions and the bulk API use), in the requested order."""
+    turns = turns_matching(filters=filters, scope=scope)
     return turns.order_by(*TURN_SORTS.get(filters.get("sort") or "-updated", TURN_SORTS["-updated"]))
 
 
-def runs_filtered(filters: dict[str, Any]) -> QuerySet[Run]:
-    runs = Run.objects.all()
+def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
+    runs = Run.objects.filter(scope.q("run_id"))
     if filters.get("q"):
         runs = runs.filter(run_id__icontains=filters["q"])
     state = filters.get("state")
@@ -226,10 +228,11 @@ STATE_ORDER = (
 STATE_LABELS = {str(s): str(s.label) for s in TurnState} | {UNASSESSED: "not yet assessed"}
 
 
-def blocked_queue(limit: int = 20) -> QuerySet[Turn]:
-    """Held turns, longest held first: those waiting for a person and those an operator blocked."""
+def blocked_queue(limit: int = 20, *, scope: RunScope) -> QuerySet[Turn]:
+    """Held turns of ``scope``'s runs, longest held first: those waiting for a person and those an
+    operator blocked."""
     return (
-        Turn.objects.filter(effective__gate=HOLD)
+        Turn.objects.filter(scope.q("run__run_id"), effective__gate=HOLD)
         .select_related("run", "effective")
         .order_by("effective__since", "id")[:limit]
     )
@@ -252,36 +255,37 @@ class TurnCounts:
 COUNTS_TTL_SECONDS = 60
 
 
-def _count_turns() -> TurnCounts:
+def _count_turns(scope: RunScope) -> TurnCounts:
     by_reason = list(
-        TurnEffective.objects.filter(gate=HOLD)
+        TurnEffective.objects.filter(scope.q("run__run_id"), gate=HOLD)
         .order_by()
         .values_list("reason")
         .annotate(n=Count("turn_id"))
         .values_list("reason", "n")
     )
     by_reason.sort(key=lambda pair: (-pair[1], pair[0] or ""))
-    return TurnCounts(by_state=state_counts(), by_reason=by_reason, counted_at=timezone.now())
+    return TurnCounts(by_state=state_counts(scope=scope), by_reason=by_reason, counted_at=timezone.now())
 
 
-def turn_counts() -> TurnCounts:
-    """The overview's counts, from the cache while no turn or state has changed (at most COUNTS_TTL_SECONDS old)."""
+def turn_counts(*, scope: RunScope) -> TurnCounts:
+    """The overview's counts of ``scope``'s turns, from the cache while no turn or state has changed (at most
+    COUNTS_TTL_SECONDS old). Each scope is counted and kept apart: a team's tiles never count another's."""
     latest = Turn.objects.order_by("-updated_at", "-id").values_list("id", "updated_at").first()
     state = TurnEffective.objects.order_by("-updated_at").values_list("updated_at", flat=True).first()
-    key = "console:turn-counts:" + (f"{latest[0]}:{latest[1].timestamp()}" if latest else "none")
+    key = f"console:turn-counts:{scope.cache_key}:" + (f"{latest[0]}:{latest[1].timestamp()}" if latest else "none")
     key += f":{state.timestamp()}" if state else ":none"
     found = cache.get(key)
     if not isinstance(found, TurnCounts):
-        found = _count_turns()
+        found = _count_turns(scope)
         cache.set(key, found, COUNTS_TTL_SECONDS)
     return found
 
 
-def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
-    counts = turn_counts()
+def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) -> Overview:
+    counts = turn_counts(scope=scope)
     order = [str(s) for s in STATE_ORDER] + [UNASSESSED]
     states = [(s, counts.by_state.get(s, 0)) for s in order]
-    queue = list(blocked_queue(queue_limit))
+    queue = list(blocked_queue(queue_limit, scope=scope))
     return Overview(
         states=_bars(states, STATE_LABELS),
         reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason]),
@@ -292,7 +296,9 @@ def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
         counted_at=counts.counted_at,
         tiles=_tiles(counts.by_state),
         actions=list(
-            OperatorAction.objects.select_related("turn", "run").order_by("-created_at", "-id")[:action_limit]
+            OperatorAction.objects.filter(scope.q("run__run_id"))
+            .select_related("turn", "run")
+            .order_by("-created_at", "-id")[:action_limit]
         ),
     )
 
@@ -309,9 +315,9 @@ LEFT_ALONE = {
 }
 
 
-def bulk_candidates(filters: dict[str, Any], action: str) -> QuerySet[Turn]:
+def bulk_candidates(filters: dict[str, Any], action: str, *, scope: RunScope) -> QuerySet[Turn]:
     """The turns of a filter a bulk decision hands to the service (recovery.state.bulk_candidates)."""
-    return state_bulk_candidates(filters=filters, action=action).order_by("effective__since", "id")
+    return state_bulk_candidates(filters=filters, action=action, scope=scope).order_by("effective__since", "id")
 
 
 def bulk_left_alone(candidates: QuerySet[Turn]) -> list[tuple[str, int]]:

@@ -1,6 +1,8 @@
 """The console's pages. Thin: parse the request, call a selector or a service, render.
 
-Reads need the viewer role, decisions the operator role (console.permissions, on loopx_site.access).
+Reads need the viewer role, decisions the operator role (console.permissions, on loopx_site.access), and
+every read keeps to the runs of the reader's teams (``_scope``): another team's run, turn or count is
+absent, and its page a 404, the answer of a missing one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ def _page_number(request: HttpRequest) -> int:
         return 1
 
 
+def _scope(request: HttpRequest) -> access.RunScope:
+    """The runs the signed-in person sees and acts on (loopx_site.access decides)."""
+    return access.run_scope(user=request.user)
+
+
 def _role_context(request: HttpRequest) -> dict[str, object]:
     return {
         "can_operate": access.can_operate(request.user),
@@ -41,12 +48,12 @@ def _role_context(request: HttpRequest) -> dict[str, object]:
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    ov = selectors.overview()
+    ov = selectors.overview(scope=_scope(request))
     context = {
         "ov": ov,
         "queue_html": queue_rows(ov.blocked_queue),
         "heartbeats": integrations.heartbeats(),
-        "findings": integrations.open_findings(limit=8),
+        "findings": integrations.open_findings(limit=8, scope=_scope(request)),
         "nav": "overview",
         **_role_context(request),
     }
@@ -57,7 +64,9 @@ def overview(request: HttpRequest) -> HttpResponse:
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     filters = form.cleaned()
-    page = selectors.page_of(selectors.turns_filtered(filters), _page_number(request), filters.get("per_page") or 50)
+    page = selectors.page_of(
+        selectors.turns_filtered(filters, scope=_scope(request)), _page_number(request), filters.get("per_page") or 50
+    )
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
     role = _role_context(request)
     rows_html = turn_rows(
@@ -82,7 +91,7 @@ def turns(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def blocked_queue(request: HttpRequest) -> HttpResponse:
     """The live part of the overview: polled by htmx every few seconds."""
-    queue = list(selectors.blocked_queue(15))
+    queue = list(selectors.blocked_queue(15, scope=_scope(request)))
     return render(
         request,
         "console/_blocked_queue.html",
@@ -94,14 +103,15 @@ def blocked_queue(request: HttpRequest) -> HttpResponse:
 def runs(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned()
-    page = selectors.page_of(selectors.runs_filtered(filters), _page_number(request), filters.get("per_page") or 50)
+    runs = selectors.runs_filtered(filters, scope=_scope(request))
+    page = selectors.page_of(runs, _page_number(request), filters.get("per_page") or 50)
     selectors.decorate_runs(page.rows)
     return render(request, "console/runs.html", {"form": form, "page": page, "nav": "runs", **_role_context(request)})
 
 
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
     return HttpResponseRedirect(reverse("console:turns") + "?" + f"run={_quote(run.run_id)}&sort=run")
 
 
@@ -117,6 +127,8 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         page = turn_page(pk)  # reads the turn itself, with its timeline: no separate lookup
     except Turn.DoesNotExist:
         raise Http404("No such turn.") from None
+    if not _scope(request).allows(page.turn.run.run_id):
+        raise Http404("No such turn.")  # another team's turn answers as a missing one
     context = {
         "p": page,
         "turn": page.turn,

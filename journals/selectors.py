@@ -27,6 +27,7 @@ from journals.models import (
 )
 from journals.serializers import TurnDetailSerializer, iso, state_row
 from journals.storable import is_storable, storable
+from loopx_site.access import EVERY_RUN, RunScope
 from recovery.engine.canonical import parse_line
 from recovery.engine.secrets import redact
 
@@ -84,11 +85,9 @@ def run_find(*, run_id: str) -> Run | None:
     return Run.objects.filter(run_id=run_id).first()
 
 
-def runs_list(*, run_prefix: str = "") -> QuerySet[Run]:
-    runs = Run.objects.all()
-    if run_prefix:
-        runs = runs.filter(run_id__startswith=run_prefix)
-    return runs.order_by("-updated_at", "-id")
+def runs_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Run]:
+    """Runs in ``scope`` (loopx_site.access: a token's prefix, a person's teams), newest change first."""
+    return Run.objects.filter(scope.q("run_id")).order_by("-updated_at", "-id")
 
 
 def turn_find(*, run: Run, turn_id: str) -> Turn | None:
@@ -110,11 +109,8 @@ def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | 
 _JSON_FIELDS = ("plan", "completed_phases")
 
 
-def turns_list(*, run_prefix: str = "") -> QuerySet[Turn]:
-    turns = Turn.objects.select_related("run")
-    if run_prefix:
-        turns = turns.filter(run__run_id__startswith=run_prefix)
-    return turns.order_by("-updated_at", "-id")
+def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
+    return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
 
 
 # Columns of a list row. The two JSON columns come as their text and are parsed by orjson in
@@ -138,30 +134,28 @@ def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
     )
 
 
-def turn_rows(*, run_prefix: str = "", run_id: str | None = None) -> QuerySet[Turn]:
+def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> QuerySet[Turn]:
     """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
-    (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py)."""
+    (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py). Only runs in
+    ``scope``; a run's turns are tested against it by the run's id, without a join."""
     if run_id is None:
-        turns = _turn_rows_base(F("run__run_id"))
-    elif not _usable_key(run_id):
+        return _turn_rows_base(F("run__run_id")).filter(scope.q("run__run_id"))
+    if not _usable_key(run_id) or not scope.allows(run_id):
         return Turn.objects.none().values()  # an id no column can hold (a NUL) names no run
     else:
         # By the run's key, looked up in a subquery: the planner then knows it is one run and walks the
         # (run, -updated_at, -id) index for the page, where a join would sort every turn of the run. The
         # run's key is the one asked for: no join for it either.
-        turns = _turn_rows_base(Value(run_id, output_field=CharField())).filter(
+        return _turn_rows_base(Value(run_id, output_field=CharField())).filter(
             run_id=Subquery(Run.objects.filter(run_id=run_id).order_by().values("pk")[:1])
         )
-    if run_prefix:
-        turns = turns.filter(run__run_id__startswith=run_prefix)
-    return turns
 
 
 class TurnPageQuery:
     """A turn list's page on PostgreSQL as one written statement: the rows of ``turn_rows`` (same keys, same
-    values), filtered by the token's run prefix, a run and exact column values (a valid decision, a status:
-    the list's fast path, journals.views.TurnListView), and what CursorPagination does to a queryset: order
-    by its ordering or the reverse, keep the rows past the cursor's position, slice.
+    values), filtered by the scope's run prefixes (loopx_site.access), a run and exact column values (a
+    valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
+    does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
 
     Building and compiling the ORM's statement took ~0.3 ms a page, more than PostgreSQL took to plan and run
     it. tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
@@ -170,7 +164,7 @@ class TurnPageQuery:
     _ORDERINGS = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}
     _POSITIONS = {"updated_at__lt": "<", "updated_at__gt": ">"}
 
-    def __init__(self, *, run_prefix: str = "", run_id: str | None = None, exact: dict[str, str]) -> None:
+    def __init__(self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> None:
         self._run_id = run_id
         self._direction = "DESC"
         where, params = [], []
@@ -178,11 +172,13 @@ class TurnPageQuery:
             # The run's key in a subquery, as turn_rows: the (run, -updated_at, -id) index walk.
             where.append("t.run_id = (SELECT id FROM journals_run WHERE run_id = %s LIMIT 1)")
             params.append(run_id)
-            if run_prefix and not run_id.startswith(run_prefix):
-                where.append("FALSE")  # the prefix is a test of this very run id
-        elif run_prefix:
-            where.append("r.run_id LIKE %s")  # as the ORM's startswith
-            params.append(connection.ops.prep_for_like_query(run_prefix) + "%")
+            if not scope.allows(run_id):
+                where.append("FALSE")  # the scope is a test of this very run id
+        elif scope.prefixes is not None:
+            # As the ORM's startswith, one LIKE per prefix; no prefix at all: no row.
+            likes = ["r.run_id LIKE %s"] * len(scope.prefixes)
+            where.append(f"({' OR '.join(likes)})" if likes else "FALSE")
+            params.extend(connection.ops.prep_for_like_query(p) + "%" for p in scope.prefixes)
         for name, value in exact.items():
             if name not in _EXACT_COLUMNS:
                 raise ValueError(f"not an exact filter of the turn list: {name}")
@@ -243,12 +239,12 @@ _PAGE_COLUMNS = (
 _TURN_ROW_COLUMNS = ", ".join(f"t.{Turn._meta.get_field(f).column}" for f in TURN_ROW_FIELDS)
 
 
-def turn_page_rows(*, run_prefix: str = "", run_id: str | None = None, exact: dict[str, str]) -> Any:
+def turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> Any:
     """A turn list's rows (``turn_rows``), filtered by exact values, for CursorPagination: on PostgreSQL a
     TurnPageQuery, elsewhere the queryset."""
     if connection.vendor == "postgresql":
-        return TurnPageQuery(run_prefix=run_prefix, run_id=run_id, exact=exact)
-    return turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**{_EXACT_LOOKUPS[k]: v for k, v in exact.items()})
+        return TurnPageQuery(scope=scope, run_id=run_id, exact=exact)
+    return turn_rows(scope=scope, run_id=run_id).filter(**{_EXACT_LOOKUPS[k]: v for k, v in exact.items()})
 
 
 _TIMELINE = (

@@ -152,7 +152,7 @@ class RunListView(JournalView):
     serializer_class = RunSerializer
 
     def get_queryset(self) -> QuerySet[Run]:
-        return runs_list(run_prefix=self.token_prefix())
+        return runs_list(scope=self.run_scope())
 
     @extend_schema(operation_id="runs_list", responses={200: RunSerializer(many=True), **_ERRORS})
     def get(self, request: Request) -> Response:
@@ -235,7 +235,7 @@ class TurnListView(JournalView):
     pagination_class = TurnCursorPagination
 
     def get_queryset(self) -> QuerySet[Turn]:
-        return turn_rows(run_prefix=self.token_prefix(), run_id=self.kwargs.get("run_id"))
+        return turn_rows(scope=self.run_scope(), run_id=self.kwargs.get("run_id"))
 
     def exact_filters(self) -> dict[str, str] | None:
         """The filters of a page that needs no filter set, or None. Building and validating the filter set's
@@ -260,7 +260,7 @@ class TurnListView(JournalView):
         if exact is None:
             rows = self.filter_queryset(self.get_queryset())
         else:
-            rows = turn_page_rows(run_prefix=self.token_prefix(), run_id=run_id, exact=exact)
+            rows = turn_page_rows(scope=self.run_scope(), run_id=run_id, exact=exact)
         return self.paginate_queryset(rows)
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
@@ -283,7 +283,7 @@ class TurnDetailView(JournalView):
 
     @extend_schema(operation_id="turns_retrieve", responses={200: TurnDetailSerializer, **_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
-        self.check_run_allowed(request, run_id)
+        self.check_run_allowed(request, run_id, missing="No such run or turn.")
         detail = turn_detail(run_id=run_id, turn_id=turn_id)
         if detail is None:
             raise NotFound("No such run or turn.")

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
 from journals.models import Run, Turn
 from journals.selectors import run_find, turn_lookup
-from loopx_site.access import CanView, runtime_token
+from loopx_site.access import CanView, RunScope, request_scope, runtime_token
 from loopx_site.errors import ServiceError
 
 
@@ -42,10 +42,15 @@ class LoopxView(GenericAPIView):
             return Response({**body, "fields": exc.detail}, status=400)
         return super().handle_exception(exc)
 
-    def check_run_allowed(self, request: Request, run_id: str) -> None:
-        token = runtime_token(request)
-        if token is not None and not token.allows_run(run_id):
+    def check_run_allowed(self, request: Request, run_id: str, missing: str = "No such run.") -> None:
+        """A runtime token outside its prefix is refused (403: it knows its own prefix). A person outside
+        their teams' runs is told the run does not exist (404, the very answer of a missing run), so that
+        the answer never confirms that another team's run exists."""
+        if self.run_scope().allows(run_id):
+            return
+        if runtime_token(request) is not None:
             raise PermissionDenied("This token may not access this run.")
+        raise NotFound(missing)
 
     def get_run(self, request: Request, run_id: str) -> Run:
         self.check_run_allowed(request, run_id)
@@ -55,15 +60,15 @@ class LoopxView(GenericAPIView):
         return run
 
     def get_turn(self, request: Request, run_id: str, turn_id: str, *, timeline: bool = False) -> Turn:
-        self.check_run_allowed(request, run_id)
+        self.check_run_allowed(request, run_id, missing="No such run or turn.")
         turn = turn_lookup(run_id=run_id, turn_id=turn_id, timeline=timeline)
         if turn is None:
             raise NotFound("No such run or turn.")
         return turn
 
-    def token_prefix(self) -> str:
-        token = runtime_token(self.request)
-        return token.run_prefix if token is not None else ""
+    def run_scope(self) -> RunScope:
+        """The runs this request may see and act on (loopx_site.access.run_scope)."""
+        return request_scope(self.request)
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "view": self}

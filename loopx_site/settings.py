@@ -39,6 +39,8 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_celery_beat",
+    # Teams (who sees which runs): below the journal store, whose selectors filter by them.
+    "teams",
     "journals",
     "recovery",
     "audits",
@@ -76,6 +78,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "loopx_site.oidc.login_context",
             ],
         },
     },
@@ -114,6 +117,36 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# OpenID Connect sign-in (loopx_site/oidc.py, docs/access.md): on when a client id and the provider are set
+# (its discovery URL, or its four endpoints). Local accounts keep working beside it.
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET")
+OIDC_OP_DISCOVERY_URL = env_str("OIDC_OP_DISCOVERY_URL")
+OIDC_OP_ISSUER = env_str("OIDC_OP_ISSUER")  # checked against the id_token's `iss`; discovery's when unset
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile")
+OIDC_USE_PKCE = env_bool("OIDC_USE_PKCE", True)
+OIDC_TIMEOUT = env_int("OIDC_TIMEOUT", 10)
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+LOOPX_OIDC_ENABLED = bool(
+    OIDC_RP_CLIENT_ID
+    and (OIDC_OP_DISCOVERY_URL or (OIDC_OP_AUTHORIZATION_ENDPOINT and OIDC_OP_TOKEN_ENDPOINT and OIDC_OP_USER_ENDPOINT))
+)
+LOOPX_OIDC_PROVIDER_NAME = env_str("LOOPX_OIDC_PROVIDER_NAME", "single sign-on")
+LOOPX_OIDC_USERNAME_CLAIM = env_str("LOOPX_OIDC_USERNAME_CLAIM", "preferred_username")
+LOOPX_OIDC_GROUPS_CLAIM = env_str("LOOPX_OIDC_GROUPS_CLAIM", "groups")
+LOOPX_OIDC_GROUPS_VIEWER = env_list("LOOPX_OIDC_GROUPS_VIEWER", [])
+LOOPX_OIDC_GROUPS_OPERATOR = env_list("LOOPX_OIDC_GROUPS_OPERATOR", [])
+LOOPX_OIDC_GROUPS_ADMIN = env_list("LOOPX_OIDC_GROUPS_ADMIN", [])
+AUTHENTICATION_BACKENDS = [
+    *(["loopx_site.oidc.LoopxOIDCBackend"] if LOOPX_OIDC_ENABLED else []),
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")

@@ -4,9 +4,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from loopx_site.oidc import CallbackView, SignInView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    # OpenID Connect sign-in (loopx_site/oidc.py): 404 unless configured.
+    path("oidc/authenticate/", SignInView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", CallbackView.as_view(), name="oidc_authentication_callback"),
     path("api/v1/", include("loopx_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),

@@ -39,7 +39,7 @@ class WebhookForm(forms.ModelForm):
 
     class Meta:
         model = Webhook
-        fields = ["name", "url", "secret", "events", "active"]
+        fields = ["name", "url", "secret", "events", "active", "team"]
 
     def clean_secret(self) -> str:
         value: str = self.cleaned_data.get("secret") or ""
@@ -79,7 +79,7 @@ class WebhookAdmin(admin.ModelAdmin):
         return ", ".join(obj.events or [])
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = ["name", "url", "secret", "events", "active"]
+        fields = ["name", "url", "secret", "events", "active", "team"]
         if obj is not None and not self.has_change_permission(request, obj):
             # A view-only page renders fields as text: the secret is never one of them.
             fields.remove("secret")
@@ -103,7 +103,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     readonly_fields = [
         "webhook", "event", "idempotency_key", "status", "attempts", "attempt_limit", "next_attempt_at",
         "lease_until", "last_status_code", "last_error", "request_id", "created_at", "updated_at", "delivered_at",
-        "body",
+        "run_ident", "body",
     ]
     fields = readonly_fields
     inlines = [WebhookAttemptInline]

@@ -13,7 +13,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from loopx_site.access import can_administer, can_operate, can_view
+from loopx_site.access import can_administer, can_operate, can_view, runs_visible
 
 from . import delivery
 from .admin import url_without_credentials
@@ -41,7 +41,7 @@ class WebhookSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Webhook
-        fields = ["id", "name", "url", "secret", "events", "active", "created_at"]
+        fields = ["id", "name", "url", "secret", "events", "active", "team", "created_at"]
         read_only_fields = ["id", "created_at"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +90,8 @@ class DeliveryList(generics.ListAPIView):
     filterset_fields = ["status", "event", "webhook"]
 
     def get_queryset(self) -> QuerySet[WebhookDelivery]:
-        return WebhookDelivery.objects.all()
+        # The deliveries about the runs the person sees; those about no run, to whom sees every run.
+        return WebhookDelivery.objects.filter(runs_visible(user=self.request.user, field="run_ident"))
 
 
 class DeliveryResend(generics.GenericAPIView):
@@ -100,7 +101,8 @@ class DeliveryResend(generics.GenericAPIView):
 
     @extend_schema(request=None, responses={202: DeliverySerializer})
     def post(self, request: Request, pk: int) -> Response:
-        if not WebhookDelivery.objects.filter(pk=pk).exists():
+        visible = WebhookDelivery.objects.filter(runs_visible(user=request.user, field="run_ident"))
+        if not visible.filter(pk=pk).exists():
             return Response({"error": "not_found", "detail": "No such delivery.", "line": None}, status=404)
         count = delivery.resend([pk])
         if not count:

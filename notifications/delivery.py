@@ -30,6 +30,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from loopx_site.access import RunScope
 from loopx_site.ops import context
 from loopx_site.ops.logging import scrub
 from recovery.engine.secrets import redact
@@ -84,7 +85,12 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
     """
     if event not in EVENTS:
         raise ValueError(f"unknown webhook event {event!r}")
-    hooks = [hook for hook in Webhook.objects.filter(active=True) if hook.subscribes(event)]
+    run = data.get("run") if isinstance(data.get("run"), str) else None
+    hooks = [
+        hook
+        for hook in Webhook.objects.filter(active=True).prefetch_related("team__prefixes")
+        if hook.subscribes(event) and _destined(hook, run)
+    ]
     if not hooks:
         return []
     key = idempotency_key(event, subject)
@@ -98,6 +104,7 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
                 defaults={
                     "event": event,
                     "body": body,
+                    "run_ident": run,
                     "attempt_limit": max_attempts(),
                     "request_id": context.request_id_var.get() or "",
                 },
@@ -107,6 +114,13 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
     if created:
         transaction.on_commit(lambda: publish(created))
     return created
+
+
+def _destined(hook: Webhook, run: str | None) -> bool:
+    """A team's webhook is told about its team's runs only (the access rule: loopx_site.access.RunScope)."""
+    if hook.team is None:
+        return True
+    return run is not None and RunScope.of(p.prefix for p in hook.team.prefixes.all()).allows(run)
 
 
 def publish(ids: list[int], countdown: float = 0) -> None:

@@ -28,6 +28,16 @@ class Webhook(models.Model):
     secret = models.CharField(max_length=200, help_text="Signs each delivery. Write-only: never shown again.")
     events = models.JSONField(default=list, help_text="Subscribed events.")
     active = models.BooleanField(default=True)
+    # A team's webhook receives the events of that team's runs only (its run-id prefixes); events about no
+    # run go to webhooks of no team. No team: every event (docs/access.md).
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="webhooks",
+        help_text="Only the events of this team's runs. Blank: every event.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -48,6 +58,8 @@ class WebhookDelivery(models.Model):
     # that sees a key twice (a retry after a lost response, a resend) knows it is the same event.
     idempotency_key = models.CharField(max_length=120)
     body = models.TextField(help_text="The exact JSON sent (redacted when it was made).")
+    # The run the event is about (null: none), so that people see the deliveries of their teams' runs only.
+    run_ident = models.CharField(max_length=200, null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=[(s, s) for s in DELIVERY_STATUSES], default="pending", db_index=True
     )

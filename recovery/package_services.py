@@ -371,12 +371,12 @@ def package_import(*, upload: PackageUpload, actor: Any) -> PackageUpload:
     elif token is None and not access.can_operate(person):
         _failed(upload, None, {"error": "import_forbidden", "detail": "the uploader may not import runs", "line": None})
     else:
-        _restore_and_ingest(upload, token)
+        _restore_and_ingest(upload, token, person)
     upload.refresh_from_db()
     return upload
 
 
-def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
+def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None, person: Any = None) -> None:
     path = upload_path(upload)
     directory = upload_dir()
     clean_stale_temporaries(directory)
@@ -406,6 +406,12 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
             )
             return
         run_ident = str(json.loads((target / "manifest.json").read_bytes())["run"])
+        if token is None and not access.run_scope(user=person).allows(run_ident):
+            # A person imports only into the runs of their teams, as a token only into its prefix's.
+            _failed(
+                upload, None, {"error": "run_forbidden", "detail": "the uploader may not write this run", "line": None}
+            )
+            return
         try:
             with transaction.atomic():
                 # The row lock orders twin tasks: the second waits here, then finds the work done.

@@ -33,6 +33,7 @@ from journals.views import _ERRORS
 from loopx_site.access import CanExportRaw, CanRunRecovery, CanView, runtime_token
 from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.package_models import PackageUpload
+from recovery.package_selectors import package_upload_visible
 from recovery.package_serializers import PackageUploadSerializer
 from recovery.package_services import PackageError, package_upload_receive, run_export
 
@@ -133,7 +134,8 @@ class PackageUploadView(LoopxView):
 
 
 class PackageDetailView(LoopxView):
-    """An upload's status. A runtime token sees only its own uploads; people with the viewer role see all."""
+    """An upload's status. A runtime token sees only its own uploads; a person, their own and those of the
+    runs they see (recovery.package_selectors.package_uploads_visible)."""
 
     permission_classes = [CanView]
     serializer_class = PackageUploadSerializer
@@ -146,6 +148,8 @@ class PackageDetailView(LoopxView):
         upload = PackageUpload.objects.filter(pk=upload_id).first()
         token = runtime_token(request)
         if upload is None or (token is not None and upload.token_id != token.pk):
+            raise NotFound("No such package upload.")
+        if token is None and not package_upload_visible(upload, user=request.user):
             raise NotFound("No such package upload.")
         return Response(PackageUploadSerializer(upload, context=self.get_serializer_context()).data)
 

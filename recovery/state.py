@@ -25,6 +25,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
+from loopx_site.access import RunScope
 from loopx_site.ops.events import emit, turn_blocked
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from recovery.models import Assessment, GateDecision, TurnAssessment
@@ -408,11 +409,11 @@ def age_q(age: str, field_name: str) -> Q:
     return Q(**{f"{field_name}__gte": cutoff}) if age.startswith("lt") else Q(**{f"{field_name}__lt": cutoff})
 
 
-def turns_matching(*, filters: Mapping[str, Any]) -> QuerySet[Turn]:
-    """The turns a filter names (values already validated by the caller's form), with their run and their
-    effective state joined. ``state``: a TurnState, a group (held, waiting, proceeding) or unassessed;
-    ``decision`` and ``reason``: the effective ones, as the gate answers."""
-    turns = Turn.objects.select_related("run", "effective")
+def turns_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[Turn]:
+    """The turns of ``scope``'s runs a filter names (values already validated by the caller's form), with
+    their run and their effective state joined. ``state``: a TurnState, a group (held, waiting, proceeding)
+    or unassessed; ``decision`` and ``reason``: the effective ones, as the gate answers."""
+    turns = Turn.objects.select_related("run", "effective").filter(scope.q("run__run_id"))
     q = filters.get("q")
     if q:
         turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
@@ -439,22 +440,22 @@ def turns_matching(*, filters: Mapping[str, Any]) -> QuerySet[Turn]:
     return turns
 
 
-def bulk_candidates(*, filters: Mapping[str, Any], action: str) -> QuerySet[Turn]:
+def bulk_candidates(*, filters: Mapping[str, Any], action: str, scope: RunScope) -> QuerySet[Turn]:
     """The turns of a filter a bulk decision hands to the service: every held turn for an approval (the
     service refuses, one by one, those that need evidence or a repair), every turn not done and not already
     blocked by an operator for a block."""
-    turns = turns_matching(filters=filters)
+    turns = turns_matching(filters=filters, scope=scope)
     if action == "approve":
         return turns.filter(effective__gate=HOLD)
     open_turn = ~Q(effective__gate=DONE) & ~Q(effective__state=TurnState.BLOCKED_OPERATOR)
     return turns.filter(Q(effective__isnull=True) | open_turn)
 
 
-def state_counts(*, runs: Iterable[int] | None = None) -> dict[str, int]:
-    """Turns by effective state (one grouped query), over every run or some; not-yet-assessed turns are
-    the turns with no state."""
-    states = TurnEffective.objects.order_by()
-    turns = Turn.objects.order_by()
+def state_counts(*, scope: RunScope, runs: Iterable[int] | None = None) -> dict[str, int]:
+    """Turns of ``scope``'s runs by effective state (one grouped query), over every run or some; not yet
+    assessed turns are the turns with no state."""
+    states = TurnEffective.objects.order_by().filter(scope.q("run__run_id"))
+    turns = Turn.objects.order_by().filter(scope.q("run__run_id"))
     if runs is not None:
         wanted = list(runs)
         states, turns = states.filter(run_id__in=wanted), turns.filter(run_id__in=wanted)

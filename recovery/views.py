@@ -202,7 +202,9 @@ class BulkDecisionView(LoopxView):
             # A bulk decision over every turn of every run is never what an operator means.
             raise GateError(400, "filter_required", "name at least one filter: a bulk decision applies to a filter")
         action = body.validated_data["action"]
-        candidates = bulk_candidates(filters=filters, action=action).order_by("effective__since", "id")
+        candidates = bulk_candidates(filters=filters, action=action, scope=self.run_scope()).order_by(
+            "effective__since", "id"
+        )
         count = candidates.order_by()[: BULK_MAX + 1].count()
         if count > BULK_MAX:
             raise GateError(400, "too_many", f"the filter holds more than {BULK_MAX} turns: narrow it", count=count)

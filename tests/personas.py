@@ -1,5 +1,9 @@
 """Named personas for API and page tests: an operator, a viewer, an outsider without a role, an admin,
-and a runtime (API token). Each comes with a ready client."""
+and a runtime (API token). Each comes with a ready client.
+
+The operator and the viewer are members of the team of every run (prefix ""); the two teams' personas
+(``blue_operator``, ``red_operator``, ``red_viewer``) see only their own team's runs (``blue-``, ``red-``),
+and ``teamless_operator`` holds the operator role in no team, so sees no run at all (docs/access.md)."""
 
 from __future__ import annotations
 
@@ -15,12 +19,22 @@ if TYPE_CHECKING:  # models load only once Django is set up (this module is impo
     from journals.models import ApiToken
 
 
-def _user(username: str, group: str | None, **extra: Any) -> User:
+ALL_RUNS = ("all-runs", "")  # (team, its one prefix)
+BLUE = ("blue", "blue-")
+RED = ("red", "red-")
+
+
+def _user(username: str, group: str | None, team: tuple[str, str] | None = ALL_RUNS, **extra: Any) -> User:
     from django.contrib.auth.models import Group, User
+
+    from teams.services import team_ensure, team_members_add
 
     user = User.objects.create_user(username=username, password="correct-horse-battery", **extra)
     if group:
         user.groups.add(Group.objects.get(name=group))
+    if team is not None:
+        name, prefix = team
+        team_members_add(team=team_ensure(name=name, prefixes=[prefix]), users=[user])
     return user
 
 
@@ -44,12 +58,36 @@ def viewer(db) -> User:
 
 @pytest.fixture
 def outsider(db) -> User:
-    return _user("oscar-outsider", None)
+    return _user("oscar-outsider", None, team=None)
+
+
+@pytest.fixture
+def blue_operator(db) -> User:
+    """An operator of the blue team: sees and acts on runs whose id starts with ``blue-`` only."""
+    return _user("bea-blue", "operator", team=BLUE)
+
+
+@pytest.fixture
+def red_operator(db) -> User:
+    """An operator of the red team (runs ``red-...``): the outsider to the blue team's runs."""
+    return _user("rex-red", "operator", team=RED)
+
+
+@pytest.fixture
+def red_viewer(db) -> User:
+    return _user("rita-red", "viewer", team=RED)
+
+
+@pytest.fixture
+def teamless_operator(db) -> User:
+    """The operator role in no team: fail closed, no run at all."""
+    return _user("nemo-noteam", "operator", team=None)
 
 
 @pytest.fixture
 def admin_user(db) -> User:
-    return _user("ada-admin", "admin", is_staff=True)  # administrators also use the Django admin
+    # The admin role sees every run, in no team; administrators also use the Django admin.
+    return _user("ada-admin", "admin", team=None, is_staff=True)
 
 
 @pytest.fixture
@@ -70,6 +108,26 @@ def outsider_client(outsider) -> APIClient:
 @pytest.fixture
 def admin_client_api(admin_user) -> APIClient:
     return _client(admin_user)
+
+
+@pytest.fixture
+def blue_client(blue_operator) -> APIClient:
+    return _client(blue_operator)
+
+
+@pytest.fixture
+def red_client(red_operator) -> APIClient:
+    return _client(red_operator)
+
+
+@pytest.fixture
+def red_viewer_client(red_viewer) -> APIClient:
+    return _client(red_viewer)
+
+
+@pytest.fixture
+def teamless_client(teamless_operator) -> APIClient:
+    return _client(teamless_operator)
 
 
 @dataclass

@@ -331,6 +331,7 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
 
     from journals import views
     from journals.selectors import TurnPageQuery, turn_rows
+    from loopx_site.access import RunScope
     from tests.personas import make_runtime
 
     _many_turns()
@@ -360,13 +361,18 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
         return out
 
     # Combinations the API never sends (a token's prefix is checked against the run's id first) still agree.
+    # A person's scope may hold several prefixes (their teams'), or none (no team).
     if connection.vendor == "postgresql":
-        for prefix, run_id in (("run-a", "run-b1"), ("run-a", "run-a1"), ("run-", None), ("run-b", None), ("", "nope")):
-            ours = TurnPageQuery(run_prefix=prefix, run_id=run_id, exact={}).order_by("-updated_at", "-id")[0:200]
-            assert ours == list(turn_rows(run_prefix=prefix, run_id=run_id).order_by("-updated_at", "-id")[0:200])
+        for prefixes, run_id in (
+            (["run-a"], "run-b1"), (["run-a"], "run-a1"), (["run-"], None), (["run-b"], None), ([""], "nope"),
+            (["run-a1", "run-b"], None), (["run-a1", "run-b"], "run-a2"), ([], None), ([], "run-a1"), (["_%"], None),
+        ):  # fmt: skip
+            scope = RunScope.of(prefixes)
+            ours = TurnPageQuery(scope=scope, run_id=run_id, exact={}).order_by("-updated_at", "-id")[0:200]
+            assert ours == list(turn_rows(scope=scope, run_id=run_id).order_by("-updated_at", "-id")[0:200])
 
     written = answers()
-    orm = lambda *, run_prefix, run_id, exact: turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**exact)  # noqa: E731
+    orm = lambda *, scope, run_id, exact: turn_rows(scope=scope, run_id=run_id).filter(**exact)  # noqa: E731
     monkeypatch.setattr(views, "turn_page_rows", orm)
     assert answers() == written
     assert sum(len(pages) for pages in written) > 40 and written[0][0].count(b'"turn"') == 50

@@ -73,9 +73,12 @@ def make_user(username: str, role: str | None):
     """A person with a role. Transactional tests flush the groups the migration created: make them again."""
     from django.contrib.auth.models import Group, User
 
+    from teams.services import team_ensure, team_members_add
+
     user = User.objects.create_user(username=username, password=PASSWORD)
     if role:
         user.groups.add(Group.objects.get_or_create(name=role)[0])
+    team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[user])  # sees every run
     return user
 
 

@@ -81,9 +81,10 @@ def test_bulk_block_asks_for_confirmation(live_server, page, shot):
     shot(page, "bulk-block-confirm")
     page.get_by_label("Reason (recorded on every turn)").fill("Payments provider incident: hold everything.")
     page.get_by_role("button", name="Yes, block 6 turns").click()
-    page.wait_for_selector(".messages")
-    assert "Blocked 6 turns." in page.locator(".messages").inner_text()
-    assert page.locator("#turns-table .gate-block").count() == 6
+    page.wait_for_selector("#result-h")
+    assert "Blocked 6 turns" in page.locator("#result-h").inner_text()
+    page.get_by_role("link", name="← Back to the list").click()
+    assert page.locator('#turns-table [data-state="blocked_operator"]').count() == 6
     shot(page, "bulk-block-done")
 
 
@@ -108,7 +109,7 @@ def test_turn_page_layout_shows_every_planned_phase_in_order(live_server, page, 
         assert left["x"] + left["width"] <= right["x"] + 1, "each phase is right of the one before, no overlap"
     assert boxes[-1]["x"] + boxes[-1]["width"] <= width
     # The blocking phase is marked in words, not only by colour.
-    assert "held here: blocked" in steps.nth(1).inner_text()
+    assert "held here: held for review" in steps.nth(1).inner_text()
     assert "committed" in steps.nth(0).inner_text()
     shot(page, "turn-timeline-layout")
 

@@ -29,6 +29,7 @@ from console.selectors import blocked_queue, decorate_runs
 from console.turn_detail import turn_page
 from journals.models import Intent, Run, Turn, TurnEffective
 from journals.services import records_ingest
+from loopx_site.access import EVERY_RUN
 from loopx_site.errors import ServiceError
 from recovery.engine.writer import JournalWriter
 from recovery.services import (
@@ -212,7 +213,7 @@ class OneTruth(RuleBasedStateMachine):
             row["turn"]: row["state"]
             for row in self.api.get(f"/api/v1/runs/{self.run_id}/turns", {"page_size": 100}).json()["results"]
         }
-        held_queue = {t.pk for t in blocked_queue(limit=10_000) if t.run_id == run.pk}
+        held_queue = {t.pk for t in blocked_queue(limit=10_000, scope=EVERY_RUN) if t.run_id == run.pk}
         for turn in turns:
             mine = stored.get(turn.pk)
             assert mine is not None, turn.turn_id  # every turn of an assessed run has a state
@@ -226,17 +227,17 @@ class OneTruth(RuleBasedStateMachine):
             assert (detail["state"], detail["gate"], detail["reason"]) == (kept[0], kept[1], kept[3])
             assert (api_list[turn.turn_id]["state"], api_list[turn.turn_id]["gate"]) == (kept[0], kept[1])
             page = turn_page(turn.pk)
-            assert page.state is not None and str(page.state.state) == kept[0] and page.held == (kept[1] == "hold")
-            assert turns_matching(filters={"run": self.run_id, "state": kept[0]}).filter(pk=turn.pk).exists()
-            group = next((g for g, members in STATE_GROUPS.items() if kept[0] in members), None)
-            if group:
-                assert turns_matching(filters={"run": self.run_id, "state": group}).filter(pk=turn.pk).exists()
+            assert page.state is not None and str(page.state.state) == kept[0]
+            assert page.held == (kept[1] == "hold")
+            for wanted in (kept[0], *(g for g, members in STATE_GROUPS.items() if kept[0] in members)):
+                listed = turns_matching(filters={"run": self.run_id, "state": wanted}, scope=EVERY_RUN)
+                assert listed.filter(pk=turn.pk).exists(), wanted  # the turns list's filter finds it
             assert (turn.pk in held_queue) == (kept[1] == "hold")
             # Unknown never becomes "probably fine".
             if Intent.objects.filter(turn=turn, live=True, resolution="indeterminate", effect_class="unsafe").exists():
                 assert gate.state != "proceed", turn.turn_id
         counts = {**Counter(str(v.state) for v in stored.values()), "unassessed": len(turns) - len(stored)}
-        assert state_counts(runs=[run.pk]) == counts  # the overview's tiles and chart count with it
+        assert state_counts(scope=EVERY_RUN, runs=[run.pk]) == counts  # the overview's tiles and chart count with it
         present = {k: n for k, n in counts.items() if n}
         assert self.api.get(f"/api/v1/runs/{self.run_id}").json()["states"] == present  # the API's run
         decorate_runs([run])

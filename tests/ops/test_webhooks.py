@@ -345,3 +345,34 @@ def test_a_rejected_package_upload_is_announced(operator, published, settings, t
     data = json.loads(item.body)["data"]
     assert (item.event, data["code"], data["package"]) == ("package.rejected", "path_traversal", str(received.pk))
     assert "PLANTED" not in item.body
+
+
+def test_a_teams_webhook_hears_its_teams_runs_only(published):
+    """A webhook of a team is a destination of that team's runs' events only; events of no run go to
+    webhooks of no team (docs/access.md)."""
+    from teams.services import team_ensure
+
+    blue = team_ensure(name="blue", prefixes=["blue-"])
+    _hook("http://127.0.0.1:9/blue", ["turn.blocked", "package.rejected"], name="blue-hook", team=blue)
+    _hook("http://127.0.0.1:9/all", ["turn.blocked", "package.rejected"], name="all-hook")
+    _blocked(run="blue-pay", turn="t1")
+    _blocked(run="red-pay", turn="t1")
+    delivery.enqueue("package.rejected", ("pkg-1", "bad"), {"package": "pkg-1", "run": None})
+    sent = sorted(WebhookDelivery.objects.values_list("webhook__name", "run_ident"), key=str)
+    assert sent == sorted(
+        [("all-hook", "blue-pay"), ("all-hook", "red-pay"), ("all-hook", None), ("blue-hook", "blue-pay")], key=str
+    )
+
+
+def test_deliveries_of_another_teams_runs_are_absent_and_404(published, red_client, operator_client):
+    _hook("http://127.0.0.1:9/all", ["turn.blocked"])
+    _blocked(run="blue-pay", turn="t1")
+    _blocked(run="red-pay", turn="t1")
+    blue_pk = WebhookDelivery.objects.get(run_ident="blue-pay").pk
+    listed = red_client.get("/api/v1/webhook-deliveries").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [row["id"] for row in rows] == [WebhookDelivery.objects.get(run_ident="red-pay").pk]
+    assert red_client.post(f"/api/v1/webhook-deliveries/{blue_pk}/resend").status_code == 404
+    assert WebhookDelivery.objects.get(pk=blue_pk).attempt_limit == delivery.max_attempts()  # not resent
+    everything = operator_client.get("/api/v1/webhook-deliveries").json()
+    assert len(everything["results"] if isinstance(everything, dict) else everything) == 2

@@ -359,6 +359,16 @@ def test_a_runtime_token_imports_only_runs_its_prefix_allows(tmp_path, upload_of
     nothing_stored()
 
 
+def test_a_person_imports_only_runs_of_their_teams(red_operator, tmp_path, upload_of):
+    package = tmp_path / "p.tar.gz"
+    build_package(package, "imp-run-1", journal().body())
+    upload = run_task(upload_of(package.read_bytes(), red_operator))
+    assert upload.state == "import_failed" and upload.result["error"] == "run_forbidden"
+    nothing_stored()
+    build_package(package, "red-imp-1", journal("red-imp-1").body())
+    assert run_task(upload_of(package.read_bytes(), red_operator)).state == "imported"
+
+
 def test_an_uploader_who_lost_the_operator_role_imports_nothing(operator, tmp_path, upload_of):
     package = tmp_path / "p.tar.gz"
     build_package(package, "imp-run-1", journal().body())

@@ -98,6 +98,9 @@ class Command(BaseCommand):
         """(username, role, created). Existing users keep their passwords."""
         from django.contrib.auth.models import Group, User
 
+        from teams.models import ALL_RUNS_TEAM
+        from teams.services import team_ensure, team_members_add
+
         out = []
         for username, role in DEMO_USERS:
             user = User.objects.filter(username=username).first()
@@ -110,6 +113,8 @@ class Command(BaseCommand):
                 group = Group.objects.filter(name=role).first()
                 if group is not None:
                     user.groups.add(group)
+                # The demo's people see every run: members of the team of every run (docs/access.md).
+                team_members_add(team=team_ensure(name=ALL_RUNS_TEAM, prefixes=[""]), users=[user])
             out.append((username, role, created))
         return out
 
