@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "console.middleware.OperatorTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Each trail row says whether the act came through the API, the admin or the console (audits/trail.py).
+    "audits.trail.TrailViaMiddleware",
 ]
 
 ROOT_URLCONF = "loopx_site.urls"

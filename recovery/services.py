@@ -33,6 +33,8 @@ from recovery.engine.types import Assessment as EngineAssessment
 from recovery.engine.types import BranchView, TurnDecision
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
+from recovery.repair_input import repaired_lines, repaired_result
+from recovery.repair_models import repair_in_force
 from recovery.selectors import (
     HOLD,
     RUN_LEVEL_CODES,
@@ -60,16 +62,25 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(evidence: Mapping[tuple[str, str], Any], corrupt: Iterable[tuple[int, str, bool]] = ()) -> str:
+def _evidence_digest(
+    evidence: Mapping[tuple[str, str], Any],
+    corrupt: Iterable[tuple[int, str, bool]] = (),
+    repair: list[object] | None = None,
+) -> str:
     """The digest of the inputs beside the committed records: operator evidence, and every corrupt line kept
     from imported packages (JournalCorruption: pk, sha256 and whether it is in force). A repaired line stays
     in the digest, marked, so that a repair is a new input with an assessment of its own: were it dropped,
     the identity would fall back to an assessment from before the line arrived, which is not the run's
     latest, and the turns would keep the blocked projection (tests/packages/test_torn_tail.py). Without
-    kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs."""
+    kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs.
+    The journal repair in force (recovery/repair_models.py) is an input too: its identity joins the digest,
+    so a repaired run has an assessment of its own and never reuses one from before the repair."""
     items = sorted([t, i, f] for (t, i), f in evidence.items())
     kept = [[pk, sha, in_force] for pk, sha, in_force in corrupt]
-    return hashlib.sha256(canonical_bytes({"evidence": items, "corrupt_lines": kept} if kept else items)).hexdigest()
+    body: Any = {"evidence": items, "corrupt_lines": kept} if kept else items
+    if repair is not None:
+        body = {"inputs": body, "repair": repair}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
 def _corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
@@ -115,10 +126,11 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     evidence = evidence_in_force(run=run)
     kept = _corrupt_kept(run)
     corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
+    repair = repair_in_force(run)
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
-        "evidence_digest": _evidence_digest(evidence, kept),
+        "evidence_digest": _evidence_digest(evidence, kept, repair.identity() if repair else None),
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
@@ -130,13 +142,17 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     if corrupt:
         data = dict(JournalCorruption.objects.filter(pk__in=corrupt).values_list("pk", "data"))
         tail = [bytes(data[pk]) for pk in corrupt]
-    result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
+    if repair is None:
+        result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
+    else:
+        result = repaired_result(assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence), repair)
     blocked = result.run_blocked
     failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
             or _corrupt_kept(run) != kept
+            or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
         ):
             # Issue 4: compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
@@ -149,7 +165,8 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                     prefix_records=run.record_count,
                     prefix_last_seq=last_seq,
                     prefix_digest=run.prefix_digest,
-                    output=storable(redact(result.to_dict())),
+                    # A repaired run's output names its repair ("assessed after repair #3 by ...").
+                    output=storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})})),
                     live_branch=result.live_branch,
                     blocked_reason=blocked.code if blocked else None,
                 )
