@@ -54,7 +54,7 @@ def run_export(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=pk)
     handle, path = tempfile.mkstemp(prefix="loopx-export-", suffix=".tar.gz")
     os.close(handle)
-    run_export_package(run=run, out_path=path)
+    run_export_package(run=run, out_path=path, actor=request.user)
     stream = open(path, "rb")  # FileResponse closes it
     os.unlink(path)  # the open handle keeps the bytes readable; nothing is left on disk
     return FileResponse(

@@ -601,10 +601,43 @@ def package_process(*, upload_id: str) -> str:
 EXPORT_FORMATS = ("tar.gz", "tar", "zip")
 
 
-def run_export(*, run: Run, out_path: str | os.PathLike[str], fmt: str = "tar.gz") -> str:
+def run_export(
+    *,
+    run: Run,
+    out_path: str | os.PathLike[str],
+    fmt: str = "tar.gz",
+    actor: Any = None,
+    actor_name: str | None = None,
+    reason: str = "",
+) -> str:
     """Write the run's package (journal byte for byte, secrets included: contract section 8, the one raw
-    export) to ``out_path`` atomically; returns the package's sha256."""
-    return build_package(out_path, run.run_id, run_journal_bytes(run=run), fmt=fmt)
+    export) to ``out_path`` atomically; returns the package's sha256. A repaired run's package also carries
+    each repair and the records it set aside, under ``state/loopx/repairs/`` (recovery/repair.py).
+
+    With ``actor`` (or ``actor_name``, a command line) the export is an audited act: the package is built,
+    then its ``run_export`` trail row is written; when that fails the file is removed and never handed out
+    (the build is not under the trail head's lock, which every writer shares)."""
+    from audits.services import operator_action_record  # audits builds on recovery
+    from recovery.repair import repair_state_files
+
+    sha = build_package(out_path, run.run_id, run_journal_bytes(run=run), repair_state_files(run=run), fmt=fmt)
+    if actor is None and actor_name is None:
+        return sha
+    try:
+        with transaction.atomic():
+            operator_action_record(
+                actor=actor,
+                actor_name=actor_name,
+                kind="run_export",
+                run=run,
+                reason=reason or "raw export of the run (journal bytes, secrets included)",
+                after={"format": fmt, "sha256": sha, "records": run.record_count, "prefix_key": run.prefix_key},
+            )
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out_path)
+        raise
+    return sha
 
 
 def run_journal_bytes(*, run: Run) -> bytes:
