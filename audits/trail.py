@@ -35,7 +35,7 @@ def current_via() -> str:
     return _via.get()
 
 
-class via:  # noqa: N801 - used as a context manager, like a function
+class via:
     """``with via("cli"): ...``: acts inside are recorded as coming from there."""
 
     def __init__(self, name: str) -> None:

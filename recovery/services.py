@@ -145,7 +145,8 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     if repair is None:
         result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
     else:
-        result = repaired_result(assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence), repair)
+        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
+        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair_input.py)
     blocked = result.run_blocked
     failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():

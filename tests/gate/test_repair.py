@@ -81,7 +81,8 @@ def test_accept_prefix_previewed_then_applied_names_the_repair_and_keeps_the_byt
                                          "reason": "t2 was cut by a bad disk"}, format="json")
     assert applied.status_code == 201, applied.content
     answer = applied.json()
-    assert answer["assessment"]["repair"]["text"] == "assessed after repair #1 by olivia-operator: t2 was cut by a bad disk"
+    text = "assessed after repair #1 by olivia-operator: t2 was cut by a bad disk"
+    assert answer["assessment"]["repair"]["text"] == text
     assert answer["assessment"]["blocked_reason"] is None
     turns = {t.turn_id: (t.decision, t.reason) for t in Turn.objects.filter(run=run)}
     assert turns == {"t1": ("complete", None), "t2": ("blocked", "repair_quarantined")}
@@ -154,8 +155,9 @@ def test_viewers_and_runtime_tokens_cannot_repair(run, viewer_client, runtime):
 
 
 def test_the_chain_audit_leaves_a_repaired_break_alone(run, operator_client):
-    from audits.checks import audit_chain_verification
     from datetime import timedelta
+
+    from audits.checks import audit_chain_verification
 
     report = audit_chain_verification(record_budget=1000, full_passes=0, full_pass_every=timedelta(0), limit=10)
     assert Finding.objects.filter(kind="chain_broken", state="open").count() >= 1, report.as_dict()

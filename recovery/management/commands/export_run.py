@@ -12,9 +12,9 @@ import json
 import os
 from typing import Any
 
-from audits.trail import via
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audits.trail import via
 from journals.selectors import run_find
 from recovery.package_services import EXPORT_FORMATS, run_export
 
