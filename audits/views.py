@@ -344,12 +344,12 @@ class OperatorActionExportView(LoopxView):
 
     @extend_schema(
         operation_id="operator_actions_export",
-        parameters=[OpenApiParameter("format", str, enum=list(EXPORT_FORMATS), default="jsonl"),
+        parameters=[OpenApiParameter("output", str, enum=list(EXPORT_FORMATS), default="jsonl"),
                     *[OpenApiParameter(name, str) for name in FILTERS]],
         responses={(200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR), **_ERRORS},
     )
     def get(self, request: Request) -> StreamingHttpResponse:
-        fmt = request.query_params.get("format", "jsonl")
+        fmt = request.query_params.get("output", "jsonl")  # not `format`: DRF keeps that for its renderers
         stream = trail_export(actor=request.user, params=request.query_params, fmt=fmt)
         response = StreamingHttpResponse(stream, content_type="application/jsonl" if fmt == "jsonl" else "text/csv")
         response["Content-Disposition"] = f'attachment; filename="loopx-audit-log.{fmt}"'
