@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from journals.models import ID_MAX, Run, Turn
 from loopx_site.appendonly import AppendOnlyModel
+from loopx_site.via import VIA
 from recovery.models import Assessment, TurnClaim
 
 
@@ -55,9 +56,7 @@ OPERATOR_ACTION_KINDS = (
     "journal_repair",
     "trail_export",
 )
-# How the act reached the service (set per request by audits.trail.TrailViaMiddleware; a command line
-# says so itself): a filter of the audit log, and part of the row's digest.
-VIA = ("console", "api", "admin", "cli", "system")
+# How the act reached the service (loopx_site/via.py): a filter of the audit log, and part of the row's digest.
 # The digest the first row of the trail chains from.
 TRAIL_GENESIS = "0" * 64
 

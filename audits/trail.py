@@ -15,61 +15,17 @@ a row, or adding one behind the writer's back breaks the chain (``trail_verify``
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
 
-from audits.models import TRAIL_GENESIS, VIA, OperatorAction, TrailHead
+from audits.models import TRAIL_GENESIS, OperatorAction, TrailHead
+from loopx_site.via import current_via
 from recovery.engine.canonical import canonical_bytes
-
-_via: contextvars.ContextVar[str] = contextvars.ContextVar("loopx_trail_via", default="system")
-
-
-def current_via() -> str:
-    return _via.get()
-
-
-class via:
-    """``with via("cli"): ...``: acts inside are recorded as coming from there."""
-
-    def __init__(self, name: str) -> None:
-        if name not in VIA:
-            raise ValueError(f"via must be one of {', '.join(VIA)}")
-        self.name = name
-        self._token: contextvars.Token[str] | None = None
-
-    def __enter__(self) -> via:
-        self._token = _via.set(self.name)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _via.reset(self._token)
-
-
-def via_of_path(path: str) -> str:
-    if path.startswith("/api/"):
-        return "api"
-    if path.startswith("/admin/"):
-        return "admin"
-    return "console"
-
-
-class TrailViaMiddleware:
-    """Names the path an act of this request took (api, admin or console) for its trail row."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        with via(via_of_path(request.path)):
-            return self.get_response(request)
 
 
 def _when(value: datetime) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 import django_filters
 from django.db.models import Prefetch, QuerySet
 from django.http import StreamingHttpResponse
+from django_celery_beat.models import PeriodicTask
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -18,6 +19,7 @@ from rest_framework.response import Response
 from audits.finding_services import finding_acknowledge, finding_resolve
 from audits.findings import FINDING_KINDS, FINDING_STATES, Finding
 from audits.models import OPERATOR_ACTION_KINDS, OperatorAction, RecoveryAudit, RecoveryAuditAction
+from audits.schedules import schedule_change, schedule_state
 from audits.serializers import (
     ActionRequestSerializer,
     AuditActionSerializer,
@@ -354,3 +356,48 @@ class OperatorActionExportView(LoopxView):
         response = StreamingHttpResponse(stream, content_type="application/jsonl" if fmt == "jsonl" else "text/csv")
         response["Content-Disposition"] = f'attachment; filename="loopx-audit-log.{fmt}"'
         return response
+
+
+class ScheduleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    task = serializers.CharField()
+    enabled = serializers.BooleanField()
+    every_seconds = serializers.IntegerField(allow_null=True)
+    kwargs = serializers.CharField()
+    last_run_at = serializers.CharField(allow_null=True)
+
+
+class ScheduleChangeSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False, allow_null=True, default=None)
+    every_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(max_length=4000)
+
+
+class ScheduleListView(LoopxView):
+    serializer_class = ScheduleSerializer
+    permission_classes = [CanOperate]
+    pagination_class = None
+    queryset = PeriodicTask.objects.none()
+
+    @extend_schema(operation_id="schedules_list", responses={200: ScheduleSerializer(many=True), **_ERRORS})
+    def get(self, request: Request) -> Response:
+        tasks = PeriodicTask.objects.select_related("interval").order_by("name")
+        return Response([schedule_state(t) for t in tasks])
+
+
+class ScheduleDetailView(LoopxView):
+    serializer_class = ScheduleSerializer
+    permission_classes = [IsAdministrator]
+    queryset = PeriodicTask.objects.none()
+
+    @extend_schema(operation_id="schedules_change", request=ScheduleChangeSerializer,
+                   responses={200: ScheduleSerializer, **_ERRORS})
+    def patch(self, request: Request, schedule_id: int) -> Response:
+        task = PeriodicTask.objects.filter(pk=schedule_id).first()
+        if task is None:
+            raise NotFound("No such schedule.")
+        body = ScheduleChangeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        changed = schedule_change(task=task, actor=request.user, **body.validated_data)
+        return Response(schedule_state(changed))

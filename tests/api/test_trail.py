@@ -130,6 +130,10 @@ SCENARIOS: dict[str, Scenario] = {
     "packages_upload": ("operator", lambda c, w: c.post("/api/v1/packages", b"not yet checked",
                                                         content_type="application/octet-stream")),
     "repairs_apply": ("operator", _repair_api),
+    "schedules_change": ("admin", lambda c, w: c.patch(f"/api/v1/schedules/{_schedule()}", {
+        "enabled": False, "reason": "paused for the upgrade"}, format="json")),
+    "turn_annotations_update": ("operator", lambda c, w: c.post(f"/api/v1/runs/{BROKEN}/turns/t1/annotations", {
+        "notes": "the disk was replaced", "reason": "context for the next shift"}, format="json")),
     "tokens_create": ("admin", lambda c, w: c.post("/api/v1/tokens", {"name": "new"}, format="json")),
     "tokens_revoke": ("admin", lambda c, w: c.post(f"/api/v1/tokens/{w['token'].pk}/revoke")),
     "v1_webhooks_create": ("admin", lambda c, w: c.post("/api/v1/webhooks", {
@@ -174,6 +178,12 @@ def _file(data: bytes) -> Any:
     return SimpleUploadedFile("p.tar.gz", data)
 
 
+def _schedule() -> int:
+    from django_celery_beat.models import PeriodicTask
+
+    return PeriodicTask.objects.get(name="audit: trail verification").pk
+
+
 def _group(name: str) -> int:
     from django.contrib.auth.models import Group
 
@@ -183,7 +193,9 @@ def _group(name: str) -> int:
 def _state() -> list[Any]:
     """Everything a scenario may change, as plain values (the forced failure must leave it all as it was)."""
     from django.contrib.auth.models import Group, User
-    from django_celery_beat.models import IntervalSchedule
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from console.models import TurnAnnotation
 
     return [
         list(OperatorAction.objects.order_by("seq").values_list("seq", "digest")),
@@ -198,6 +210,8 @@ def _state() -> list[Any]:
         list(User.objects.order_by("pk").values_list("pk", "username")),
         [(g.pk, sorted(g.permissions.values_list("pk", flat=True))) for g in Group.objects.order_by("pk")],
         list(IntervalSchedule.objects.order_by("pk").values_list("pk", "every")),
+        list(PeriodicTask.objects.order_by("pk").values_list("pk", "enabled", "interval_id")),
+        list(TurnAnnotation.objects.order_by("pk").values_list("pk", "notes")),
     ]
 
 
@@ -300,17 +314,25 @@ def test_every_writable_admin_model_is_audited(superadmin: Any, rf: Any) -> None
 # --- tamper evidence -------------------------------------------------------------------------------------
 
 
+def _behind_the_writers_back(sql: str, params: list[Any]) -> None:
+    """Raw SQL as an intruder with the database's superuser would run it: on PostgreSQL the append-only
+    trigger refuses it, so triggers are switched off for the session first (replica role)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET session_replication_role = replica")
+        try:
+            cursor.execute(sql, params)
+        finally:
+            if connection.vendor == "postgresql":
+                cursor.execute("SET session_replication_role = origin")
+
+
 def test_the_chain_check_catches_an_edited_row(world: dict[str, Any]) -> None:
     api_token_create(name="second", actor_name="test")
     assert not trail_verify().problems
     victim = OperatorAction.objects.order_by("seq").first()
     assert victim is not None and OperatorAction.objects.count() >= 2
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":  # the append-only trigger refuses it: an intruder drops it first
-            cursor.execute("ALTER TABLE audits_operatoraction DISABLE TRIGGER audits_operatoraction_append_only")
-        cursor.execute("UPDATE audits_operatoraction SET reason = %s WHERE id = %s", ["nothing to see", victim.pk])
-        if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audits_operatoraction ENABLE TRIGGER audits_operatoraction_append_only")
+    _behind_the_writers_back("UPDATE audits_operatoraction SET reason = %s WHERE id = %s", ["nothing to see", victim.pk])
     problems = trail_verify().problems
     assert [p.fact_key for p in problems] == [f"row:{victim.seq}"]
     report = audit_trail_verification()
@@ -324,12 +346,7 @@ def test_the_chain_check_catches_an_edited_row(world: dict[str, Any]) -> None:
 def test_a_removed_last_row_shows_at_the_head(world: dict[str, Any]) -> None:
     last = OperatorAction.objects.order_by("-seq").first()
     assert last is not None
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audits_operatoraction DISABLE TRIGGER audits_operatoraction_append_only")
-        cursor.execute("DELETE FROM audits_operatoraction WHERE id = %s", [last.pk])
-        if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audits_operatoraction ENABLE TRIGGER audits_operatoraction_append_only")
+    _behind_the_writers_back("DELETE FROM audits_operatoraction WHERE id = %s", [last.pk])
     assert [p.fact_key for p in trail_verify().problems] == ["head"]
 
 

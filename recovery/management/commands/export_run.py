@@ -14,8 +14,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audits.trail import via
 from journals.selectors import run_find
+from loopx_site.via import via
 from recovery.package_services import EXPORT_FORMATS, run_export
 
 
