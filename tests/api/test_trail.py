@@ -332,7 +332,7 @@ def test_the_chain_check_catches_an_edited_row(world: dict[str, Any]) -> None:
     assert not trail_verify().problems
     victim = OperatorAction.objects.order_by("seq").first()
     assert victim is not None and OperatorAction.objects.count() >= 2
-    _behind_the_writers_back("UPDATE audits_operatoraction SET reason = %s WHERE id = %s", ["nothing to see", victim.pk])
+    _behind_the_writers_back("UPDATE audits_operatoraction SET reason = %s WHERE id = %s", ["edited", victim.pk])
     problems = trail_verify().problems
     assert [p.fact_key for p in problems] == [f"row:{victim.seq}"]
     report = audit_trail_verification()
