@@ -22,7 +22,6 @@ from django.conf import settings
 from django.db import transaction
 
 from journals.models import JournalRecord, Run
-from journals.storable import storable
 from loopx_site.errors import ServiceError
 from recovery.engine.canonical import canonical_bytes
 from recovery.engine.types import Assessment as EngineAssessment
@@ -70,14 +69,6 @@ class RepairPreview:
 
 def _max_bytes() -> int:
     return int(getattr(settings, "LOOPX_REPAIR_MAX_BYTES", DEFAULT_MAX_BYTES))
-
-
-def _reason(reason: Any) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise RepairError(400, "reason_required", "a reason is required: say why the journal is repaired this way")
-    if len(reason) > 4000:
-        raise RepairError(400, "reason_too_long", "the reason is longer than 4000 characters")
-    return storable(reason.strip())
 
 
 def set_aside_bytes(run: Run, *, after: int, through: int) -> bytes:
@@ -188,9 +179,9 @@ def journal_repair_apply(
     """Apply the repair previewed as ``preview``; returns it and the run's new assessment, which names it."""
     from audits.finding_services import findings_resolve_by_repair  # findings build on recovery
     from audits.services import operator_action_record
-    from recovery.services import assessment_refresh
+    from recovery.services import _reason, assessment_refresh
 
-    reason = _reason(reason)
+    reason = _reason(reason)  # the gate's rule for an operator's reason
     if not isinstance(preview, str) or len(preview) != 64:
         raise RepairError(400, "preview_required", "preview the repair first and send back its `preview` digest")
     seen = journal_repair_preview(run=run, kind=kind, actor=actor, reason=reason, through_seq=through_seq,

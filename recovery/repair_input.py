@@ -18,7 +18,8 @@ from recovery.repair_models import ACCEPT_PREFIX, REPAIR_QUARANTINED, JournalRep
 CHUNK = 5000
 
 
-def _records(run_pk: int, after: int, through: int) -> Iterator[bytes]:
+def stored_lines(run_pk: int, after: int, through: int) -> Iterator[bytes]:
+    """The stored records' bytes with after < seq <= through, in seq order, streamed in chunks."""
     while after < through:
         rows = list(
             JournalRecord.objects.filter(run_id=run_pk, seq__gt=after, seq__lte=through)
@@ -45,10 +46,10 @@ def repaired_lines(run_pk: int, last_seq: int, tail: Iterable[bytes], repair: Jo
     """The lines the engine reads under ``repair``: the accepted prefix (or the corrected journal), then the
     records stored since the repair, then the kept corrupt lines of imported packages."""
     if repair.kind == ACCEPT_PREFIX:
-        yield from _records(run_pk, 0, int(repair.through_seq or 0))
+        yield from stored_lines(run_pk, 0, int(repair.through_seq or 0))
     else:
         yield from replacement_lines(bytes(repair.replacement))
-    yield from _records(run_pk, repair.at_seq, last_seq)
+    yield from stored_lines(run_pk, repair.at_seq, last_seq)
     yield from tail
 
 

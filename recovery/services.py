@@ -33,7 +33,7 @@ from recovery.engine.types import Assessment as EngineAssessment
 from recovery.engine.types import BranchView, TurnDecision
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
-from recovery.repair_input import repaired_lines, repaired_result
+from recovery.repair_input import repaired_lines, repaired_result, stored_lines
 from recovery.repair_models import repair_in_force
 from recovery.selectors import (
     HOLD,
@@ -97,18 +97,7 @@ def _lines_through(run_pk: int, last_seq: int, tail: Iterable[bytes] = ()) -> It
     pages look records up by the reason's line); the engine reports each as ``storage_corruption``, a
     run-level violation that blocks every turn (the reason is the first run-level violation, so a record
     before it that breaks the contract run-wide may be named instead: the run is blocked either way)."""
-    after = 0
-    while after < last_seq:
-        rows = list(
-            JournalRecord.objects.filter(run_id=run_pk, seq__gt=after, seq__lte=last_seq)
-            .order_by("seq")
-            .values_list("seq", "line")[:5000]
-        )
-        if not rows:
-            return
-        for seq, line in rows:
-            after = seq
-            yield bytes(line)
+    yield from stored_lines(run_pk, 0, last_seq)
     yield from tail
 
 
