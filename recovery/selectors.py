@@ -22,6 +22,7 @@ from django.utils import timezone
 from journals.models import Intent, Run, Turn
 from recovery.engine.types import RUN_LEVEL
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.repair_models import REPAIR_QUARANTINED
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
 OPERATOR_BLOCKED = "operator_blocked"
@@ -151,8 +152,8 @@ def approval_covers(
     turn_id: str,
     violations: list[Any] | None = None,
 ) -> bool:
-    if row.reason in RUN_LEVEL_CODES:
-        return False
+    if row.reason in RUN_LEVEL_CODES or row.reason == REPAIR_QUARANTINED:
+        return False  # a journal fault, or records a repair set aside: re-sent records decide, not an approval
     return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id, violations)
 
 

@@ -3,6 +3,7 @@ its assessment names it, the stored bytes never change, and an export of the run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -86,13 +87,19 @@ def test_accept_prefix_previewed_then_applied_names_the_repair_and_keeps_the_byt
     assert answer["assessment"]["blocked_reason"] is None
     turns = {t.turn_id: (t.decision, t.reason) for t in Turn.objects.filter(run=run)}
     assert turns == {"t1": ("complete", None), "t2": ("blocked", "repair_quarantined")}
-    # The gate never lets the quarantined turn proceed; t1 is done.
-    gate = operator_client.get(f"/api/v1/runs/{RUN}/turns/t2/decision").json()
-    assert gate["state"] == "hold"
     # One trail row, of the repair, naming it.
     rows = list(OperatorAction.objects.filter(seq__gt=trail_before))
     assert [r.kind for r in rows] == ["journal_repair"]
     assert rows[0].after["number"] == 1 and rows[0].actor == operator
+    # The gate never lets the quarantined turn proceed, not even on an approval; t1 is done.
+    assert operator_client.get(f"/api/v1/runs/{RUN}/turns/t2/decision").json()["state"] == "hold"
+    assert operator_client.get(f"/api/v1/runs/{RUN}/turns/t1/decision").json()["state"] == "done"
+    from loopx_site.errors import ServiceError
+    from recovery.services import turn_approve
+
+    with contextlib.suppress(ServiceError):  # refusing the approval outright is as good: the turn stays held
+        turn_approve(turn=Turn.objects.get(run=run, turn_id="t2"), actor=operator, reason="let it go")
+    assert operator_client.get(f"/api/v1/runs/{RUN}/turns/t2/decision").json()["state"] == "hold"
     # The stored records are byte-identical.
     assert _bytes(run) == original
     # The same apply again is stale (the repair in force moved): nothing more is written.
