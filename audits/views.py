@@ -187,6 +187,9 @@ class OperatorActionListView(LoopxView):
 
 
 class FindingSerializer(serializers.ModelSerializer):
+    # Plain strings in the schema: enums named "kind" and "state" would collide with other apps'.
+    kind = serializers.CharField(read_only=True)
+    state = serializers.CharField(read_only=True)
     run = serializers.CharField(source="run.run_id", allow_null=True, default=None)
     turn = serializers.CharField(source="turn.turn_id", allow_null=True, default=None)
 

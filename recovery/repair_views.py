@@ -25,7 +25,9 @@ _CONFLICT = {
 
 
 class RepairRequestSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=REPAIR_KINDS)
+    # A plain string in the schema (an enum named "kind" would collide with other apps'); the service
+    # refuses any other value (400 repair_kind_invalid).
+    kind = serializers.CharField(max_length=16, help_text=f"One of: {', '.join(REPAIR_KINDS)}.")
     through_seq = serializers.IntegerField(required=False, allow_null=True, default=None,
                                            help_text="accept_prefix: the last record (seq) accepted.")
     journal = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False,
@@ -40,6 +42,7 @@ class RepairApplySerializer(RepairRequestSerializer):
 
 class RepairSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.run_id")
+    kind = serializers.CharField(read_only=True)
     text = serializers.CharField(read_only=True)
 
     class Meta:
