@@ -22,13 +22,14 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from audits.chain import chain_rewind_oldest, chain_verify_run
-from audits.finding_services import finding_clear, finding_open_or_touch
+from audits.finding_services import finding_clear, finding_open_or_touch, repair_covers
 from audits.findings import UNRESOLVED, Finding
 from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
 from recovery import services as recovery_services
 from recovery.background import assessment_enqueue, assessment_request, assessments_overdue
 from recovery.models import Assessment, TurnAssessment
 from recovery.pending import PendingAssessment
+from recovery.repair_models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
 from recovery.state import WAITING
@@ -246,12 +247,36 @@ def audit_chain_verification(
         budget -= result.records
         report.checked += 1
         report.counts["records"] += result.records
+        repair = repair_in_force(run)
         for problem in result.problems:
+            covered = repair is not None and repair_covers(repair, problem.evidence.get("seq"))
+            if problem.kind == "chain_broken" and covered:
+                # The break is among the records a journal repair set aside: the operator decided it.
+                report.counts["chain_broken_repaired"] += 1
+                continue
             _, opened = finding_open_or_touch(
                 kind=problem.kind, run=run, fact_key=problem.fact_key, evidence=problem.evidence
             )
             report.counts[f"{problem.kind}_{'opened' if opened else 'seen'}"] += 1
     report.counts["rewound"] = chain_rewind_oldest(count=full_passes, min_age=full_pass_every)
+    return report
+
+
+# --- the operator trail ----------------------------------------------------------------------------------
+
+
+def audit_trail_verification() -> AuditReport:
+    """Re-verify the operator trail's chain (audits/trail.py) from its first row: each break is a
+    ``trail_broken`` finding of no run, which only a person resolves."""
+    from audits.trail import trail_verify
+
+    report = AuditReport("trail_verification")
+    result = trail_verify()
+    report.checked = result.rows
+    for problem in result.problems:
+        _, opened = finding_open_or_touch(kind="trail_broken", run=None, fact_key=problem.fact_key,
+                                          evidence=problem.evidence)
+        report.counts["trail_broken_opened" if opened else "trail_broken_seen"] += 1
     return report
 
 

@@ -31,7 +31,7 @@ def _clean_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     return storable(redact(evidence))
 
 
-def _unresolved(*, kind: str, run: Run, subject: str, fact_key: str) -> Finding | None:
+def _unresolved(*, kind: str, run: Run | None, subject: str, fact_key: str) -> Finding | None:
     return (
         Finding.objects.select_for_update()
         .filter(kind=kind, run=run, subject=subject, fact_key=fact_key, state__in=UNRESOLVED)
@@ -40,7 +40,7 @@ def _unresolved(*, kind: str, run: Run, subject: str, fact_key: str) -> Finding 
 
 
 def finding_open_or_touch(
-    *, kind: str, run: Run, turn: Turn | None = None, fact_key: str = "", evidence: dict[str, Any] | None = None
+    *, kind: str, run: Run | None, turn: Turn | None = None, fact_key: str = "", evidence: dict[str, Any] | None = None
 ) -> tuple[Finding, bool]:
     """Open the finding for this fact, or, when it is already open or acknowledged, note that it was seen
     again (last_seen, seen_count, the latest evidence). Returns (finding, opened)."""
@@ -75,7 +75,7 @@ def finding_open_or_touch(
                     sender=Finding,
                     finding_id=created.pk,
                     kind=kind,
-                    run_id=run.run_id,
+                    run_id=run.run_id if run is not None else None,
                     turn_id=subject or None,
                     summary=KINDS[kind][1],
                 )
@@ -166,3 +166,27 @@ def _mark_resolved(finding: Finding, *, actor: Any, name: str, reason: str) -> N
     finding.resolved_at = timezone.now()
     finding.resolution_reason = reason
     finding.save(update_fields=["state", "resolved_by", "resolved_by_name", "resolved_at", "resolution_reason"])
+
+
+def repair_covers(repair: Any, seq: Any) -> bool:
+    """Whether a chain break at record ``seq`` is among the records ``repair`` set aside."""
+    through = int(repair.through_seq or 0)
+    return isinstance(seq, int) and through < seq <= repair.at_seq
+
+
+def findings_resolve_by_repair(*, run: Run, repair: Any, actor: Any) -> list[int]:
+    """The run's unresolved ``chain_broken`` findings that a journal repair covers, resolved by the operator
+    who applied it (recovery/repair.py; the repair's own trail row names them, so none is written here).
+    Covered: a break among the quarantined records of an accepted prefix, any break of a superseded
+    journal. A ``storage_corruption`` finding is never covered: stored bytes that changed after ingest are
+    not a journal fault a repair answers."""
+    found = Finding.objects.select_for_update().filter(run=run, kind="chain_broken", state__in=UNRESOLVED)
+    resolved: list[int] = []
+    for finding in found.order_by("id"):
+        if not repair_covers(repair, (finding.evidence or {}).get("seq")):
+            continue
+        _mark_resolved(
+            finding, actor=actor, name=_actor_name(actor), reason=f"covered by journal repair #{repair.number}"
+        )
+        resolved.append(finding.pk)
+    return resolved

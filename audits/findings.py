@@ -28,6 +28,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "decision_changed": ("engine_change", "a new engine version decides a turn differently for the same prefix"),
     "blocked_turn_unclaimed": ("unclaimed_blocked_turns", "a blocked turn has waited too long for an operator"),
     "assessment_missed": ("assessment_sweep", "a committed batch was never assessed (its task was lost)"),
+    # Of no run: the operator trail's own chain (audits/trail.py) no longer verifies.
+    "trail_broken": ("trail_verification", "a row of the operator trail was edited, removed or added behind it"),
 }
 FINDING_KINDS = tuple(KINDS)
 # Integrity findings hold the whole run at the recovery gate until an operator resolves them: a prefix
@@ -40,7 +42,8 @@ UNRESOLVED = (OPEN, ACKNOWLEDGED)
 
 class Finding(models.Model):
     kind = models.CharField(max_length=32, choices=[(k, k.replace("_", " ")) for k in FINDING_KINDS])
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="findings")
+    # Null only for a finding about no run (``trail_broken``).
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="findings")
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.PROTECT, related_name="findings")
     # The turn's id, or "" for a run-level fact: part of the unique key, where a NULL turn would never
     # collide with another NULL and the same run-level fact could open twice.
@@ -82,6 +85,15 @@ class Finding(models.Model):
                 fields=["kind", "run", "subject", "fact_key"],
                 condition=~Q(state=RESOLVED),
                 name="finding_unique_unresolved_fact",
+            ),
+            # NULLs never collide in the one above: a fact of no run is unique by itself.
+            models.UniqueConstraint(
+                fields=["kind", "subject", "fact_key"],
+                condition=~Q(state=RESOLVED) & Q(run__isnull=True),
+                name="finding_unique_unresolved_runless_fact",
+            ),
+            models.CheckConstraint(
+                condition=Q(run__isnull=False) | Q(kind="trail_broken"), name="finding_run_required"
             ),
         ]
         indexes = [

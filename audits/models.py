@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from journals.models import ID_MAX, Run, Turn
 from loopx_site.appendonly import AppendOnlyModel
+from loopx_site.via import VIA
 from recovery.models import Assessment, TurnClaim
 
 
@@ -35,11 +36,38 @@ OPERATOR_ACTION_KINDS = (
     "turn_edit",
     # Issue 8: retention removed a completed run after exporting it to a verified package (system actor).
     "retention_remove",
+    # The rest of the trail: every state-changing act of a person or a token (docs/trail.md).
+    "run_export",
+    "package_upload",
+    "package_requeue",
+    "webhook_create",
+    "webhook_change",
+    "webhook_delete",
+    "delivery_resend",
+    "schedule_create",
+    "schedule_change",
+    "schedule_delete",
+    "user_create",
+    "user_change",
+    "user_delete",
+    "role_create",
+    "role_change",
+    "role_delete",
+    "journal_repair",
+    "trail_export",
 )
+# How the act reached the service (loopx_site/via.py): a filter of the audit log, and part of the row's digest.
+# The digest the first row of the trail chains from.
+TRAIL_GENESIS = "0" * 64
 
 
 class OperatorAction(AppendOnlyModel):
-    """Who did what, when and why, with the state before and after (redacted JSON)."""
+    """Who did what, when and why, with the state before and after (redacted JSON).
+
+    Tamper-evident: rows form one chain in ``seq`` order, each carrying the digest of the row before it
+    (``prev_digest``) and its own (``digest``, over every column it shows); TrailHead holds the last one.
+    audits/trail.py computes and re-verifies them.
+    """
 
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     # A snapshot of the actor's name: the audit must read the same after a user is renamed.
@@ -51,12 +79,33 @@ class OperatorAction(AppendOnlyModel):
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    via = models.CharField(max_length=16, choices=[(v, v) for v in VIA], default="system")
+    # The trail's chain: 1, 2, 3, ... with no gap; the previous row's digest (TRAIL_GENESIS for the first).
+    seq = models.BigIntegerField(unique=True)
+    prev_digest = models.CharField(max_length=64)
+    digest = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.CheckConstraint(condition=_in("kind", OPERATOR_ACTION_KINDS), name="operatoraction_kind_valid")
+            models.CheckConstraint(condition=_in("kind", OPERATOR_ACTION_KINDS), name="operatoraction_kind_valid"),
+            models.CheckConstraint(condition=_in("via", VIA), name="operatoraction_via_valid"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="operatoraction_seq_gte_1"),
         ]
+        indexes = [models.Index(fields=["kind", "-created_at"], name="operatoraction_kind_created")]
+
+
+class TrailHead(models.Model):
+    """The one row (pk 1) every trail writer locks FOR UPDATE: the last row's seq and digest. Writers
+    serialise on it, so the chain never forks; the verification compares the chain's end with it, so a
+    removed last row shows too."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    seq = models.BigIntegerField(default=0)
+    digest = models.CharField(max_length=64, default=TRAIL_GENESIS)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="trailhead_single_row")]
 
 
 ACTION_KINDS = ("phase", "intent", "terminal")

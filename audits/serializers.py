@@ -16,7 +16,8 @@ class OperatorActionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = OperatorAction
-        fields = ["id", "actor", "kind", "run", "turn", "reason", "before", "after", "created_at"]
+        fields = ["id", "seq", "actor", "via", "kind", "run", "turn", "reason", "before", "after", "created_at",
+                  "prev_digest", "digest"]
 
 
 class AuditActionSerializer(serializers.ModelSerializer):

@@ -79,3 +79,8 @@ def audit_engine_change(limit: int | None = None) -> dict[str, Any]:
 def audit_unclaimed_blocked_turns(older_than_seconds: int | None = None, limit: int | None = None) -> dict[str, Any]:
     older = settings.LOOPX_BLOCKED_ESCALATION_SECONDS if older_than_seconds is None else older_than_seconds
     return _log(checks.audit_unclaimed_blocked_turns(older_than=timedelta(seconds=older), limit=_batch(limit)))
+
+
+@shared_task(name="audits.tasks.audit_trail_verification", **AUDIT_TASK_OPTIONS)
+def audit_trail_verification() -> dict[str, Any]:
+    return _log(checks.audit_trail_verification())

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.http import StreamingHttpResponse
+from django_celery_beat.models import PeriodicTask
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audits.finding_services import finding_acknowledge, finding_resolve
+from audits.findings import FINDING_KINDS, FINDING_STATES, Finding
 from audits.models import OPERATOR_ACTION_KINDS, OperatorAction, RecoveryAudit, RecoveryAuditAction
+from audits.schedules import schedule_change, schedule_state
 from audits.serializers import (
     ActionRequestSerializer,
     AuditActionSerializer,
@@ -19,10 +29,13 @@ from audits.serializers import (
     RecoveryAuditSerializer,
 )
 from audits.services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
-from journals.models import Turn
+from audits.trail_export import EXPORT_FORMATS, FILTERS, trail_export
+from journals.models import ApiToken, Turn
+from journals.services import api_token_create, api_token_revoke
 from journals.views import _ERRORS
-from loopx_site.access import CanRunRecovery
+from loopx_site.access import CanOperate, CanRunRecovery, RunScope, can_administer, runtime_token
 from loopx_site.api import ErrorSerializer, LoopxView
+from loopx_site.errors import ServiceError
 
 _CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Stale fencing token, or refused by the gate.")}
 
@@ -157,7 +170,7 @@ class OperatorActionListView(LoopxView):
 
     def get_queryset(self) -> QuerySet[OperatorAction]:
         # An action about no run (a token made, a finding of no run) is seen only by whom sees every run.
-        actions = OperatorAction.objects.select_related("run", "turn").order_by("-id")
+        actions = OperatorAction.objects.select_related("run", "turn").order_by("-seq")
         return actions.filter(self.run_scope().q("run__run_id"))
 
     @extend_schema(
@@ -166,3 +179,229 @@ class OperatorActionListView(LoopxView):
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response(OperatorActionSerializer(page, many=True).data)
+
+
+# --- the console's acts, in the API: findings, tokens, the audit log's export ---------------------------
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    # Plain strings in the schema: enums named "kind" and "state" would collide with other apps'.
+    kind = serializers.CharField(read_only=True)
+    state = serializers.CharField(read_only=True)
+    run = serializers.CharField(source="run.run_id", allow_null=True, default=None)
+    turn = serializers.CharField(source="turn.turn_id", allow_null=True, default=None)
+
+    class Meta:
+        model = Finding
+        fields = ["id", "kind", "run", "turn", "fact_key", "evidence", "blocks_run", "state", "first_seen", "last_seen",
+                  "seen_count", "acknowledge_reason", "resolved_by_name", "resolved_at", "resolution_reason"]
+        read_only_fields = fields
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000)
+
+
+class FindingFilter(django_filters.FilterSet):
+    run = django_filters.CharFilter(field_name="run__run_id", max_length=200)
+    kind = django_filters.ChoiceFilter(choices=[(k, k) for k in FINDING_KINDS])
+    state = django_filters.ChoiceFilter(choices=[(s, s) for s in FINDING_STATES])
+
+    class Meta:
+        model = Finding
+        fields = ["run", "kind", "state"]
+
+
+class FindingListView(LoopxView):
+    serializer_class = FindingSerializer
+    filterset_class = FindingFilter
+    permission_classes = [CanOperate]  # people only: a runtime token has no business with findings
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        return Finding.objects.select_related("run", "turn").filter(self.run_scope().q("run__run_id")).order_by(
+            "-last_seen", "-id"
+        )
+
+    @extend_schema(operation_id="findings_list", responses={200: FindingSerializer(many=True), **_ERRORS})
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(FindingSerializer(page, many=True).data)
+
+
+class FindingDetailView(LoopxView):
+    serializer_class = FindingSerializer
+    permission_classes = [CanOperate]
+    queryset = Finding.objects.none()
+
+    @extend_schema(operation_id="findings_retrieve", responses={200: FindingSerializer, **_ERRORS})
+    def get(self, request: Request, finding_id: int) -> Response:
+        return Response(FindingSerializer(_finding(finding_id, self.run_scope())).data)
+
+
+def _finding(finding_id: int, scope: RunScope) -> Finding:
+    """The finding, if it is of a run in ``scope``: another team's answers as a missing one does (404)."""
+    finding = Finding.objects.select_related("run", "turn").filter(scope.q("run__run_id"), pk=finding_id).first()
+    if finding is None:
+        raise NotFound("No such finding.")
+    return finding
+
+
+class _FindingTransition(LoopxView):
+    serializer_class = FindingSerializer
+    permission_classes = [CanOperate]
+    queryset = Finding.objects.none()
+    transition = staticmethod(finding_resolve)
+
+    def post(self, request: Request, finding_id: int) -> Response:
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        done = type(self).transition(finding=_finding(finding_id, self.run_scope()), actor=request.user,
+                                     reason=body.validated_data["reason"])
+        return Response(FindingSerializer(Finding.objects.select_related("run", "turn").get(pk=done.pk)).data)
+
+
+class FindingResolveView(_FindingTransition):
+    transition = staticmethod(finding_resolve)
+
+    @extend_schema(operation_id="findings_resolve", request=ReasonSerializer,
+                   responses={200: FindingSerializer, **_ERRORS, **_CONFLICT})
+    def post(self, request: Request, finding_id: int) -> Response:
+        return super().post(request, finding_id)
+
+
+class FindingAcknowledgeView(_FindingTransition):
+    transition = staticmethod(finding_acknowledge)
+
+    @extend_schema(operation_id="findings_acknowledge", request=ReasonSerializer,
+                   responses={200: FindingSerializer, **_ERRORS, **_CONFLICT})
+    def post(self, request: Request, finding_id: int) -> Response:
+        return super().post(request, finding_id)
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "run_prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class TokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    run_prefix = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class TokenCreatedSerializer(TokenSerializer):
+    token = serializers.CharField(help_text="The token itself: shown this once, never again.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+
+
+class IsAdministrator(BasePermission):
+    message = "You need the admin role to manage API tokens."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return runtime_token(request) is None and can_administer(request.user)
+
+
+class TokenListView(LoopxView):
+    serializer_class = TokenSerializer
+    permission_classes = [IsAdministrator]
+    queryset = ApiToken.objects.order_by("name")
+
+    @extend_schema(operation_id="tokens_list", responses={200: TokenSerializer(many=True), **_ERRORS})
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(TokenSerializer(page, many=True).data)
+
+    @extend_schema(operation_id="tokens_create", request=TokenCreateSerializer,
+                   responses={201: TokenCreatedSerializer, **_ERRORS})
+    def post(self, request: Request) -> Response:
+        body = TokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if ApiToken.objects.filter(name=body.validated_data["name"]).exists():
+            raise ServiceError(409, "token_name_taken", "a token of this name exists")
+        token, raw = api_token_create(**body.validated_data, actor=request.user)
+        response = Response({**TokenSerializer(token).data, "token": raw}, status=201)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class TokenRevokeView(LoopxView):
+    serializer_class = TokenSerializer
+    permission_classes = [IsAdministrator]
+    queryset = ApiToken.objects.none()
+
+    @extend_schema(operation_id="tokens_revoke", request=None, responses={200: TokenSerializer, **_ERRORS})
+    def post(self, request: Request, token_id: int) -> Response:
+        token = ApiToken.objects.filter(pk=token_id).first()
+        if token is None:
+            raise NotFound("No such token.")
+        if token.revoked_at is not None:
+            raise ServiceError(409, "token_revoked", "the token is already revoked")
+        return Response(TokenSerializer(api_token_revoke(token=token, actor=request.user)).data)
+
+
+class OperatorActionExportView(LoopxView):
+    """The audit log as a stream (JSONL or CSV) for a SIEM; the export itself is a row of the log."""
+
+    permission_classes = [CanOperate]
+    queryset = OperatorAction.objects.none()
+
+    @extend_schema(
+        operation_id="operator_actions_export",
+        parameters=[OpenApiParameter("output", str, enum=list(EXPORT_FORMATS), default="jsonl"),
+                    *[OpenApiParameter(name, str) for name in FILTERS]],
+        responses={(200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR), **_ERRORS},
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        fmt = request.query_params.get("output", "jsonl")  # not `format`: DRF keeps that for its renderers
+        stream = trail_export(actor=request.user, params=request.query_params, fmt=fmt)
+        response = StreamingHttpResponse(stream, content_type="application/jsonl" if fmt == "jsonl" else "text/csv")
+        response["Content-Disposition"] = f'attachment; filename="loopx-audit-log.{fmt}"'
+        return response
+
+
+class ScheduleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    task = serializers.CharField()
+    enabled = serializers.BooleanField()
+    every_seconds = serializers.IntegerField(allow_null=True)
+    kwargs = serializers.CharField()
+    last_run_at = serializers.CharField(allow_null=True)
+
+
+class ScheduleChangeSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False, allow_null=True, default=None)
+    every_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(max_length=4000)
+
+
+class ScheduleListView(LoopxView):
+    serializer_class = ScheduleSerializer
+    permission_classes = [CanOperate]
+    pagination_class = None
+    queryset = PeriodicTask.objects.none()
+
+    @extend_schema(operation_id="schedules_list", responses={200: ScheduleSerializer(many=True), **_ERRORS})
+    def get(self, request: Request) -> Response:
+        tasks = PeriodicTask.objects.select_related("interval").order_by("name")
+        return Response([schedule_state(t) for t in tasks])
+
+
+class ScheduleDetailView(LoopxView):
+    serializer_class = ScheduleSerializer
+    permission_classes = [IsAdministrator]
+    queryset = PeriodicTask.objects.none()
+
+    @extend_schema(operation_id="schedules_change", request=ScheduleChangeSerializer,
+                   responses={200: ScheduleSerializer, **_ERRORS})
+    def patch(self, request: Request, schedule_id: int) -> Response:
+        task = PeriodicTask.objects.filter(pk=schedule_id).first()
+        if task is None:
+            raise NotFound("No such schedule.")
+        body = ScheduleChangeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        changed = schedule_change(task=task, actor=request.user, **body.validated_data)
+        return Response(schedule_state(changed))

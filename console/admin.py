@@ -15,9 +15,12 @@ from typing import Any
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from audits.admin_trail import AuditedAdminMixin
+from audits.services import operator_action_record
 from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
 from journals.selectors import record_public
 from loopx_site.errors import ServiceError
@@ -148,3 +151,48 @@ def _register_the_rest() -> None:
 
 
 _register_the_rest()
+
+
+def _audit_the_admins() -> None:
+    """Beat's schedules (django-celery-beat's admin), users and roles (django.contrib.auth's admin) are edited
+    in their apps' own admin pages; each is re-registered here with the trail's mixin so that every add,
+    change and delete is an OperatorAction (audits/admin_trail.py)."""
+    from django.contrib.auth.models import Group, User
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    families = {PeriodicTask: "schedule", IntervalSchedule: "schedule", CrontabSchedule: "schedule",
+                SolarSchedule: "schedule", ClockedSchedule: "schedule", User: "user", Group: "role"}
+    for model, family in families.items():
+        current = admin.site._registry.get(model)
+        if current is None or isinstance(current, AuditedAdminMixin):
+            continue
+        base = type(current)
+        attrs: dict[str, Any] = {"trail_kind": family, "__module__": __name__}
+        if model is User:
+            attrs["user_change_password"] = _audited_password_change(base)
+        admin.site.unregister(model)
+        admin.site.register(model, type(f"Audited{base.__name__}", (AuditedAdminMixin, base), attrs))
+
+
+def _audited_password_change(base: type) -> Any:
+    def user_change_password(self: Any, request: HttpRequest, id: str, form_url: str = "") -> Any:
+        with transaction.atomic():
+            response = base.user_change_password(self, request, id, form_url)
+            if request.method == "POST" and response.status_code == 302:
+                user = self.get_object(request, id)
+                operator_action_record(
+                    actor=request.user, kind="user_change", reason=f"password of user {user} set in the admin",
+                    after={"username": user.get_username(), "secrets_changed": ["password"]},
+                )
+            return response
+
+    return user_change_password
+
+
+_audit_the_admins()

@@ -29,7 +29,8 @@ from journals.models import Run
 from loopx_site import access
 from recovery.package_models import FINAL_STATES, IMPORTED, PackageUpload
 from recovery.package_selectors import package_uploads_visible
-from recovery.package_services import PackageError, package_upload_receive, package_validation_enqueue
+from recovery.package_services import PackageError, package_upload_receive
+from recovery.package_services import package_requeue as requeue_package
 from recovery.package_services import run_export as run_export_package
 from recovery.package_views import export_filename
 
@@ -56,7 +57,7 @@ def run_export(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.filter(access.runs_visible(user=request.user)), pk=pk)
     handle, path = tempfile.mkstemp(prefix="loopx-export-", suffix=".tar.gz")
     os.close(handle)
-    run_export_package(run=run, out_path=path)
+    run_export_package(run=run, out_path=path, actor=request.user)
     stream = open(path, "rb")  # FileResponse closes it
     os.unlink(path)  # the open handle keeps the bytes readable; nothing is left on disk
     return FileResponse(
@@ -171,10 +172,13 @@ def package_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the upload's task again (a broker outage lost the first one). Always safe: the task's steps
     are compare-and-set on the upload's state, so a second delivery finds the work done."""
     upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
-    if upload.state in FINAL_STATES:
-        messages.error(request, "This upload is finished; there is nothing to queue.")
-    elif package_validation_enqueue(upload_id=upload.pk):
-        messages.success(request, "Queued again.")
+    try:
+        published = requeue_package(upload=upload, actor=request.user)
+    except PackageError as err:
+        messages.error(request, f"{err.detail[:1].upper()}{err.detail[1:]}.")
     else:
-        messages.error(request, "The task queue is unreachable; try again shortly.")
+        if published:
+            messages.success(request, "Queued again.")
+        else:
+            messages.error(request, "The task queue is unreachable; try again shortly.")
     return HttpResponseRedirect(reverse("console:package", args=[upload.pk]))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import actions, findings, packages, views
+from . import actions, findings, packages, trail, views
 
 app_name = "console"
 
@@ -25,5 +25,8 @@ urlpatterns = [
     path("packages/<uuid:pk>/", packages.package_detail, name="package"),
     path("packages/<uuid:pk>/status/", packages.package_status, name="package_status"),
     path("packages/<uuid:pk>/requeue/", packages.package_requeue, name="package_requeue"),
+    path("runs/<int:pk>/repair/", trail.run_repair, name="run_repair"),
+    path("audit/", trail.audit_log, name="audit_log"),
+    path("audit/export/", trail.audit_log_export, name="audit_log_export"),
     path("preferences/", views.preferences, name="preferences"),
 ]

@@ -63,6 +63,8 @@ MIDDLEWARE = [
     "console.middleware.OperatorTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Each trail row says whether the act came through the API, the admin or the console (loopx_site/via.py).
+    "loopx_site.via.TrailViaMiddleware",
 ]
 
 ROOT_URLCONF = "loopx_site.urls"

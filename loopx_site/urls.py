@@ -18,6 +18,7 @@ urlpatterns = [
     # Operability (issue 8): /healthz, /readyz, /metrics at the root; webhooks under the API.
     path("", include("loopx_site.ops.urls")),
     path("api/v1/", include("notifications.urls")),
+    path("api/v1/", include("console.api")),
     # The operator console owns the root (issue 6); mounted last so that the paths above win.
     path("", include("console.urls")),
 ]

@@ -10,6 +10,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from audits.admin_trail import AuditedAdminMixin
+
 from . import delivery
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -64,7 +66,8 @@ class WebhookAttemptInline(admin.TabularInline):
 
 
 @admin.register(Webhook)
-class WebhookAdmin(admin.ModelAdmin):
+class WebhookAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    trail_kind = "webhook"
     form = WebhookForm
     list_display = ["name", "shown_url", "subscribed", "active", "created_at"]
     list_filter = ["active"]
@@ -118,5 +121,5 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resend selected deliveries", permissions=["change"])
     def resend_deliveries(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
-        count = delivery.resend(list(queryset.values_list("pk", flat=True)))
+        count = delivery.delivery_resend(ids=list(queryset.values_list("pk", flat=True)), actor=request.user)
         self.message_user(request, f"{count} deliveries queued to resend.", messages.SUCCESS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
@@ -13,6 +14,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audits.admin_trail import snapshot
+from audits.services import operator_action_record
 from loopx_site.access import can_administer, can_operate, can_view, runs_visible
 
 from . import delivery
@@ -69,11 +72,25 @@ class DeliverySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+def _webhook_record(request: Request, kind: str, before: dict[str, Any], instance: Webhook | None) -> None:
+    after = snapshot(instance) if instance is not None else {}
+    name = instance.name if instance is not None else before.get("name", "")
+    operator_action_record(
+        actor=request.user, kind=kind, reason=f"webhook {name!r} {kind.split('_')[1]}d through the API",
+        before=before, after=after,
+    )
+
+
 class WebhookList(generics.ListCreateAPIView):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer
     queryset = Webhook.objects.all()
+
+    def perform_create(self, serializer: Any) -> None:
+        with transaction.atomic():
+            serializer.save()
+            _webhook_record(self.request, "webhook_create", {}, serializer.instance)
 
 
 class WebhookDetail(generics.RetrieveUpdateDestroyAPIView):
@@ -81,6 +98,18 @@ class WebhookDetail(generics.RetrieveUpdateDestroyAPIView):
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer
     queryset = Webhook.objects.all()
+
+    def perform_update(self, serializer: Any) -> None:
+        with transaction.atomic():
+            before = snapshot(Webhook.objects.select_for_update().get(pk=serializer.instance.pk))
+            serializer.save()
+            _webhook_record(self.request, "webhook_change", before, serializer.instance)
+
+    def perform_destroy(self, instance: Webhook) -> None:
+        with transaction.atomic():
+            before = snapshot(instance)
+            instance.delete()
+            _webhook_record(self.request, "webhook_delete", before, None)
 
 
 class DeliveryList(generics.ListAPIView):
@@ -104,7 +133,7 @@ class DeliveryResend(generics.GenericAPIView):
         visible = WebhookDelivery.objects.filter(runs_visible(user=request.user, field="run_ident"))
         if not visible.filter(pk=pk).exists():
             return Response({"error": "not_found", "detail": "No such delivery.", "line": None}, status=404)
-        count = delivery.resend([pk])
+        count = delivery.delivery_resend(ids=[pk], actor=request.user)
         if not count:
             return Response(
                 {"error": "delivery_busy", "detail": "The delivery is being attempted right now.", "line": None},

@@ -291,3 +291,18 @@ def resend(delivery_ids: list[int]) -> int:
     )
     transaction.on_commit(lambda: publish(ids))
     return count
+
+
+def delivery_resend(*, ids: list[int], actor: Any) -> int:
+    """An operator's resend (admin or API), audited: one ``delivery_resend`` row for the deliveries it
+    queued, in the same transaction. Nothing queued (each one is being attempted) records nothing."""
+    from audits.services import operator_action_record
+
+    with transaction.atomic():
+        count = resend(ids)
+        if count:
+            operator_action_record(
+                actor=actor, kind="delivery_resend", reason=f"{count} webhook deliveries queued to resend",
+                after={"deliveries": sorted(ids), "queued": count},
+            )
+    return count

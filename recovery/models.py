@@ -153,3 +153,4 @@ class GateDecision(AppendOnlyModel):
 # the dashboard's import) live in their own modules; imported here so that Django registers them with this app.
 from recovery.package_models import PackageUpload  # noqa: E402, F401
 from recovery.pending import PendingAssessment  # noqa: E402, F401
+from recovery.repair_models import JournalRepair  # noqa: E402, F401

@@ -58,6 +58,7 @@ from recovery.models import Assessment
 from recovery.package_models import (
     ACCEPTED,
     CHECKING,
+    FINAL_STATES,
     IMPORT_FAILED,
     IMPORTED,
     RECEIVED,
@@ -135,6 +136,8 @@ def _principal(actor: Any) -> tuple[Any, ApiToken | None, str]:
 def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
     """Keep an uploaded package (never unpacked) and queue its verification. Raises PackageError (413 over
     the package size limit, 400 for an empty file) with nothing kept."""
+    from audits.services import operator_action_record  # audits builds on recovery
+
     person, token, name = _principal(actor)
     limit = int(settings.LOOPX_PACKAGE_MAX_TOTAL_BYTES)
     declared = getattr(file, "size", None)
@@ -173,6 +176,10 @@ def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
                 token=token,
                 uploader_name=name,
             )
+            operator_action_record(
+                actor=actor, kind="package_upload", reason=f"recovery package uploaded ({size} bytes)",
+                after={"upload": str(upload_id), "sha256": upload.sha256, "size": size},
+            )
             transaction.on_commit(lambda: package_validation_enqueue(upload_id=upload_id))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -194,6 +201,22 @@ def package_validation_enqueue(*, upload_id: uuid.UUID | str) -> bool:
     # The latest publish: the sweep publishes again only when this is older than its grace period.
     PackageUpload.objects.filter(pk=upload_id).update(enqueued_at=timezone.now())
     return True
+
+
+def package_requeue(*, upload: PackageUpload, actor: Any) -> bool:
+    """An operator queues an unfinished upload's verification again (its task was lost), audited. Refused
+    (409) for a finished upload. Returns whether the publish reached the broker (the row says so too)."""
+    from audits.services import operator_action_record
+
+    if upload.state in FINAL_STATES:
+        raise PackageError(409, "upload_finished", "this upload is finished; there is nothing to queue")
+    with transaction.atomic():
+        published = package_validation_enqueue(upload_id=upload.pk)
+        operator_action_record(
+            actor=actor, kind="package_requeue", reason="verification of an unfinished upload queued again",
+            before={"upload": str(upload.pk), "state": upload.state}, after={"published": published},
+        )
+    return published
 
 
 # --- Validate -----------------------------------------------------------------------------------------
@@ -607,10 +630,43 @@ def package_process(*, upload_id: str) -> str:
 EXPORT_FORMATS = ("tar.gz", "tar", "zip")
 
 
-def run_export(*, run: Run, out_path: str | os.PathLike[str], fmt: str = "tar.gz") -> str:
+def run_export(
+    *,
+    run: Run,
+    out_path: str | os.PathLike[str],
+    fmt: str = "tar.gz",
+    actor: Any = None,
+    actor_name: str | None = None,
+    reason: str = "",
+) -> str:
     """Write the run's package (journal byte for byte, secrets included: contract section 8, the one raw
-    export) to ``out_path`` atomically; returns the package's sha256."""
-    return build_package(out_path, run.run_id, run_journal_bytes(run=run), fmt=fmt)
+    export) to ``out_path`` atomically; returns the package's sha256. A repaired run's package also carries
+    each repair and the records it set aside, under ``state/loopx/repairs/`` (recovery/repair.py).
+
+    With ``actor`` (or ``actor_name``, a command line) the export is an audited act: the package is built,
+    then its ``run_export`` trail row is written; when that fails the file is removed and never handed out
+    (the build is not under the trail head's lock, which every writer shares)."""
+    from audits.services import operator_action_record  # audits builds on recovery
+    from recovery.repair import repair_state_files
+
+    sha = build_package(out_path, run.run_id, run_journal_bytes(run=run), repair_state_files(run=run), fmt=fmt)
+    if actor is None and actor_name is None:
+        return sha
+    try:
+        with transaction.atomic():
+            operator_action_record(
+                actor=actor,
+                actor_name=actor_name,
+                kind="run_export",
+                run=run,
+                reason=reason or "raw export of the run (journal bytes, secrets included)",
+                after={"format": fmt, "sha256": sha, "records": run.record_count, "prefix_key": run.prefix_key},
+            )
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out_path)
+        raise
+    return sha
 
 
 def run_journal_bytes(*, run: Run) -> bytes:

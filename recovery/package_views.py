@@ -206,7 +206,7 @@ class RunExportView(LoopxView):
             return Response(error.as_dict(), status=400)
         with tempfile.TemporaryDirectory(prefix="loopx-export-") as scratch:
             path = Path(scratch) / "package"
-            sha = run_export(run=run, out_path=path, fmt=fmt)
+            sha = run_export(run=run, out_path=path, fmt=fmt, actor=request.user)
             data = path.read_bytes()
         response = HttpResponse(data, content_type=EXPORT_TYPES[fmt])
         response["Content-Disposition"] = f'attachment; filename="{export_filename(run.run_id, fmt)}"'

@@ -28,6 +28,7 @@ from recovery.state import (
     PROCEED,
     RECOVERY_ATTEMPTS_EXCEEDED,
     RUN_LEVEL_CODES,
+    UNAPPROVABLE_REASONS,
     StateValue,
     covers,
     engine_row,
@@ -160,7 +161,7 @@ def approval_covers(
     violations: list[Any] | None = None,
 ) -> bool:
     engine = engine_row(row)
-    if approval.kind != "approve" or engine.reason in RUN_LEVEL_CODES or approval.engine_reason != engine.reason:
+    if approval.kind != "approve" or engine.reason in UNAPPROVABLE_REASONS or approval.engine_reason != engine.reason:
         return False
     return covers(approval, engine, turn_facts(assessment, turn_id, violations))
 

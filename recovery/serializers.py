@@ -34,9 +34,17 @@ class AssessmentSummarySerializer(serializers.ModelSerializer):
 
 class AssessmentSerializer(AssessmentSummarySerializer):
     output = serializers.JSONField(help_text="The engine's stable JSON (assess_journal --json shape).")
+    repair = serializers.SerializerMethodField(
+        help_text="The journal repair this assessment was made after (docs/repair.md), or null."
+    )
 
     class Meta(AssessmentSummarySerializer.Meta):
-        fields = [*AssessmentSummarySerializer.Meta.fields, "output"]
+        fields = [*AssessmentSummarySerializer.Meta.fields, "repair", "output"]
+
+    def get_repair(self, obj: Assessment) -> dict[str, Any] | None:
+        output = obj.output if isinstance(obj.output, dict) else {}
+        repair = output.get("repair")
+        return repair if isinstance(repair, dict) else None
 
 
 class GateOperatorSerializer(serializers.Serializer):

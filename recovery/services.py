@@ -29,6 +29,8 @@ from recovery.engine.types import Assessment as EngineAssessment
 from recovery.engine.types import BranchView, TurnDecision
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
+from recovery.repair_input import repaired_lines, repaired_result, stored_lines
+from recovery.repair_models import REPAIR_QUARANTINED, repair_in_force
 from recovery.selectors import (
     HOLD,
     RUN_LEVEL_CODES,
@@ -57,16 +59,25 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(evidence: Mapping[tuple[str, str], Any], corrupt: Iterable[tuple[int, str, bool]] = ()) -> str:
+def _evidence_digest(
+    evidence: Mapping[tuple[str, str], Any],
+    corrupt: Iterable[tuple[int, str, bool]] = (),
+    repair: list[object] | None = None,
+) -> str:
     """The digest of the inputs beside the committed records: operator evidence, and every corrupt line kept
     from imported packages (JournalCorruption: pk, sha256 and whether it is in force). A repaired line stays
     in the digest, marked, so that a repair is a new input with an assessment of its own: were it dropped,
     the identity would fall back to an assessment from before the line arrived, which is not the run's
     latest, and the turns would keep the blocked projection (tests/packages/test_torn_tail.py). Without
-    kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs."""
+    kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs.
+    The journal repair in force (recovery/repair_models.py) is an input too: its identity joins the digest,
+    so a repaired run has an assessment of its own and never reuses one from before the repair."""
     items = sorted([t, i, f] for (t, i), f in evidence.items())
     kept = [[pk, sha, in_force] for pk, sha, in_force in corrupt]
-    return hashlib.sha256(canonical_bytes({"evidence": items, "corrupt_lines": kept} if kept else items)).hexdigest()
+    body: Any = {"evidence": items, "corrupt_lines": kept} if kept else items
+    if repair is not None:
+        body = {"inputs": body, "repair": repair}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
 def _corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
@@ -83,18 +94,7 @@ def _lines_through(run_pk: int, last_seq: int, tail: Iterable[bytes] = ()) -> It
     pages look records up by the reason's line); the engine reports each as ``storage_corruption``, a
     run-level violation that blocks every turn (the reason is the first run-level violation, so a record
     before it that breaks the contract run-wide may be named instead: the run is blocked either way)."""
-    after = 0
-    while after < last_seq:
-        rows = list(
-            JournalRecord.objects.filter(run_id=run_pk, seq__gt=after, seq__lte=last_seq)
-            .order_by("seq")
-            .values_list("seq", "line")[:5000]
-        )
-        if not rows:
-            return
-        for seq, line in rows:
-            after = seq
-            yield bytes(line)
+    yield from stored_lines(run_pk, 0, last_seq)
     yield from tail
 
 
@@ -112,10 +112,11 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     evidence = evidence_in_force(run=run)
     kept = _corrupt_kept(run)
     corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
+    repair = repair_in_force(run)
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
-        "evidence_digest": _evidence_digest(evidence, kept),
+        "evidence_digest": _evidence_digest(evidence, kept, repair.identity() if repair else None),
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
@@ -127,13 +128,18 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     if corrupt:
         data = dict(JournalCorruption.objects.filter(pk__in=corrupt).values_list("pk", "data"))
         tail = [bytes(data[pk]) for pk in corrupt]
-    result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
+    if repair is None:
+        result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
+    else:
+        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
+        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair_input.py)
     blocked = result.run_blocked
     failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
             or _corrupt_kept(run) != kept
+            or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
         ):
             # Issue 4: compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
@@ -146,7 +152,8 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                     prefix_records=run.record_count,
                     prefix_last_seq=last_seq,
                     prefix_digest=run.prefix_digest,
-                    output=storable(redact(result.to_dict())),
+                    # A repaired run's output names its repair ("assessed after repair #3 by ...").
+                    output=storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})})),
                     live_branch=result.live_branch,
                     blocked_reason=blocked.code if blocked else None,
                 )
@@ -518,6 +525,12 @@ def _approvable(view: GateView) -> None:
             "run_level_violation",
             "a run-level violation is repaired in the journal, not approved",
             violation=row.reason,
+        )
+    if row.decision == "blocked" and row.reason == REPAIR_QUARANTINED:
+        raise GateError(
+            409,
+            "repair_quarantined",
+            "a repair set this turn's records aside: the runtime re-sends them, no approval lets it go on",
         )
     if value is not None and value.needs_evidence:
         raise GateError(

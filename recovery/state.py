@@ -29,11 +29,14 @@ from loopx_site.access import RunScope
 from loopx_site.ops.events import emit, turn_blocked
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from recovery.models import Assessment, GateDecision, TurnAssessment
+from recovery.repair_models import REPAIR_QUARANTINED
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
 OPERATOR_BLOCKED = "operator_blocked"
 RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
 RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
+# Holds no approval lifts: a fault of the journal, and records a repair set aside (re-sent records decide).
+UNAPPROVABLE_REASONS = RUN_LEVEL_CODES | {REPAIR_QUARANTINED}
 
 # States that wait for a person (the blocked queue, the unclaimed-turn finding): an operator's own block
 # is held too, but someone already owns it.
@@ -135,7 +138,7 @@ def turn_state_compute(
         return StateValue(TurnState.COMPLETE, DONE, "complete", engine.reason, None, **base)
     elif engine.decision == "discarded":
         return StateValue(TurnState.DISCARDED, DONE, "discarded", engine.reason, None, **base)
-    elif engine.decision == "blocked" and engine.reason in RUN_LEVEL_CODES:
+    elif engine.decision == "blocked" and engine.reason in UNAPPROVABLE_REASONS:
         value = StateValue(TurnState.HELD_JOURNAL, HOLD, "blocked", engine.reason, None, **base)
     elif evidence:
         # Whatever the engine's reason (an indeterminate effect, an unsafe redispatch, ...) and whatever an
@@ -187,7 +190,7 @@ def turn_facts_of(violations: Iterable[Any], turn_id: str) -> list[list[Any]]:
 
 def covers(operator: GateDecision | None, engine: EngineRow, facts: list[list[Any]]) -> bool:
     """Whether the operator decision in force is an approval of exactly the engine's current blocking facts."""
-    if operator is None or operator.kind != "approve" or engine.reason in RUN_LEVEL_CODES:
+    if operator is None or operator.kind != "approve" or engine.reason in UNAPPROVABLE_REASONS:
         return False
     return operator.engine_reason == engine.reason and operator.engine_facts == facts
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from recovery import package_views, views
+from recovery import package_views, repair_views, views
 
 T = "runs/<str:run_id>/turns/<str:turn_id>"
 
@@ -10,6 +10,8 @@ urlpatterns = [
         "runs/<str:run_id>/assessments/<int:assessment_id>", views.AssessmentDetailView.as_view(), name="api-assessment"
     ),
     path("runs/<str:run_id>/export", package_views.RunExportView.as_view(), name="api-run-export"),
+    path("runs/<str:run_id>/repairs", repair_views.RepairListView.as_view(), name="api-repairs"),
+    path("runs/<str:run_id>/repairs/preview", repair_views.RepairPreviewView.as_view(), name="api-repair-preview"),
     path("packages", package_views.PackageUploadView.as_view(), name="api-packages"),
     path("packages/<uuid:upload_id>", package_views.PackageDetailView.as_view(), name="api-package"),
     path("turns/bulk", views.BulkDecisionView.as_view(), name="api-turns-bulk"),

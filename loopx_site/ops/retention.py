@@ -288,7 +288,7 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
 
 
 def remove_run(run_id: str, path: Path, sha: str, exported_seq: int, exported_digest: str, days: int) -> dict[str, Any]:
-    from audits.models import OperatorAction
+    from audits.services import operator_action_record  # the trail's one writer (a chained row)
     from journals.models import Run
 
     with transaction.atomic():
@@ -310,7 +310,7 @@ def remove_run(run_id: str, path: Path, sha: str, exported_seq: int, exported_di
         }
         counts = _delete_run_rows(run)
         after = {"package": path.name, "sha256": sha, "format": "tar.gz", "deleted": counts}
-        action = OperatorAction.objects.create(
+        action = operator_action_record(
             actor=None,
             actor_name=SYSTEM_ACTOR,
             kind=ACTION_KIND,

@@ -93,8 +93,10 @@ def test_api_never_answers_500(case, seeded, operator_session):
     """Each generated request is sent as the runtime (token) and as an operator (session)."""
     for client, headers in ((Client(), {"Authorization": f"Bearer {seeded}"}), (operator_session, {})):
         response = _send(client, case, headers)
-        assert response.status_code < 500, (case.method, case.path, response.status_code, response.content[:300])
-        assert b"FUZZ-SECRET" not in response.content
+        # A streamed answer (the audit log's export) is read whole, so that a secret in it is seen too.
+        content = b"".join(response.streaming_content) if response.streaming else response.content
+        assert response.status_code < 500, (case.method, case.path, response.status_code, content[:300])
+        assert b"FUZZ-SECRET" not in content
 
 
 def _send(client: Client, case, headers: dict[str, str]) -> HttpResponse:

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.models import ApiToken
 from journals.services import api_token_create
+from loopx_site.via import via
 
 
 class Command(BaseCommand):
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         name: str = options["name"]
         if ApiToken.objects.filter(name=name).exists():
             raise CommandError(f"a token named {name!r} exists already")
-        _, raw = api_token_create(name=name, run_prefix=options["run_prefix"], actor_name="manage.py")
+        with via("cli"):
+            _, raw = api_token_create(name=name, run_prefix=options["run_prefix"], actor_name="manage.py")
         self.stderr.write(f"Token {name!r} created; it is shown once and cannot be read again:")
         self.stdout.write(raw)

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from loopx_site.ops import retention
+from loopx_site.via import via
 
 
 class Command(BaseCommand):
@@ -27,7 +28,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["days"] is not None and options["days"] < 0:
             raise CommandError("--days must be 0 (off) or more")
-        report = retention.sweep(options["days"], limit=options["limit"], dry_run=options["dry_run"])
+        with via("cli"):
+            report = retention.sweep(options["days"], limit=options["limit"], dry_run=options["dry_run"])
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict(), indent=2, sort_keys=True))
         elif not report.enabled:

@@ -15,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.selectors import run_find
+from loopx_site.via import via
 from recovery.package_services import EXPORT_FORMATS, run_export
 
 
@@ -36,7 +37,8 @@ class Command(BaseCommand):
         if not os.path.isdir(os.path.dirname(out)):
             raise CommandError(f"the directory of {out} does not exist")
         try:
-            sha = run_export(run=run, out_path=out, fmt=options["fmt"])
+            with via("cli"):
+                sha = run_export(run=run, out_path=out, fmt=options["fmt"], actor_name="manage.py export_run")
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror}") from None
         summary = {"run": run.run_id, "records": run.record_count, "format": options["fmt"], "sha256": sha, "path": out}

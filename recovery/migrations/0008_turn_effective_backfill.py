@@ -19,10 +19,11 @@ def fill(apps, schema_editor):  # noqa: ANN001, ANN201
 
 
 class Migration(migrations.Migration):
+    # After every schema change of the models the rule reads (it runs today's code on today's tables).
     dependencies = [
         ("journals", "0006_turn_effective"),
-        ("recovery", "0006_journal_corruption_package_sweep"),
-        ("audits", "0007_operatoraction_retention_remove"),
+        ("recovery", "0007_journal_repair"),
+        ("audits", "0008_operator_trail_chain"),
     ]
 
     operations = [migrations.RunPython(fill, migrations.RunPython.noop)]
