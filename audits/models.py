@@ -35,6 +35,10 @@ OPERATOR_ACTION_KINDS = (
     "turn_edit",
     # Issue 8: retention removed a completed run after exporting it to a verified package (system actor).
     "retention_remove",
+    # An operator's save of an effect map (a new version) and its attachment to a source (imports).
+    "effect_map_create",
+    "effect_map_update",
+    "effect_map_attach",
 )
 
 

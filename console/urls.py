@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import actions, findings, packages, views
+from . import actions, findings, imports, packages, views
 
 app_name = "console"
 
@@ -25,5 +25,16 @@ urlpatterns = [
     path("packages/<uuid:pk>/", packages.package_detail, name="package"),
     path("packages/<uuid:pk>/status/", packages.package_status, name="package_status"),
     path("packages/<uuid:pk>/requeue/", packages.package_requeue, name="package_requeue"),
+    path("imports/", imports.imports, name="imports"),
+    path("imports/upload/", imports.import_upload, name="import_upload"),
+    path("imports/<uuid:pk>/", imports.import_detail, name="import"),
+    path("imports/<uuid:pk>/status/", imports.import_status, name="import_status"),
+    path("imports/<uuid:pk>/requeue/", imports.import_requeue, name="import_requeue"),
+    path("effect-maps/", imports.effect_maps, name="effect_maps"),
+    path("effect-maps/new/", imports.effect_map_new, name="effect_map_new"),
+    path("effect-maps/propose/", imports.effect_map_propose, name="effect_map_propose"),
+    path("effect-maps/<str:name>/", imports.effect_map_detail, name="effect_map"),
+    path("effect-maps/<str:name>/save/", imports.effect_map_save, name="effect_map_save"),
+    path("effect-maps/<str:name>/attach/", imports.effect_map_attach_view, name="effect_map_attach"),
     path("preferences/", views.preferences, name="preferences"),
 ]

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db import transaction
@@ -412,7 +412,7 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None) -> None:
                 locked = PackageUpload.objects.select_for_update().filter(pk=upload.pk, state=ACCEPTED).first()
                 if locked is None:
                     return
-                totals, corrupt = _ingest_journal(run_ident, target / "journal.jsonl", token)
+                totals, corrupt = journal_ingest(run_ident, target / "journal.jsonl", token)
                 result: dict[str, Any] = dict(totals)
                 if corrupt:
                     result["corrupt_lines"] = _keep_corrupt_lines(locked, run_ident, corrupt)
@@ -459,10 +459,14 @@ def _position(obj: dict[str, Any]) -> tuple[int, int] | None:
     return None  # ingest refuses such a record (envelope_invalid): the import fails before this matters
 
 
-def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tuple[dict[str, int], list[_CorruptLine]]:
-    """Feed the journal's complete records through ``records_ingest`` in batches within its limits (the caller
-    holds the transaction), and return the lines that are not complete records (a torn tail), kept aside for
-    ``_keep_corrupt_lines``. Line numbers of a refusal are the journal's, not the batch's."""
+def journal_ingest(
+    run_ident: str, journal: Path | BinaryIO, token: ApiToken | None
+) -> tuple[dict[str, int], list[_CorruptLine]]:
+    """Feed the journal's complete records (a file, or a binary stream read to its end) through
+    ``records_ingest`` in batches within its limits (the caller holds the transaction), and return the lines
+    that are not complete records (a torn tail), kept aside for ``_keep_corrupt_lines``. Line numbers of a
+    refusal are the journal's, not the batch's. Imported histories go through here too
+    (recovery/import_services.py)."""
     max_records = int(settings.LOOPX_INGEST_MAX_BATCH_RECORDS)
     max_bytes = int(settings.LOOPX_INGEST_MAX_BATCH_BYTES)
     totals = {"records": 0, "stored": 0, "duplicates": 0, "batches": 0}
@@ -489,7 +493,7 @@ def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tu
         batch, numbers, size = [], [], 0
 
     offset = 0
-    with open(journal, "rb") as fh:
+    with open(journal, "rb") if isinstance(journal, Path) else contextlib.nullcontext(journal) as fh:
         for line_no, raw in enumerate(fh, start=1):
             # Lines as ingest splits them: on "\n" only; a last line without one is complete all the same.
             terminated = raw.endswith(b"\n")
