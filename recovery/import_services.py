@@ -493,6 +493,11 @@ def _ingest(
         )
 
 
+# The fields in which an importer's intent_dispatched names what the map was asked about (Temporal's
+# activity type or Nexus operation, a LangGraph node, a Step Functions resource), in the order it asks.
+_NAME_FIELDS = ("activity_type", "operation", "node", "resource", "resource_type")
+
+
 def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, str | None]) -> None:
     """One ImportedIntent per dispatched intent of the journal: its class (as journaled) and what decided it.
     An intent the converter classified without the map (a source's own rule) is absent from ``decided_by``."""
@@ -514,7 +519,7 @@ def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, s
         else:
             key = decided_by[intent]
             decided, key = (BY_DEFAULT, None) if key in (None, ANY_KEY) else (BY_ENTRY, key)
-        name = record.get("name") if isinstance(record.get("name"), str) else None
+        name = next((record[f] for f in _NAME_FIELDS if isinstance(record.get(f), str) and record[f]), None)
         seen[intent] = ImportedIntent(
             imported_run=row,
             intent=intent[:ID_MAX],
