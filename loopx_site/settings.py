@@ -170,6 +170,8 @@ SPECTACULAR_SETTINGS = {
         "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",
         "RecoveryActionKindEnum": "audits.models.ACTION_KINDS",
         "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
+        "EffectClassEnum": "journals.models.EFFECT_CLASSES",
+        "ImportSystemEnum": "recovery.import_models.IMPORT_SYSTEMS",
     },
 }
 
