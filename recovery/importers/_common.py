@@ -155,7 +155,8 @@ class Journal:
         prev = self.last_digest[branch]
         if prev is not None:
             fields["prev"] = prev
-        line = canonical_bytes_no_float(fields)
+        # A copy of exactly its size: orjson's result keeps its whole write buffer (4 KiB a record).
+        line = bytes(memoryview(canonical_bytes_no_float(fields)))
         self.lines.append(line)
         self.last_digest[branch] = hashlib.sha256(line).hexdigest()
         self.next_lsn[branch] = lsn + 1

@@ -32,7 +32,9 @@ PHASES = ["start", "close"]
 _ARRAY = re.compile(rb'"events"\s*:\s*\[')
 _CANDIDATE = re.compile(rb"\}\s*[,\]]")
 _WS = b" \t\r\n"
+_FAST_TRIES = 256
 _DECIMAL = re.compile(r"[0-9]+")
+_SECONDS = re.compile(r"[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])")
 
 # Events that journal nothing (counted in `skipped`), as the spec's last-but-one row lists them.
 _SKIPPED_EXACT = frozenset(
@@ -66,6 +68,31 @@ _WORKFLOW_CLOSED = {
     "WorkflowExecutionCanceled": "cancelled",
     "WorkflowExecutionTerminated": "cancelled",
 }
+_NEXUS_CLOSED = ("NexusOperationCompleted", "NexusOperationFailed", "NexusOperationTimedOut", "NexusOperationCanceled")
+# The event types the table maps to records (and the two started events, which are tracked).
+_HANDLED = frozenset(
+    {
+        "ActivityTaskScheduled",
+        "ActivityTaskCompleted",
+        "ActivityTaskFailed",
+        "ActivityTaskTimedOut",
+        "ActivityTaskCanceled",
+        "ActivityTaskStarted",
+        "NexusOperationStarted",
+        "MarkerRecorded",
+        "StartChildWorkflowExecutionInitiated",
+        "SignalExternalWorkflowExecutionInitiated",
+        "ExternalWorkflowExecutionSignaled",
+        "SignalExternalWorkflowExecutionFailed",
+        "RequestCancelExternalWorkflowExecutionInitiated",
+        "ExternalWorkflowExecutionCancelRequested",
+        "RequestCancelExternalWorkflowExecutionFailed",
+        "NexusOperationScheduled",
+        *_NEXUS_CLOSED,
+        *_CHILD_CLOSED,
+        *_WORKFLOW_CLOSED,
+    }
+)
 _LOCAL_MARKERS = ("LocalActivity", "core_local_activity")
 _JSON_PLAIN = "json/plain"
 
@@ -95,7 +122,7 @@ def _event_id(event: Any) -> int:
     raw = event.get("eventId")
     if type(raw) is int:
         return raw
-    if type(raw) is str and _DECIMAL.fullmatch(raw):
+    if type(raw) is str and raw.isascii() and raw.isdigit():
         return int(raw)
     raise refuse("an event has no eventId that is an integer or a decimal string")
 
@@ -127,28 +154,14 @@ class _Split:
         if pos < size and data[pos] == 0x5D:  # "]": no events
             self.array_close = pos
             return
-        loads, count = orjson.loads, data.count
         while True:
             if pos >= size or data[pos] != 0x7B:  # "{"
                 raise refuse("an element of events is not an object")
             start = pos
-            opens = closes = squares = 0
-            scanned = start
-            for cand in _CANDIDATE.finditer(data, start):
-                end = cand.start() + 1
-                opens += count(b"{", scanned, end)
-                closes += count(b"}", scanned, end)
-                squares += count(b"[", scanned, end) - count(b"]", scanned, end)
-                scanned = end
-                if opens != closes or squares != 0:
-                    continue
-                try:
-                    event = loads(view[start:end])
-                except orjson.JSONDecodeError:
-                    continue
-                break
-            else:
+            found = self._element(view, start, fast=True) or self._element(view, start, fast=False)
+            if found is None:
                 raise refuse("the events array is not complete JSON")
+            end, event = found
             yield start, end, event
             pos = _skip_ws(data, end, size)
             if pos < size and data[pos] == 0x2C:  # ","
@@ -158,6 +171,32 @@ class _Split:
                 self.array_close = pos
                 return
             raise refuse("the events array is not complete JSON")
+
+    def _element(self, view: memoryview, start: int, *, fast: bool) -> tuple[int, dict[str, Any]] | None:
+        """The element starting at ``start``: (its end, its value). The fast way tries orjson only where the
+        braces and brackets since ``start`` balance; braces inside strings can keep them from ever
+        balancing, so after ``_FAST_TRIES`` candidates the slow way tries every candidate in turn (the
+        first cut orjson reads whole is the element's end: an earlier one is incomplete, a later one has
+        trailing bytes)."""
+        data, count, loads = self.data, self.data.count, orjson.loads
+        opens = closes = 0
+        scanned = start
+        for tries, cand in enumerate(_CANDIDATE.finditer(data, start)):
+            end = cand.start() + 1
+            if fast:
+                if tries >= _FAST_TRIES:
+                    return None
+                opens += count(b"{", scanned, end)
+                closes += count(b"}", scanned, end)
+                scanned = end
+                if opens != closes:
+                    continue
+            try:
+                event = loads(view[start:end])
+            except orjson.JSONDecodeError:
+                continue
+            return end, event
+        return None
 
     def check_outside(self) -> None:
         """The file with the array emptied is one JSON object holding it at ``events`` or
@@ -244,14 +283,18 @@ class _Mapper:
         self.signals: dict[int, str] = {}
         self.cancels: dict[int, str] = {}
         self.nexus: dict[int, str] = {}
-        self.expected = 1
+        self.at_prefix = "\x00"  # the date, hour and minute of the last time proven RFC 3339
 
     def _at(self, event: dict[str, Any], eid: int) -> str | None:
         at = event.get("eventTime")
         if at is None:
             return None
+        # Consecutive events share their date, hour and minute: once proven, only the rest is checked.
+        if type(at) is str and at.startswith(self.at_prefix) and _SECONDS.fullmatch(at, 17):
+            return at
         if not _valid_at(at):
             raise refuse(f"event {eid}: eventTime is not an RFC 3339 time")
+        self.at_prefix = at[:17]
         return at  # type: ignore[no-any-return]
 
     def _attrs(self, event: dict[str, Any], name: str, eid: int) -> dict[str, Any]:
@@ -291,8 +334,16 @@ class _Mapper:
         if not isinstance(spelled, str) or not spelled:
             raise refuse(f"event {eid}: no eventType")
         name = event_type_name(spelled)
-        at = self._at(event, eid)
         j = self.journal
+        at = self._at(event, eid)  # checked on every event, journaled or not
+        if j is not None and name not in _HANDLED:
+            if name in _SKIPPED_EXACT or name.startswith(_SKIPPED_PREFIXES):
+                self._skip(name)
+            else:
+                # Not in the table (a newer server's event, or a second WorkflowExecutionStarted):
+                # journaled as a kind the engine does not know, so the run blocks until someone looks.
+                j.add("temporal." + spelled, at, eid, {"turn": TURN})
+            return
         if j is None:  # event 1
             if name != "WorkflowExecutionStarted":
                 raise refuse("event 1 is not WorkflowExecutionStarted")
@@ -406,7 +457,7 @@ class _Mapper:
             self._dispatch(j, at, eid, intent, cls, f"{run}/nexus/{eid}", extra)
             j.decided_by[intent] = decided
             self.nexus[eid] = intent
-        elif name in ("NexusOperationCompleted", "NexusOperationFailed", "NexusOperationTimedOut", "NexusOperationCanceled"):
+        elif name in _NEXUS_CLOSED:
             attrs = self._attrs(event, name, eid)
             intent = self._readback(self.nexus, attrs, "scheduledEventId", eid, name)
             if name == "NexusOperationCompleted":
@@ -421,12 +472,6 @@ class _Mapper:
         elif name in _WORKFLOW_CLOSED:
             j.add("phase_committed", at, eid, {"turn": TURN, "phase": "close"})
             j.add("turn_terminal", at, eid, {"turn": TURN, "status": _WORKFLOW_CLOSED[name]})
-        elif name in _SKIPPED_EXACT or name.startswith(_SKIPPED_PREFIXES):
-            self._skip(name)
-        else:
-            # Not in the table (a newer server's event, or a second WorkflowExecutionStarted): journaled as
-            # a kind the engine does not know, so the run blocks until someone looks.
-            j.add("temporal." + spelled, at, eid, {"turn": TURN})
 
     def _skip(self, name: str) -> None:
         self.skipped[name] = self.skipped.get(name, 0) + 1
