@@ -20,7 +20,7 @@ def test_upload_a_temporal_history_wait_for_the_import_and_open_the_runs_turns(
 ):
     from recovery.import_models import HistoryImport
     from recovery.tasks import assess_run, convert_history
-    from tests.imports.temporal import RUN, SECRET, history_bytes
+    from tests.imports.charge_history import RUN, SECRET, history_bytes
 
     converts: list[str] = []
     assessments: list[str] = []

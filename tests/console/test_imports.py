@@ -15,7 +15,7 @@ from journals.models import Turn
 from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedRun
 from recovery.import_services import effect_map_attach, effect_map_create, history_upload_receive
 from recovery.tasks import convert_history
-from tests.imports.temporal import RUN, history_bytes
+from tests.imports.charge_history import RUN, history_bytes
 
 pytestmark = pytest.mark.django_db
 

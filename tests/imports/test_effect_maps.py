@@ -21,7 +21,7 @@ from recovery.import_services import (
     history_upload_receive,
 )
 from recovery.tasks import convert_history, reimport_history
-from tests.imports.temporal import RUN, history_bytes
+from tests.imports.charge_history import RUN, history_bytes
 
 pytestmark = pytest.mark.django_db
 
