@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from journals.models import EFFECT_CLASSES, ID_MAX
 from loopx_site.appendonly import AppendOnlyModel
+from recovery.package_models import progress_percent
 
 # The sources an upload may name (recovery/importers SOURCES; spelled out so that the schema does not move
 # when a converter is added without its service side).
@@ -182,11 +183,7 @@ class HistoryImport(models.Model):
 
     @property
     def percent(self) -> int:
-        if self.state in IMPORT_FINAL_STATES:
-            return 100
-        if self.progress_total <= 0:
-            return 0
-        return min(100, self.progress_done * 100 // self.progress_total)
+        return progress_percent(self.progress_done, self.progress_total, done=self.state in IMPORT_FINAL_STATES)
 
     @property
     def is_final(self) -> bool:

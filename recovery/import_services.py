@@ -32,7 +32,6 @@ import io
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -65,7 +64,7 @@ from recovery.import_models import (
 )
 from recovery.importers import EffectMap as ConverterMap
 from recovery.importers import ImportRefused, ImportResult, effect_map_parse, history_import
-from recovery.package_services import PUBLISH_RETRY_POLICY, _principal, journal_ingest
+from recovery.package_services import PUBLISH_RETRY_POLICY, ThrottledProgress, _principal, journal_ingest
 
 logger = logging.getLogger(__name__)
 
@@ -369,28 +368,11 @@ def conversion_enqueue(*, import_id: uuid.UUID | str) -> bool:
 # --- Convert and ingest -------------------------------------------------------------------------------
 
 
-class _Progress:
-    """The converter's progress hook: monotonic, throttled, written outside any transaction so that the
-    polling page sees it at once."""
-
-    def __init__(self, pk: uuid.UUID, interval: float) -> None:
-        self.pk = pk
-        self.interval = interval
-        self.done = 0
-        self.written_at = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        total = max(total, 0)
-        done = max(self.done, min(done, total))
-        if done == self.done:
-            return
-        self.done = done
-        now = time.monotonic()
-        if now - self.written_at >= self.interval:
-            self.written_at = now
-            HistoryImport.objects.filter(pk=self.pk, state=CONVERTING).update(
-                progress_done=done, progress_total=total, updated_at=timezone.now()
-            )
+def _store_progress(pk: uuid.UUID, done: int, total: int) -> None:
+    """One progress write, outside any transaction so that the polling page sees it at once."""
+    HistoryImport.objects.filter(pk=pk, state=CONVERTING).update(
+        progress_done=done, progress_total=total, updated_at=timezone.now()
+    )
 
 
 def _fail(upload: HistoryImport, error: str, detail: str, line: int | None = None) -> None:
@@ -427,7 +409,7 @@ def history_process(*, import_id: str, progress_interval: float = PROGRESS_INTER
             data=bytes(upload.source.data),
             effects=converter_map(upload.map_version),
             run=run,
-            progress=_Progress(pk, progress_interval),
+            progress=ThrottledProgress(lambda done, total: _store_progress(pk, done, total), progress_interval),
         )
     except ImportRefused as err:  # the door took these bytes: they cannot be refused now unless they changed
         _fail(upload, err.code, err.message)

@@ -35,7 +35,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -206,25 +206,27 @@ def _store_progress(upload_pk: uuid.UUID, done: int, total: int) -> None:
     )
 
 
-class _Progress:
-    """check_package's progress hook: monotonic, throttled, written into the row."""
+class ThrottledProgress:
+    """A progress hook (check_package's, an importer's): monotonic, throttled to one ``write`` per
+    ``interval`` seconds. ``total`` fixes the total (else each call's own total counts)."""
 
-    def __init__(self, upload_pk: uuid.UUID, total: int, interval: float) -> None:
-        self.upload_pk = upload_pk
+    def __init__(self, write: Callable[[int, int], None], interval: float, total: int | None = None) -> None:
+        self.write = write
         self.total = total
         self.interval = interval
         self.done = 0
         self.written_at = 0.0
 
     def __call__(self, done: int, total: int) -> None:
-        done = max(self.done, min(done, self.total))  # the readers' position may step back (zip seeks)
+        total = self.total if self.total is not None else max(total, 0)
+        done = max(self.done, min(done, total))  # the readers' position may step back (zip seeks)
         if done == self.done:
             return
         self.done = done
         now = time.monotonic()
         if now - self.written_at >= self.interval:
             self.written_at = now
-            _store_progress(self.upload_pk, done, self.total)
+            self.write(done, total)
 
 
 def _file_sha256(path: Path) -> str:
@@ -267,7 +269,11 @@ def package_validate(*, upload: PackageUpload, progress_interval: float = PROGRE
             findings = [_finding(UPLOAD_CHANGED, "the stored upload no longer has the sha256 it was received with")]
         else:
             report = check_package(
-                path, package_limits(), progress=_Progress(upload.pk, upload.size, progress_interval)
+                path,
+                package_limits(),
+                progress=ThrottledProgress(
+                    lambda done, total: _store_progress(upload.pk, done, total), progress_interval, upload.size
+                ),
             )
             findings = [f.to_dict() for f in report.findings]
             fmt, members = report.format, report.members
