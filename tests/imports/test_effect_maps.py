@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from hypothesis import given
+from hypothesis import strategies as st
 
 from audits.models import OperatorAction
-from journals.models import JournalRecord, Run, Turn
+from console.imports import EntriesField, entries_text
+from journals.models import EFFECT_CLASSES, JournalRecord, Run, Turn
 from loopx_site.appendonly import AppendOnlyError
 from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedIntent
 from recovery.import_services import (
     ImportServiceError,
+    converter_map,
     effect_map_attach,
     effect_map_create,
     effect_map_for,
@@ -157,3 +161,32 @@ def test_the_same_file_again_after_a_reimport_finds_the_generation_in_force(oper
         file=SimpleUploadedFile("h.json", history_bytes()), source="temporal", actor=operator
     )
     assert not created and again == second
+
+
+_NAMES = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=40).filter(
+    lambda n: n == n.strip() and not n.startswith("#") and n != "*"
+)
+
+
+@given(st.dictionaries(_NAMES, st.sampled_from(EFFECT_CLASSES), max_size=12), st.sampled_from(EFFECT_CLASSES))
+def test_the_editor_text_and_a_saved_version_give_back_the_same_classes(entries, default):
+    """The console's `name = class` lines read back as the entries they were written from, and a version's
+    map classifies each name by its own entry and every other name by the default."""
+    assert EntriesField(required=False).clean(entries_text(entries)) == entries
+    effects = converter_map(EffectMapVersion(entries=entries, default=default))
+    for name, cls in entries.items():
+        assert effects.classify(name) == (cls, name)
+    assert effects.classify("a name in no map \u2603")[0] == default
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("table", ["recovery_effectmapversion", "recovery_historysource", "recovery_importedintent"])
+def test_postgresql_refuses_to_rewrite_a_map_version_a_history_or_an_intents_class_source(operator, table):
+    from django.db import IntegrityError, connection, transaction
+
+    effect_map_create(name="orders", entries={"SendReceipt": "idempotent"}, actor=operator, reason="r")
+    _imported(operator)
+    with pytest.raises(IntegrityError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET id = id")
+    with pytest.raises(IntegrityError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table}")
