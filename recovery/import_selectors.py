@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from journals.models import Intent, Turn
-from recovery.import_models import BY_DEFAULT, BY_ENTRY, ImportedIntent
+from recovery.import_models import BY_DEFAULT, BY_ENTRY, ImportedIntent, ImportedRun
 
 
 @dataclass(frozen=True)
@@ -33,17 +33,10 @@ class IntentClassSource:
         return f"{self.effect_class} (the source's own rule)"
 
 
-def intent_class_sources(*, run_id: str, turn: Turn | None = None) -> list[IntentClassSource]:
-    """The imported intents of a run (of one turn when given), each with what decided its class, in intent
-    order. One query; empty for a run that was not imported."""
-    rows = ImportedIntent.objects.filter(imported_run__run_ident=run_id).select_related(
-        "imported_run__history_import__map_version__map"
-    )
-    if turn is not None:
-        rows = rows.filter(intent__in=Intent.objects.filter(turn=turn).values("intent_id"))
+def _sources(rows: object, imported: ImportedRun | None = None) -> list[IntentClassSource]:
     out: list[IntentClassSource] = []
-    for row in rows.order_by("intent"):
-        version = row.imported_run.history_import.map_version
+    for row in rows:  # type: ignore[attr-defined]
+        version = (imported or row.imported_run).history_import.map_version
         out.append(
             IntentClassSource(
                 intent=row.intent,
@@ -59,6 +52,43 @@ def intent_class_sources(*, run_id: str, turn: Turn | None = None) -> list[Inten
     return out
 
 
-def turn_intent_class_sources(*, turn: Turn) -> list[IntentClassSource]:
-    """What the turn page shows beside its intents (console/templates/console/_intent_class_source.html)."""
-    return intent_class_sources(run_id=turn.run.run_id, turn=turn)
+def intent_class_sources(*, run_id: str, turn: Turn | None = None) -> list[IntentClassSource]:
+    """The imported intents of a run (of one turn when given), each with what decided its class, in intent
+    order. One query; empty for a run that was not imported."""
+    rows = ImportedIntent.objects.filter(imported_run__run_ident=run_id).select_related(
+        "imported_run__history_import__map_version__map"
+    )
+    if turn is not None:
+        rows = rows.filter(intent__in=Intent.objects.filter(turn=turn).values("intent_id"))
+    return _sources(rows.order_by("intent"))
+
+
+def imported_run_of(*, run_id: str) -> ImportedRun | None:
+    """The imported run stored under this id, with its import, source (never its bytes) and map; None for a
+    run that was not imported. One query."""
+    return (
+        ImportedRun.objects.filter(run_ident=run_id)
+        .select_related("history_import__source", "history_import__map_version__map")
+        .defer("history_import__source__data")
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class TurnImportNote:
+    """What the turn page shows of an imported run: where it came from, and what decided each class."""
+
+    imported: ImportedRun
+    class_sources: list[IntentClassSource]
+
+
+def turn_import_note(*, turn: Turn) -> TurnImportNote | None:
+    """The turn page's note (templates/console/_intent_class_source.html): one query for a run that was not
+    imported (None), two for one that was."""
+    imported = imported_run_of(run_id=turn.run.run_id)
+    if imported is None:
+        return None
+    rows = ImportedIntent.objects.filter(
+        imported_run=imported, intent__in=Intent.objects.filter(turn=turn).values("intent_id")
+    ).order_by("intent")
+    return TurnImportNote(imported=imported, class_sources=_sources(rows, imported))

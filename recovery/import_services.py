@@ -230,24 +230,27 @@ def converter_map(version: EffectMapVersion | None) -> ConverterMap:
 
 
 def _read_all(file: Any, limit: int) -> bytes:
-    """The upload's bytes (a Django UploadedFile, a stream, or bytes), refused past ``limit``."""
+    """The upload's bytes (a Django UploadedFile, a stream, or bytes), refused past ``limit`` without reading
+    further."""
+    too_large = ImportServiceError(
+        413, "history_too_large", f"the file is larger than a history may be ({limit} bytes)"
+    )
+    declared = getattr(file, "size", None)
+    if isinstance(declared, int) and declared > limit:
+        raise too_large
     if isinstance(file, bytes | bytearray | memoryview):
-        data = bytes(file)
-    else:
-        parts: list[bytes] = []
-        size = 0
-        pieces = file.chunks(1024 * 1024) if hasattr(file, "chunks") else iter(lambda: file.read(1024 * 1024), b"")
-        for piece in pieces:
-            size += len(piece)
-            if size > limit:
-                break
-            parts.append(piece)
-        data = b"".join(parts)
+        if len(file) > limit:
+            raise too_large
+        return bytes(file)
+    parts: list[bytes] = []
+    size = 0
+    pieces = file.chunks(1024 * 1024) if hasattr(file, "chunks") else iter(lambda: file.read(1024 * 1024), b"")
+    for piece in pieces:
+        size += len(piece)
         if size > limit:
-            data = b"x" * (limit + 1)  # refused just below; never kept
-    if len(data) > limit:
-        raise ImportServiceError(413, "history_too_large", f"the file is larger than a history may be ({limit} bytes)")
-    return data
+            raise too_large
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def generation_run(run_base: str, generation: int) -> str:
@@ -579,25 +582,3 @@ def history_reimport(*, import_id: str, map_version_id: int) -> HistoryImport | 
     history_process(import_id=str(made.pk))
     made.refresh_from_db()
     return made
-
-
-def import_for_run(*, run_id: str) -> ImportedRun | None:
-    """The imported run stored under this id, with its import and source (None: not an import)."""
-    return (
-        ImportedRun.objects.filter(run_ident=run_id)
-        .select_related("history_import__source", "history_import__map_version__map")
-        .defer("history_import__source__data")
-        .first()
-    )
-
-
-def newest_generation(upload: HistoryImport) -> HistoryImport:
-    """The generation in force of an import (itself, unless a newer map version re-imported it)."""
-    current = upload
-    seen = {current.pk}
-    while True:
-        newer = HistoryImport.objects.filter(supersedes=current).first()
-        if newer is None or newer.pk in seen:
-            return current
-        seen.add(newer.pk)
-        current = newer

@@ -23,9 +23,9 @@ from journals.views import _ERRORS
 from loopx_site.access import CanRunRecovery, CanView, runtime_token
 from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.import_models import HistoryImport
-from recovery.import_selectors import intent_class_sources
+from recovery.import_selectors import imported_run_of, intent_class_sources
 from recovery.import_serializers import HistoryImportSerializer, ImportUploadSerializer, IntentClassSerializer
-from recovery.import_services import ImportServiceError, history_upload_receive, import_for_run
+from recovery.import_services import ImportServiceError, history_upload_receive
 
 _UPLOAD_ERRORS = {code: _ERRORS[code] for code in (401, 403)}
 
@@ -116,7 +116,7 @@ class RunImportView(LoopxView):
     @extend_schema(operation_id="run_import", responses={200: HistoryImportSerializer, **_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
-        row = import_for_run(run_id=run.run_id)
+        row = imported_run_of(run_id=run.run_id)
         if row is None:
             raise NotFound("This run was not imported from another runtime's history.")
         upload = import_queryset().get(pk=row.history_import_id)  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from recovery.import_selectors import turn_intent_class_sources
+from recovery.import_selectors import turn_import_note
 
 register = template.Library()
 
@@ -15,7 +15,7 @@ register = template.Library()
 @register.inclusion_tag("console/_intent_class_source.html", takes_context=True)
 def intent_class_sources(context: dict[str, Any], turn: Any) -> dict[str, Any]:
     return {
-        "class_sources": turn_intent_class_sources(turn=turn),
+        "note": turn_import_note(turn=turn),
         "can_operate": context.get("can_operate", False),
         "csrf_token": context.get("csrf_token"),
     }

@@ -81,9 +81,14 @@ def test_the_turn_page_says_which_entry_decided_each_class_and_proposes_an_entry
     row = _imported_run(operator, django_capture_on_commit_callbacks)
     turn = Turn.objects.get(run__run_id=RUN, turn_id="workflow")
     page = op_pages.get(reverse("console:turn", args=[turn.pk])).content.decode()
-    assert "Where each intent" in page
+    assert "where each intent" in page
     assert "unsafe (not in the map)" in page  # ChargeCard and LookupOrder
     assert 'entry <span class="mono">SendReceipt</span>' in page
+    # The run names its source: the system, the file, its sha256's start, the events and what was skipped.
+    source = page[page.index('id="run-source"') :]
+    source = source[: source.index("</p>")]
+    assert "temporal" in source and "h.json" in source and row.history_import.source.sha256[:14] in source
+    assert "14 events" in source and "WorkflowTaskStarted" in source
     assert 'name="name" value="ChargeCard"' in page
     # One click: the editor of the import's map opens with the name pre-filled; nothing is saved yet.
     response = op_pages.post(reverse("console:effect_map_propose"), {"imported_run": row.pk, "name": "ChargeCard"})
@@ -105,7 +110,7 @@ def test_the_turn_page_says_which_entry_decided_each_class_and_proposes_an_entry
 def test_a_turn_that_was_not_imported_shows_nothing_of_it(op_pages, pay):
     turn = Turn.objects.filter(run=pay.run).first()
     page = op_pages.get(reverse("console:turn", args=[turn.pk])).content.decode()
-    assert "Where each intent" not in page
+    assert "where each intent" not in page and 'id="run-source"' not in page
 
 
 def test_an_operator_creates_and_attaches_a_map_in_the_console(op_pages, operator):
@@ -152,3 +157,24 @@ def test_list_pages_cost_the_same_queries_for_3_rows_or_12(op_pages, operator, n
             response = op_pages.get(reverse(url))
         assert response.status_code == 200
         assert len(ctx.captured_queries) == queries, [q["sql"] for q in ctx.captured_queries]
+
+
+def test_the_turn_pages_note_costs_one_query_for_other_runs_and_two_for_an_import(
+    operator, pay, eager_tasks, django_capture_on_commit_callbacks, django_assert_num_queries
+):
+    from recovery.import_selectors import turn_import_note
+
+    other = Turn.objects.select_related("run").filter(run=pay.run).first()
+    with django_assert_num_queries(1):
+        assert turn_import_note(turn=other) is None
+    effect_map_create(name="orders", entries={"SendReceipt": "idempotent"}, actor=operator, reason="r")
+    _imported_run(operator, django_capture_on_commit_callbacks)
+    turn = Turn.objects.select_related("run").get(run__run_id=RUN, turn_id="workflow")
+    with django_assert_num_queries(2):
+        note = turn_import_note(turn=turn)
+        assert note is not None and [s.label for s in note.class_sources] == [
+            "unsafe (not in the map)",
+            "idempotent (map entry SendReceipt)",
+            "unsafe (not in the map)",
+        ]
+        assert note.imported.history_import.source.system == "temporal"
