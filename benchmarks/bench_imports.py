@@ -163,21 +163,9 @@ def importer(path: Path) -> dict[str, Any]:
     return {"events": result.events, "records": result.runs[0].records, "journal_mb": len(result.runs[0].journal) / 1e6}
 
 
-def peak_rss_mb() -> float:
-    """This process's own peak resident set (/proc's VmHWM; getrusage's ru_maxrss would count the parent's
-    peak, which Linux keeps across exec)."""
-    import resource
-
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def child(what: str, path: Path) -> None:
+    from benchmarks.bench_engine import peak_rss_mb  # the same measure of a child's own peak
+
     started_wall, started_cpu = time.perf_counter(), time.process_time()
     out = floor(path) if what == "floor" else importer(path)
     out["wall"] = time.perf_counter() - started_wall

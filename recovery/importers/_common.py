@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from recovery.engine.assess import _has_float as has_float
 from recovery.engine.canonical import canonical_bytes, canonical_bytes_no_float
 
 EFFECT_CLASSES = ("safe", "idempotent", "unsafe")
@@ -100,20 +101,6 @@ class ImportResult:
     skipped: Mapping[str, int]  # what the source held that the journal does not, by event type
     events: int  # the source's events (Temporal, Step Functions) or checkpoints and writes (LangGraph)
     sha256: str  # of the source file's bytes
-
-
-def has_float(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        cls = item.__class__
-        if cls is float:
-            return True
-        if cls is dict:
-            stack.extend(item.values())
-        elif cls is list:
-            stack.extend(item)
-    return False
 
 
 def value_digest(value: Any) -> str:

@@ -68,15 +68,20 @@ _WORKFLOW_CLOSED = {
     "WorkflowExecutionCanceled": "cancelled",
     "WorkflowExecutionTerminated": "cancelled",
 }
-_NEXUS_CLOSED = ("NexusOperationCompleted", "NexusOperationFailed", "NexusOperationTimedOut", "NexusOperationCanceled")
+_SCHEDULED_CLOSED: dict[str, str | None] = {
+    "ActivityTaskCompleted": "succeeded",
+    "ActivityTaskFailed": "failed",
+    "ActivityTaskTimedOut": "unknown",
+    "ActivityTaskCanceled": None,
+    "NexusOperationCompleted": "succeeded",
+    "NexusOperationFailed": "failed",
+    "NexusOperationTimedOut": "unknown",
+    "NexusOperationCanceled": None,
+}
 # The event types the table maps to records (and the two started events, which are tracked).
 _HANDLED = frozenset(
     {
         "ActivityTaskScheduled",
-        "ActivityTaskCompleted",
-        "ActivityTaskFailed",
-        "ActivityTaskTimedOut",
-        "ActivityTaskCanceled",
         "ActivityTaskStarted",
         "NexusOperationStarted",
         "MarkerRecorded",
@@ -88,7 +93,7 @@ _HANDLED = frozenset(
         "ExternalWorkflowExecutionCancelRequested",
         "RequestCancelExternalWorkflowExecutionFailed",
         "NexusOperationScheduled",
-        *_NEXUS_CLOSED,
+        *_SCHEDULED_CLOSED,
         *_CHILD_CLOSED,
         *_WORKFLOW_CLOSED,
     }
@@ -379,16 +384,14 @@ class _Mapper:
             self._dispatch(j, at, eid, intent, cls, f"{run}/{activity_id}", extra)
             j.decided_by[intent] = decided
             self.activities[eid] = intent
-        elif name in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"):
+        elif name in _SCHEDULED_CLOSED:
+            # An activity's or a Nexus operation's close, by its scheduled event. A cancel is `failed`
+            # when it never started (it never ran), else `unknown`.
             attrs = self._attrs(event, name, eid)
-            intent = self._readback(self.activities, attrs, "scheduledEventId", eid, name)
-            if name == "ActivityTaskCompleted":
-                outcome = "succeeded"
-            elif name == "ActivityTaskFailed":
-                outcome = "failed"
-            elif name == "ActivityTaskTimedOut":
-                outcome = "unknown"
-            else:
+            table = self.activities if name.startswith("Activity") else self.nexus
+            intent = self._readback(table, attrs, "scheduledEventId", eid, name)
+            outcome = _SCHEDULED_CLOSED[name]
+            if outcome is None:
                 outcome = "unknown" if int(attrs["scheduledEventId"]) in self.started else "failed"
             self._observe(j, at, eid, intent, outcome)
         elif name in ("ActivityTaskStarted", "NexusOperationStarted"):
@@ -457,18 +460,6 @@ class _Mapper:
             self._dispatch(j, at, eid, intent, cls, f"{run}/nexus/{eid}", extra)
             j.decided_by[intent] = decided
             self.nexus[eid] = intent
-        elif name in _NEXUS_CLOSED:
-            attrs = self._attrs(event, name, eid)
-            intent = self._readback(self.nexus, attrs, "scheduledEventId", eid, name)
-            if name == "NexusOperationCompleted":
-                outcome = "succeeded"
-            elif name == "NexusOperationFailed":
-                outcome = "failed"
-            elif name == "NexusOperationTimedOut":
-                outcome = "unknown"
-            else:
-                outcome = "unknown" if int(attrs["scheduledEventId"]) in self.started else "failed"
-            self._observe(j, at, eid, intent, outcome)
         elif name in _WORKFLOW_CLOSED:
             j.add("phase_committed", at, eid, {"turn": TURN, "phase": "close"})
             j.add("turn_terminal", at, eid, {"turn": TURN, "status": _WORKFLOW_CLOSED[name]})

@@ -193,7 +193,7 @@ CREATE TABLE writes (
 
 
 def older(tmp_path: Path, current: bytes) -> bytes:
-    """The same rows in the layout of langgraph-checkpoint-sqlite before `task_path` (1.x and 2.x)."""
+    """The same rows in the layout of langgraph-checkpoint-sqlite before `task_path` (3.0 and earlier)."""
     src, dst = tmp_path / "current.sqlite", tmp_path / "older.sqlite"
     src.write_bytes(current)
     with closing(sqlite3.connect(dst)) as conn:

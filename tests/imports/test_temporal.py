@@ -659,3 +659,29 @@ def test_wrong_arguments_exit_2_with_one_line(
     args = [str(tmp_path / "x.jsonl") if a == "X" else a for a in args]
     code, stdout, err = run_import(capsys, str(src), *args)
     assert (code, stdout, err.count("\n")) == (2, "", 1)
+
+
+def test_the_commands_as_scripts_call_them(tmp_path: Path) -> None:
+    """`manage.py import_history` and then `manage.py assess_journal`, each its own process."""
+    import os
+    import subprocess
+
+    from tests.engine.helpers import PYTHON, REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+
+    def manage(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([PYTHON, "manage.py", *args], cwd=REPO_ROOT, env=env, capture_output=True, timeout=180)
+
+    h = History()
+    h.activity("1")
+    src, out = tmp_path / "history.json", tmp_path / "run.jsonl"
+    src.write_bytes(b'{"events": [{"eventId": "x"}]}')
+    bad = manage("import_history", str(src), "--from", "temporal", "--out", str(out))
+    assert (bad.returncode, bad.stdout, bad.stderr.count(b"\n")) == (2, b"", 1) and not out.exists()
+    src.write_bytes(h.data())
+    good = manage("import_history", str(src), "--from", "temporal", "--out", str(out), "--json")
+    assert good.returncode == 0, good.stderr
+    assessed = manage("assess_journal", str(out), "--json")
+    answer = json.loads(assessed.stdout)
+    assert (answer["turns"][0]["decision"], answer["turns"][0]["reason"]) == ("blocked", "effect_indeterminate")
