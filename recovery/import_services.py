@@ -71,6 +71,7 @@ logger = logging.getLogger(__name__)
 IMPORT_CONFLICT = "import_conflict"
 PROGRESS_INTERVAL = 0.5  # seconds between progress writes, as for package verification
 _MAP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_RESERVED_NAMES = ("new", "propose")  # the console's own paths beside a map's (console/urls.py)
 
 
 class ImportServiceError(ServiceError):
@@ -116,9 +117,11 @@ def effect_map_create(
     """A new named map and its version 1, audited (``effect_map_create``). 409 ``effect_map_exists``."""
     from audits.services import operator_action_record  # audits builds on recovery
 
-    if not _MAP_NAME.match(name or ""):
+    if not _MAP_NAME.match(name or "") or name in _RESERVED_NAMES:
         raise ImportServiceError(
-            400, "effect_map_name_invalid", "a map's name is 1 to 100 letters, digits, '.', '_' or '-'"
+            400,
+            "effect_map_name_invalid",
+            "a map's name is 1 to 100 letters, digits, '.', '_' or '-' (not 'new' or 'propose')",
         )
     reason = _require_reason(reason)
     clean, default = _clean_map(entries, default)

@@ -198,3 +198,31 @@ def test_the_schema_documents_the_import_endpoints(operator_client):
     assert "multipart/form-data" in post["requestBody"]["content"]
     assert "/api/v1/imports/{import_id}" in schema["paths"]
     assert "/api/v1/runs/{run_id}/turns/{turn_id}/intent-classes" in schema["paths"]
+
+
+def test_a_step_functions_history_is_imported_the_same_way(
+    operator, operator_client, eager_tasks, django_capture_on_commit_callbacks
+):
+    from tests.imports.helpers import SECRET as SF_SECRET
+    from tests.imports.test_stepfunctions import Execution
+
+    x = Execution()
+    entered = x.enter("Charge", 1)
+    scheduled = x.task(entered)
+    x.add("TaskTimedOut", scheduled, resourceType="lambda", resource="invoke")
+    effect_map_create(name="lambdas", entries={"invoke": "idempotent"}, actor=operator, reason="keyed lambdas")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(operator_client, x.data(), name="exec.json", source="stepfunctions", effect_map="lambdas")
+    assert response.status_code == 202, response.content
+    status = operator_client.get(response.json()["status_url"]).json()
+    assert status["state"] == "imported" and status["source"]["system"] == "stepfunctions"
+    (row,) = ImportedRun.objects.all()
+    (intent,) = ImportedIntent.objects.filter(imported_run=row)
+    assert (intent.decided, intent.map_key, intent.name, intent.effect_class) == (
+        "entry",
+        "invoke",
+        "invoke",
+        "idempotent",
+    )
+    lines = b"".join(bytes(x) for x in JournalRecord.objects.values_list("line", flat=True))
+    assert SF_SECRET.encode() not in lines and Run.objects.filter(run_id=row.run_ident).exists()

@@ -190,3 +190,10 @@ def test_postgresql_refuses_to_rewrite_a_map_version_a_history_or_an_intents_cla
         cursor.execute(f"UPDATE {table} SET id = id")
     with pytest.raises(IntegrityError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {table}")
+
+
+@pytest.mark.parametrize("name", ["new", "propose", "-leading-dash", "has space", "x" * 101])
+def test_a_name_the_console_cannot_address_is_refused(operator, name):
+    with pytest.raises(ImportServiceError) as err:
+        effect_map_create(name=name, entries={}, actor=operator, reason="r")
+    assert err.value.code == "effect_map_name_invalid" and EffectMap.objects.count() == 0
