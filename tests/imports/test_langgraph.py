@@ -12,10 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-
-pytest.importorskip("langgraph.checkpoint.sqlite")
-
-from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite import SqliteSaver  # a dev dependency: missing, the tests fail, never skip
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
