@@ -55,6 +55,10 @@ OPERATOR_ACTION_KINDS = (
     "role_delete",
     "journal_repair",
     "trail_export",
+    # An operator's save of an effect map (a new version) and its attachment to a source (imports).
+    "effect_map_create",
+    "effect_map_update",
+    "effect_map_attach",
 )
 # How the act reached the service (loopx_site/via.py): a filter of the audit log, and part of the row's digest.
 # The digest the first row of the trail chains from.

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import actions, findings, packages, trail, views
+from . import actions, findings, imports, packages, trail, views
 
 app_name = "console"
 
@@ -28,5 +28,16 @@ urlpatterns = [
     path("runs/<int:pk>/repair/", trail.run_repair, name="run_repair"),
     path("audit/", trail.audit_log, name="audit_log"),
     path("audit/export/", trail.audit_log_export, name="audit_log_export"),
+    path("imports/", imports.imports, name="imports"),
+    path("imports/upload/", imports.import_upload, name="import_upload"),
+    path("imports/<uuid:pk>/", imports.import_detail, name="import"),
+    path("imports/<uuid:pk>/status/", imports.import_status, name="import_status"),
+    path("imports/<uuid:pk>/requeue/", imports.import_requeue, name="import_requeue"),
+    path("effect-maps/", imports.effect_maps, name="effect_maps"),
+    path("effect-maps/new/", imports.effect_map_new, name="effect_map_new"),
+    path("effect-maps/propose/", imports.effect_map_propose, name="effect_map_propose"),
+    path("effect-maps/<str:name>/", imports.effect_map_detail, name="effect_map"),
+    path("effect-maps/<str:name>/save/", imports.effect_map_save, name="effect_map_save"),
+    path("effect-maps/<str:name>/attach/", imports.effect_map_attach_view, name="effect_map_attach"),
     path("preferences/", views.preferences, name="preferences"),
 ]

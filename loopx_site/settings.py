@@ -210,6 +210,8 @@ SPECTACULAR_SETTINGS = {
         "StateFilterEnum": "recovery.state.STATE_FILTER_VALUES",
         "DecisionFilterEnum": "recovery.state.DECISION_FILTER_VALUES",
         "TurnDecisionEnum": "journals.models.DECISIONS",
+        "EffectClassEnum": "journals.models.EFFECT_CLASSES",
+        "ImportSystemEnum": "recovery.import_models.IMPORT_SYSTEMS",
     },
 }
 
@@ -265,6 +267,8 @@ LOOPX_PACKAGE_MAX_TOTAL_BYTES = env_int("LOOPX_PACKAGE_MAX_TOTAL_BYTES", 512 * 1
 LOOPX_PACKAGE_MAX_MEMBERS = env_int("LOOPX_PACKAGE_MAX_MEMBERS", 10_000)
 LOOPX_PACKAGE_MAX_RATIO = env_int("LOOPX_PACKAGE_MAX_RATIO", 200)
 LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages")))
+# An uploaded history of another runtime (docs/imports.md): Temporal caps a history at 50 MB.
+LOOPX_IMPORT_MAX_BYTES = env_int("LOOPX_IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # Background work and the scheduled audits (issue 4, docs/celery.md). Per pass, each audit handles at
 # most LOOPX_AUDIT_BATCH runs or turns so that a pass stays well inside its task's time limit.
 LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)

@@ -151,6 +151,15 @@ class GateDecision(AppendOnlyModel):
 
 # The assessment queue's per-run flag (issue 4, background work) and the uploaded recovery packages (issue 5,
 # the dashboard's import) live in their own modules; imported here so that Django registers them with this app.
+from recovery.import_models import (  # noqa: E402, F401
+    EffectMap,
+    EffectMapAttachment,
+    EffectMapVersion,
+    HistoryImport,
+    HistorySource,
+    ImportedIntent,
+    ImportedRun,
+)
 from recovery.package_models import PackageUpload  # noqa: E402, F401
 from recovery.pending import PendingAssessment  # noqa: E402, F401
 from recovery.repair_models import JournalRepair  # noqa: E402, F401

@@ -41,6 +41,15 @@ FINAL_STATES: tuple[str, ...] = (REJECTED, IMPORTED, IMPORT_FAILED)
 UPLOAD_FORMATS: tuple[str, ...] = ("tar", "tar.gz", "zip")
 
 
+def progress_percent(progress_done: int, progress_total: int, *, done: bool) -> int:
+    """A background task's progress as a whole percentage (100 once ``done``; 0 before the total is known)."""
+    if done:
+        return 100
+    if progress_total <= 0:
+        return 0
+    return min(100, progress_done * 100 // progress_total)
+
+
 class PackageUpload(models.Model):
     # A random id: the status URL is handed to whoever uploaded, and must not let anyone walk the others.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -106,11 +115,7 @@ class PackageUpload(models.Model):
 
     @property
     def percent(self) -> int:
-        if self.state in (ACCEPTED, IMPORTED, IMPORT_FAILED, REJECTED):
-            return 100
-        if self.progress_total <= 0:
-            return 0
-        return min(100, self.progress_done * 100 // self.progress_total)
+        return progress_percent(self.progress_done, self.progress_total, done=self.state in (ACCEPTED, *FINAL_STATES))
 
     @property
     def is_final(self) -> bool:

@@ -35,11 +35,11 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db import transaction
@@ -229,25 +229,27 @@ def _store_progress(upload_pk: uuid.UUID, done: int, total: int) -> None:
     )
 
 
-class _Progress:
-    """check_package's progress hook: monotonic, throttled, written into the row."""
+class ThrottledProgress:
+    """A progress hook (check_package's, an importer's): monotonic, throttled to one ``write`` per
+    ``interval`` seconds. ``total`` fixes the total (else each call's own total counts)."""
 
-    def __init__(self, upload_pk: uuid.UUID, total: int, interval: float) -> None:
-        self.upload_pk = upload_pk
+    def __init__(self, write: Callable[[int, int], None], interval: float, total: int | None = None) -> None:
+        self.write = write
         self.total = total
         self.interval = interval
         self.done = 0
         self.written_at = 0.0
 
     def __call__(self, done: int, total: int) -> None:
-        done = max(self.done, min(done, self.total))  # the readers' position may step back (zip seeks)
+        total = self.total if self.total is not None else max(total, 0)
+        done = max(self.done, min(done, total))  # the readers' position may step back (zip seeks)
         if done == self.done:
             return
         self.done = done
         now = time.monotonic()
         if now - self.written_at >= self.interval:
             self.written_at = now
-            _store_progress(self.upload_pk, done, self.total)
+            self.write(done, total)
 
 
 def _file_sha256(path: Path) -> str:
@@ -290,7 +292,11 @@ def package_validate(*, upload: PackageUpload, progress_interval: float = PROGRE
             findings = [_finding(UPLOAD_CHANGED, "the stored upload no longer has the sha256 it was received with")]
         else:
             report = check_package(
-                path, package_limits(), progress=_Progress(upload.pk, upload.size, progress_interval)
+                path,
+                package_limits(),
+                progress=ThrottledProgress(
+                    lambda done, total: _store_progress(upload.pk, done, total), progress_interval, upload.size
+                ),
             )
             findings = [f.to_dict() for f in report.findings]
             fmt, members = report.format, report.members
@@ -441,7 +447,7 @@ def _restore_and_ingest(upload: PackageUpload, token: ApiToken | None, person: A
                 locked = PackageUpload.objects.select_for_update().filter(pk=upload.pk, state=ACCEPTED).first()
                 if locked is None:
                     return
-                totals, corrupt = _ingest_journal(run_ident, target / "journal.jsonl", token)
+                totals, corrupt = journal_ingest(run_ident, target / "journal.jsonl", token)
                 result: dict[str, Any] = dict(totals)
                 if corrupt:
                     result["corrupt_lines"] = _keep_corrupt_lines(locked, run_ident, corrupt)
@@ -488,10 +494,14 @@ def _position(obj: dict[str, Any]) -> tuple[int, int] | None:
     return None  # ingest refuses such a record (envelope_invalid): the import fails before this matters
 
 
-def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tuple[dict[str, int], list[_CorruptLine]]:
-    """Feed the journal's complete records through ``records_ingest`` in batches within its limits (the caller
-    holds the transaction), and return the lines that are not complete records (a torn tail), kept aside for
-    ``_keep_corrupt_lines``. Line numbers of a refusal are the journal's, not the batch's."""
+def journal_ingest(
+    run_ident: str, journal: Path | BinaryIO, token: ApiToken | None
+) -> tuple[dict[str, int], list[_CorruptLine]]:
+    """Feed the journal's complete records (a file, or a binary stream read to its end) through
+    ``records_ingest`` in batches within its limits (the caller holds the transaction), and return the lines
+    that are not complete records (a torn tail), kept aside for ``_keep_corrupt_lines``. Line numbers of a
+    refusal are the journal's, not the batch's. Imported histories go through here too
+    (recovery/import_services.py)."""
     max_records = int(settings.LOOPX_INGEST_MAX_BATCH_RECORDS)
     max_bytes = int(settings.LOOPX_INGEST_MAX_BATCH_BYTES)
     totals = {"records": 0, "stored": 0, "duplicates": 0, "batches": 0}
@@ -518,7 +528,7 @@ def _ingest_journal(run_ident: str, journal: Path, token: ApiToken | None) -> tu
         batch, numbers, size = [], [], 0
 
     offset = 0
-    with open(journal, "rb") as fh:
+    with open(journal, "rb") if isinstance(journal, Path) else contextlib.nullcontext(journal) as fh:
         for line_no, raw in enumerate(fh, start=1):
             # Lines as ingest splits them: on "\n" only; a last line without one is complete all the same.
             terminated = raw.endswith(b"\n")

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from recovery.background import assessment_run
+from recovery.import_services import history_abandon, history_process, history_reimport
 from recovery.package_models import PackageUpload
 from recovery.package_services import package_abandon, package_process, package_sweep
 
@@ -74,6 +75,44 @@ def validate_package(upload_id: str) -> str:
         # the error in the worker's log, never retried into the same bug, never left "checking" for ever.
         logger.exception("validate_package failed for upload %s", upload_id)
         return _abandon(upload_id, timed_out=False, detail="stopped on an unexpected error (see the worker's log)")
+
+
+@shared_task(
+    name="recovery.tasks.convert_history",
+    soft_time_limit=max(1, PACKAGE_TIME_LIMIT - 60),
+    time_limit=PACKAGE_TIME_LIMIT,
+    # Every step is a compare-and-set on the import's state: a redelivery finds the work done.
+    **TASK_OPTIONS,
+)
+def convert_history(import_id: str) -> str:
+    """Convert an uploaded history with its import's effect map and store its runs
+    (recovery/import_services.py)."""
+    try:
+        return history_process(import_id=import_id)
+    except (OperationalError, InterfaceError):
+        raise  # the database: retried (autoretry_for), the import stays where it was
+    except SoftTimeLimitExceeded:
+        return history_abandon(import_id=import_id, error="import_timed_out", detail="not finished in time")
+    except Exception:
+        # Never retried into the same bug, never left "converting" for ever: a typed failure, the error in
+        # the worker's log.
+        logger.exception("convert_history failed for import %s", import_id)
+        return history_abandon(
+            import_id=import_id, error="import_error", detail="stopped on an unexpected error (see the worker's log)"
+        )
+
+
+@shared_task(
+    name="recovery.tasks.reimport_history",
+    soft_time_limit=max(1, PACKAGE_TIME_LIMIT - 60),
+    time_limit=PACKAGE_TIME_LIMIT,
+    **TASK_OPTIONS,
+)
+def reimport_history(import_id: str, map_version_id: int) -> str:
+    """A map got a new version: import the same history again with it, as a new generation of runs (the
+    stored ones are never rewritten). Safe twice: the generation made for this version is found."""
+    made = history_reimport(import_id=import_id, map_version_id=map_version_id)
+    return made.state if made is not None else "missing"
 
 
 def _abandon(upload_id: str, *, timed_out: bool, detail: str) -> str:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from recovery import package_views, repair_views, views
+from recovery import import_views, package_views, repair_views, views
 
 T = "runs/<str:run_id>/turns/<str:turn_id>"
 
@@ -15,6 +15,10 @@ urlpatterns = [
     path("packages", package_views.PackageUploadView.as_view(), name="api-packages"),
     path("packages/<uuid:upload_id>", package_views.PackageDetailView.as_view(), name="api-package"),
     path("turns/bulk", views.BulkDecisionView.as_view(), name="api-turns-bulk"),
+    path("imports", import_views.ImportUploadView.as_view(), name="api-imports"),
+    path("imports/<uuid:import_id>", import_views.ImportDetailView.as_view(), name="api-import"),
+    path("runs/<str:run_id>/import", import_views.RunImportView.as_view(), name="api-run-import"),
+    path(f"{T}/intent-classes", import_views.IntentClassListView.as_view(), name="api-turn-intent-classes"),
     path(f"{T}/decision", views.DecisionView.as_view(), name="api-turn-decision"),
     path(f"{T}/claim", views.ClaimView.as_view(), name="api-turn-claim"),
     path(f"{T}/release", views.ReleaseView.as_view(), name="api-turn-release"),

@@ -178,7 +178,7 @@ def test_another_teams_runs_are_in_no_list_count_search_or_export(blue, red, red
         assert [r["run_id"] for r in client.get("/api/v1/runs").json()["results"]] == [RED_RUN]
         # Counts: the overview's tiles count the red team's turns only.
         scope = run_scope(user=user)
-        assert sum(turn_counts(scope=scope).by_decision.values()) == Turn.objects.filter(run=red.run).count()
+        assert sum(turn_counts(scope=scope).by_state.values()) == Turn.objects.filter(run=red.run).count()
 
 
 def test_overview_tiles_count_only_the_teams_turns(blue, red, red_operator):

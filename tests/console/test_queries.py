@@ -34,16 +34,17 @@ LISTS = {
 # The turn page: 3 + the turn with its phases and intents (3), its latest assessment row (with the
 # assessment's violations when the reason is one, and whether the turn has operator decisions, recovery
 # audits, operator actions, evidence, an annotation), the blocking record, branches, checkpoints, and the
-# gate's run integrity finding and claim: 12 for a turn nobody has touched yet. What it has adds its reads:
+# gate's run integrity finding and claim, and where an imported intent's class came from (one read, empty
+# for a run that was not imported): 13 for a turn nobody has touched yet. What it has adds its reads:
 # decisions the decision in force; audits the attempts since the latest approval and the audits with their
 # actions and divergences; actions the history; evidence and an annotation their own. Was 24 for any turn.
 # The overview's counting queries, which a cached count saves.
 COUNTING = 3
-QUIET_TURN_PAGE_QUERIES = 12
-TURN_PAGE_QUERIES = 14  # + the decision in force and the history
+QUIET_TURN_PAGE_QUERIES = 13
+TURN_PAGE_QUERIES = 15  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
 # evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
-BUSY_TURN_PAGE_QUERIES = 20
+BUSY_TURN_PAGE_QUERIES = 21
 
 
 def _rows(n: int, operator) -> None:

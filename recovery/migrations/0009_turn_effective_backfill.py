@@ -22,8 +22,8 @@ class Migration(migrations.Migration):
     # After every schema change of the models the rule reads (it runs today's code on today's tables).
     dependencies = [
         ("journals", "0006_turn_effective"),
-        ("recovery", "0007_journal_repair"),
-        ("audits", "0008_operator_trail_chain"),
+        ("recovery", "0008_history_imports_effect_maps"),
+        ("audits", "0009_operatoraction_effect_maps"),
     ]
 
     operations = [migrations.RunPython(fill, migrations.RunPython.noop)]
