@@ -99,6 +99,28 @@ class RunFilterForm(_GetForm):
     per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
 
 
+KIND_CHOICES = [("", "any kind")] + [
+    (k, k.replace("_", " "))
+    for k in (
+        "turn_planned",
+        "phase_committed",
+        "intent_dispatched",
+        "effect_observed",
+        "turn_terminal",
+        "fork",
+        "checkpoint",
+    )
+]
+
+
+class RecordFilterForm(_GetForm):
+    """The event history's filters: a record's kind, the turn it names, its branch."""
+
+    kind = forms.ChoiceField(required=False, choices=KIND_CHOICES, label="Kind")
+    turn = forms.CharField(required=False, max_length=200, label="Turn id")
+    branch = forms.IntegerField(required=False, min_value=0, label="Branch")
+
+
 REASON_MAX = 2000
 
 

@@ -12,12 +12,13 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
-from journals.models import Run, Turn
+from journals.models import JournalRecord, Run, Turn
 from loopx_site import access
 from recovery.selectors import RUN_LEVEL_CODES
 
 from . import integrations, selectors
-from .forms import ApproveForm, ReasonForm, RunFilterForm, TimezoneForm, TurnFilterForm
+from . import runs as runs_pages
+from .forms import ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .rows import queue_rows, turn_rows
@@ -106,13 +107,27 @@ def runs(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=pk)
-    return HttpResponseRedirect(reverse("console:turns") + "?" + f"run={_quote(run.run_id)}&sort=run")
+    page = runs_pages.run_page(run, _page_number(request))
+    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
 
 
-def _quote(value: str) -> str:
-    from urllib.parse import quote
+@viewer_required
+def run_records(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    form = RecordFilterForm(request.GET)
+    history = runs_pages.history(run, form.cleaned(), _page_number(request))
+    context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
+    return render(request, "console/run_records.html", context)
 
-    return quote(value, safe="")
+
+@viewer_required
+def run_record(request: HttpRequest, pk: int, branch: int, lsn: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    try:
+        page = runs_pages.record_page(run, branch, lsn)
+    except JournalRecord.DoesNotExist:
+        raise Http404("No record at this branch and lsn.") from None
+    return render(request, "console/run_record.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
 
 
 @viewer_required
