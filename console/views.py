@@ -22,6 +22,7 @@ from .forms import ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, Tim
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .rows import queue_rows, turn_rows
+from .timeline import turn_timeline
 from .turn_detail import turn_page
 
 
@@ -138,6 +139,7 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such turn.") from None
     context = {
         "p": page,
+        "timeline": turn_timeline(page),
         "turn": page.turn,
         "approve_form": ApproveForm(indeterminate=page.indeterminate),
         "block_form": ReasonForm(),

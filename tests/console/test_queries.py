@@ -35,11 +35,11 @@ LISTS = {
 # gate's run integrity finding and claim: 12 for a turn nobody has touched yet. What it has adds its reads:
 # decisions the decision in force; audits the attempts since the latest approval and the audits with their
 # actions and divergences; actions the history; evidence and an annotation their own. Was 24 for any turn.
-QUIET_TURN_PAGE_QUERIES = 12
-TURN_PAGE_QUERIES = 14  # + the decision in force and the history
+QUIET_TURN_PAGE_QUERIES = 13  # with the turn's records for the timeline (console/timeline.py)
+TURN_PAGE_QUERIES = 15  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
 # evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
-BUSY_TURN_PAGE_QUERIES = 20
+BUSY_TURN_PAGE_QUERIES = 21
 
 
 def _rows(n: int, operator) -> None:
