@@ -5,11 +5,14 @@ Reads need the viewer role, decisions the operator role (console.permissions, on
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_http_methods
 
 from journals.models import JournalRecord, Run, Turn
@@ -179,3 +182,12 @@ def preferences(request: HttpRequest) -> HttpResponse:
             **_role_context(request),
         },
     )
+
+
+_FAVICON = Path(__file__).resolve().parent.parent / "static" / "console" / "favicon.ico"
+
+
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico, where browsers ask for it (the pages also link the file under static/)."""
+    return HttpResponse(_FAVICON.read_bytes(), content_type="image/x-icon")

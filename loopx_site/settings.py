@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    # Swagger UI's files, served from this site (the API explorer loads nothing from another host).
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "journals",
     "recovery",
@@ -61,6 +63,8 @@ MIDDLEWARE = [
     "console.middleware.OperatorTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Under DEBUG, a missing page is still the friendly one, never Django's list of URL patterns.
+    "console.errors.FriendlyErrorsMiddleware",
 ]
 
 ROOT_URLCONF = "loopx_site.urls"
@@ -165,6 +169,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Turn journal ingest, recovery decisions and the recovery gate.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Three different "kind" vocabularies share a field name; each gets its own enum component.
     "ENUM_NAME_OVERRIDES": {
         "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",
