@@ -59,25 +59,27 @@ class RecordRow:
 
     @property
     def summary(self) -> str:
-        """The record's gist in a few words: what a list row shows before it is expanded."""
-        f = self.fields or {}
-        kind = self.kind or ""
-        if kind == "phase_committed":
-            return f"phase {f.get('phase')}"
-        if kind == "intent_dispatched":
-            return f"intent {f.get('intent')} ({f.get('effect_class') or _v1_class(f)})"
-        if kind == "effect_observed":
-            return f"intent {f.get('intent')}: {f.get('outcome')}"
-        if kind == "turn_terminal":
-            return f"status {f.get('status')}"
-        if kind == "fork":
-            return f"new branch {f.get('new_branch')} from lsn {f.get('from_lsn')}: {f.get('reason') or ''}"
-        if kind == "checkpoint":
-            return f"covers lsn {f.get('covers_lsn')}"
-        if kind == "turn_planned":
-            plan = f.get("phases", f.get("stages"))
-            return f"lineage {f.get('lineage')}" + (f", {len(plan)} phases" if isinstance(plan, list) else "")
-        return ""
+        return record_gist(self.kind or "", self.fields or {})
+
+
+def record_gist(kind: str, f: dict[str, Any]) -> str:
+    """A record's gist in a few words: what a list row or the timeline shows before the fields."""
+    if kind == "phase_committed":
+        return f"committed {f.get('phase')}"
+    if kind == "intent_dispatched":
+        return f"sent {f.get('intent')} ({f.get('effect_class') or _v1_class(f)})"
+    if kind == "effect_observed":
+        return f"readback of {f.get('intent')}: {f.get('outcome')}"
+    if kind == "turn_terminal":
+        return f"ended: {f.get('status')}"
+    if kind == "fork":
+        return f"new branch {f.get('new_branch')} from lsn {f.get('from_lsn')}: {f.get('reason') or ''}"
+    if kind == "checkpoint":
+        return f"covers lsn {f.get('covers_lsn')}"
+    if kind == "turn_planned":
+        plan = f.get("phases", f.get("stages"))
+        return f"planned, lineage {f.get('lineage')}" + (f", {len(plan)} phases" if isinstance(plan, list) else "")
+    return ""
 
 
 def _v1_class(fields: dict[str, Any]) -> str:

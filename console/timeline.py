@@ -18,7 +18,7 @@ from journals.models import JournalRecord
 from journals.selectors import record_public
 
 from . import vocabulary
-from .runs import RECORD_FIELDS, record_url
+from .runs import RECORD_FIELDS, record_gist, record_url
 
 RECORDS_SHOWN = 500
 
@@ -96,20 +96,6 @@ def _between(earlier: str | None, later: str | None) -> str | None:
     return f"+{seconds / 3600:.1f} h"
 
 
-def _words(kind: str, f: dict[str, Any]) -> str:
-    if kind == "phase_committed":
-        return f"committed {f.get('phase')}"
-    if kind == "intent_dispatched":
-        return f"sent {f.get('intent')} ({f.get('effect_class') or ('unsafe' if f.get('unsafe') else 'safe')})"
-    if kind == "effect_observed":
-        return f"readback of {f.get('intent')}: {f.get('outcome')}"
-    if kind == "turn_terminal":
-        return f"ended: {f.get('status')}"
-    if kind == "turn_planned":
-        return "planned"
-    return vocabulary.words_for(kind)
-
-
 def turn_timeline(page: Any) -> Timeline:
     """The timeline of the turn of ``page`` (a TurnPage)."""
     turn = page.turn
@@ -136,7 +122,7 @@ def turn_timeline(page: Any) -> Timeline:
             lsn=r.lsn,
             kind=kind,
             url=record_url(turn.run_id, r.branch, r.lsn),
-            words=_words(kind, f),
+            words=record_gist(kind, f) or vocabulary.words_for(kind),
             at=at,
             discarded=cut is not None and r.lsn > cut,
             violating=violating_at == (r.branch, r.lsn),

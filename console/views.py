@@ -21,7 +21,7 @@ from recovery.selectors import RUN_LEVEL_CODES
 
 from . import integrations, selectors
 from . import runs as runs_pages
-from .forms import ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
+from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .rows import queue_rows, turn_rows
@@ -176,6 +176,7 @@ def preferences(request: HttpRequest) -> HttpResponse:
         "console/preferences.html",
         {
             "form": form,
+            "common_zones": COMMON_ZONES,
             "current": current,
             "saved": request.GET.get("saved") == "1",
             "nav": "prefs",

@@ -68,7 +68,7 @@ def test_overview_run_history_record_turn_and_back(live_server, chromium, shot, 
         assert '"kind": "turn_planned"' in first.locator("pre").inner_text()
         shot(page, f"walk-{width}-3-history")
 
-        charge = page.locator("#records li", has_text="intent charge-card").first
+        charge = page.locator("#records li", has_text="sent charge-card").first
         charge.locator("a.where").click()
         page.wait_for_url(f"**/runs/{scenario.run.pk}/records/*/*/")
         assert "[redacted]" in page.locator("#record-fields").inner_text()

@@ -64,7 +64,7 @@ def test_the_event_history_lists_filters_and_redacts(viewer_pages, pay):
     only_forks = _html(viewer_pages, url + "?kind=fork")
     assert "<strong>1</strong> record;" in only_forks and "operator rewind" in only_forks
     charge = _html(viewer_pages, url + "?turn=t-charge")
-    assert "t-skip" not in charge and "intent charge-card (unsafe)" in charge
+    assert "t-skip" not in charge and "sent charge-card (unsafe)" in charge
     branch1 = _html(viewer_pages, url + "?branch=1")
     assert 'aria-current="page">branch 1' in branch1
     assert "branch 0 · lsn" not in branch1
