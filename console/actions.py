@@ -23,6 +23,7 @@ from recovery.state import state_of
 from . import selectors
 from .forms import BULK_ACTIONS, ApproveForm, BulkForm, ReasonForm, TurnFilterForm
 from .permissions import operator_required
+from .timeline import turn_timeline
 from .turn_detail import turn_page
 
 
@@ -54,6 +55,7 @@ def _rerender(
     page = turn_page(turn)
     context = {
         "p": page,
+        "timeline": turn_timeline(page),
         "turn": page.turn,
         "approve_form": approve or ApproveForm(indeterminate=page.indeterminate),
         "block_form": block or ReasonForm(),

@@ -92,6 +92,28 @@ class RunFilterForm(_GetForm):
     per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
 
 
+KIND_CHOICES = [("", "any kind")] + [
+    (k, k.replace("_", " "))
+    for k in (
+        "turn_planned",
+        "phase_committed",
+        "intent_dispatched",
+        "effect_observed",
+        "turn_terminal",
+        "fork",
+        "checkpoint",
+    )
+]
+
+
+class RecordFilterForm(_GetForm):
+    """The event history's filters: a record's kind, the turn it names, its branch."""
+
+    kind = forms.ChoiceField(required=False, choices=KIND_CHOICES, label="Kind")
+    turn = forms.CharField(required=False, max_length=200, label="Turn id")
+    branch = forms.IntegerField(required=False, min_value=0, label="Branch")
+
+
 REASON_MAX = 2000
 
 
@@ -142,9 +164,45 @@ class BulkForm(ReasonForm):
     expected = forms.IntegerField(min_value=0)
 
 
-def _zone_choices() -> list[tuple[str, str]]:
-    return [(z, z.replace("_", " ")) for z in sorted(zoneinfo.available_timezones()) if "/" in z or z == "UTC"]
+# The zones a list offers (type any other IANA name): a handful per region, not all ~600 of the database.
+COMMON_ZONES = (
+    "UTC",
+    "America/Los_Angeles",
+    "America/Denver",
+    "America/Chicago",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Europe/London",
+    "Europe/Dublin",
+    "Europe/Lisbon",
+    "Europe/Paris",
+    "Europe/Berlin",
+    "Europe/Warsaw",
+    "Europe/Helsinki",
+    "Europe/Moscow",
+    "Africa/Lagos",
+    "Africa/Johannesburg",
+    "Asia/Dubai",
+    "Asia/Kolkata",
+    "Asia/Singapore",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+)
+
+
+def _known_zone(value: str) -> str:
+    if value not in zoneinfo.available_timezones():
+        raise forms.ValidationError("Not a time zone name: type one like Europe/Berlin or pick one from the list.")
+    return value
 
 
 class TimezoneForm(forms.Form):
-    zone = forms.ChoiceField(label="Time zone", choices=_zone_choices)
+    zone = forms.CharField(
+        label="Time zone",
+        max_length=64,
+        validators=[_known_zone],
+        widget=forms.TextInput(attrs={"list": "zone-list", "autocomplete": "off", "spellcheck": "false"}),
+        help_text="Type to search, e.g. Berlin or Tokyo; any IANA zone name works.",
+    )

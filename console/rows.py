@@ -137,22 +137,18 @@ def _decided(state: Any) -> str:
 
 def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str) -> SafeString:
     turn_url = _pk_url("console:turn")
-    turns_url = _esc(reverse("console:turns"))
+    run_url = _pk_url("console:run")
     back = _query(back=full_path)
     decide_tail = _decide_tail(full_path, csrf_token) if can_operate else ""
     urls = _DecideUrls(turn_url, _pk_url("console:approve"), _pk_url("console:block"))
-    run_links: dict[str, str] = {}  # a page's rows share a few runs
     out: list[str] = []
     for t in rows:
         pk = int(t.pk)
         run_id = t.run.run_id
-        run_query = run_links.get(run_id)
-        if run_query is None:
-            run_query = run_links[run_id] = _query(run=run_id, sort="run")
         state = _state(t)
         row = (
             f'<tr><td><a href="{turn_url[0]}{pk}{turn_url[1]}?{back}">{_esc(_short(t.turn_id, 40))}</a></td>'
-            f'<td class="mono small"><a href="{turns_url}?{run_query}">'
+            f'<td class="mono small"><a href="{run_url[0]}{int(t.run_id)}{run_url[1]}">'
             f"{_esc(_short(run_id, 30))}</a></td>"
             f"<td>{state_badge(state)}</td>"
             f'<td class="small">{_next_step(state)}</td>'

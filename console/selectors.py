@@ -85,13 +85,30 @@ class Page:
     def num_pages(self) -> int:
         return max(1, -(-self.total // self.per_page))
 
+    @property
+    def numbers(self) -> list[int | None]:
+        """Page numbers to link: the first, a window around this one, the last (None: a gap). A capped count
+        knows no last page, so the window then ends at the next page."""
+        last = self.number + 1 if self.capped and self.has_next else self.num_pages
+        if self.capped and not self.has_next:
+            last = self.number
+        wanted = {1, last, *range(self.number - 2, self.number + 3)}
+        shown = sorted(n for n in wanted if 1 <= n <= last)
+        out: list[int | None] = []
+        for n in shown:
+            if out and out[-1] is not None and n - out[-1] > 1:  # type: ignore[operator]
+                out.append(None)
+            out.append(n)
+        return out
+
 
 def page_of(qs: QuerySet[Any], number: int, per_page: int, count_qs: QuerySet[Any] | None = None) -> Page:
     """One page: the rows (one query, per_page+1 to learn whether there is a next) and a capped count
     (over ``count_qs`` when given: the same rows without the per-row annotations a count never needs)."""
     total, capped = capped_count(qs if count_qs is None else count_qs)
     last_page = max(1, -(-total // per_page))
-    number = min(max(1, number), last_page)
+    # A capped count does not know the last page: a page past the cap is asked for, not clamped.
+    number = max(1, number) if capped else min(max(1, number), last_page)
     offset = (number - 1) * per_page
     rows = list(qs[offset : offset + per_page + 1])
     return Page(rows[:per_page], number, per_page, total, capped, len(rows) > per_page)

@@ -7,22 +7,27 @@ absent, and its page a 404, the answer of a missing one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_http_methods
 
-from journals.models import Run, Turn
+from journals.models import JournalRecord, Run, Turn
 from loopx_site import access
 from recovery.selectors import RUN_LEVEL_CODES
 
 from . import integrations, selectors
-from .forms import ApproveForm, ReasonForm, RunFilterForm, TimezoneForm, TurnFilterForm
+from . import runs as runs_pages
+from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .rows import queue_rows, turn_rows
+from .timeline import turn_timeline
 from .turn_detail import turn_page
 
 
@@ -112,13 +117,27 @@ def runs(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
-    return HttpResponseRedirect(reverse("console:turns") + "?" + f"run={_quote(run.run_id)}&sort=run")
+    page = runs_pages.run_page(run, _page_number(request))
+    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
 
 
-def _quote(value: str) -> str:
-    from urllib.parse import quote
+@viewer_required
+def run_records(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    form = RecordFilterForm(request.GET)
+    history = runs_pages.history(run, form.cleaned(), _page_number(request))
+    context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
+    return render(request, "console/run_records.html", context)
 
-    return quote(value, safe="")
+
+@viewer_required
+def run_record(request: HttpRequest, pk: int, branch: int, lsn: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    try:
+        page = runs_pages.record_page(run, branch, lsn)
+    except JournalRecord.DoesNotExist:
+        raise Http404("No record at this branch and lsn.") from None
+    return render(request, "console/run_record.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
 
 
 @viewer_required
@@ -131,6 +150,7 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such turn.")  # another team's turn answers as a missing one
     context = {
         "p": page,
+        "timeline": turn_timeline(page),
         "turn": page.turn,
         "approve_form": ApproveForm(indeterminate=page.indeterminate),
         "block_form": ReasonForm(),
@@ -164,9 +184,19 @@ def preferences(request: HttpRequest) -> HttpResponse:
         "console/preferences.html",
         {
             "form": form,
+            "common_zones": COMMON_ZONES,
             "current": current,
             "saved": request.GET.get("saved") == "1",
             "nav": "prefs",
             **_role_context(request),
         },
     )
+
+
+_FAVICON = Path(__file__).resolve().parent.parent / "static" / "console" / "favicon.ico"
+
+
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico, where browsers ask for it (the pages also link the file under static/)."""
+    return HttpResponse(_FAVICON.read_bytes(), content_type="image/x-icon")

@@ -111,3 +111,63 @@ NEXT_STEPS: dict[str, str] = {
 
 def state_words(state: str | None) -> str:
     return STATES.get(state or "unassessed", state or "")
+
+# Short words for every code a page shows, so that a label reads as words with the code beside it.
+KINDS: dict[str, str] = {
+    "turn_planned": "turn planned",
+    "phase_committed": "phase committed",
+    "intent_dispatched": "intent dispatched",
+    "effect_observed": "readback",
+    "turn_terminal": "turn ended",
+    "fork": "fork (rewind)",
+    "checkpoint": "checkpoint",
+}
+
+SHORT_REASONS: dict[str, str] = {
+    "storage_corruption": "damaged journal line",
+    "record_invalid": "malformed record",
+    "run_mismatch": "record of another run",
+    "lsn_gap": "missing or repeated record",
+    "chain_broken": "hash chain broken",
+    "schema_unsupported": "unknown schema version",
+    "schema_regression": "schema version went back",
+    "kind_unknown": "unknown record kind",
+    "fork_invalid": "malformed fork",
+    "checkpoint_mismatch": "checkpoint does not match",
+    "offset_mismatch": "writer and store disagree on the last record",
+    "unknown_turn": "record of an unplanned turn",
+    "lineage_missing": "no lineage",
+    "lineage_conflict": "conflicting lineage",
+    "phase_prefix_violation": "phase out of order",
+    "intent_unknown": "readback of an unknown intent",
+    "intent_conflict": "intent re-sent differently",
+    "unsafe_redispatch": "unsafe effect re-sent",
+    "idempotency_key_missing": "no idempotency key",
+    "status_phase_mismatch": "ended with phases missing",
+    "effect_indeterminate": "unknown whether an effect happened",
+    "operator_blocked": "held by an operator",
+    "recovery_attempts_exceeded": "too many recovery attempts",
+}
+
+ACTIONS: dict[str, str] = {
+    "turn_approve": "approved the turn",
+    "turn_block": "blocked the turn",
+    "turn_park": "parked the turn",
+    "turn_edit": "edited the turn's notes",
+    "evidence_give": "gave evidence",
+}
+
+OTHER: dict[str, str] = {
+    "unassessed": "not assessed",
+    "lsn": "position on the branch",
+}
+
+
+def words_for(code: str | None) -> str:
+    """A code in plain words (the code itself, spaced, when it has none yet)."""
+    if not code:
+        return ""
+    for table in (KINDS, SHORT_REASONS, ACTIONS, OTHER):
+        if code in table:
+            return table[code]
+    return code.replace("_", " ")

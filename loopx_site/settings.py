@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    # Swagger UI's files, served from this site (the API explorer loads nothing from another host).
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     # Teams (who sees which runs): below the journal store, whose selectors filter by them.
     "teams",
@@ -65,6 +67,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Each trail row says whether the act came through the API, the admin or the console (loopx_site/via.py).
     "loopx_site.via.TrailViaMiddleware",
+    # Under DEBUG, a missing page is still the friendly one, never Django's list of URL patterns.
+    "console.errors.FriendlyErrorsMiddleware",
 ]
 
 ROOT_URLCONF = "loopx_site.urls"
@@ -200,6 +204,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Turn journal ingest, recovery decisions and the recovery gate.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Three different "kind" vocabularies share a field name; each gets its own enum component.
     "ENUM_NAME_OVERRIDES": {
         "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",

@@ -4,9 +4,12 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from console import errors
+from console.views import favicon
 from loopx_site.oidc import CallbackView, SignInView
 
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     # OpenID Connect sign-in (loopx_site/oidc.py): 404 unless configured.
@@ -22,3 +25,8 @@ urlpatterns = [
     # The operator console owns the root (issue 6); mounted last so that the paths above win.
     path("", include("console.urls")),
 ]
+
+# Error pages in the console's look, never a list of URL patterns (console/errors.py).
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error

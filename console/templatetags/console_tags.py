@@ -16,6 +16,7 @@ from django.utils.safestring import mark_safe
 
 from console import vocabulary
 from recovery.engine import redact
+from recovery.packages.report import remedy
 
 register = template.Library()
 
@@ -146,3 +147,25 @@ def select_field(bound: Any) -> str:
         name=bound.html_name,
         options=options,
     )
+
+
+@register.filter
+def code_words(code: str | None) -> str:
+    """Plain words with the code beside it: "hash chain broken (chain_broken)"."""
+    if not code:
+        return ""
+    words = vocabulary.words_for(code)
+    if words == code:
+        return format_html('<code class="code">{}</code>', code)
+    return format_html('{} <code class="code">{}</code>', words, code)
+
+
+@register.filter
+def get_item(mapping: dict[str, Any], key: str) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def package_remedy(code: str | None) -> str:
+    """What the maker of a refused package can do about a finding."""
+    return remedy(code or "")

@@ -19,7 +19,8 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 @dataclass(frozen=True, slots=True)
 class CheckedPath:
-    """A member name after the path rules: ``normalised`` is None when it names nothing."""
+    """A member name after the path rules: ``normalised`` is None when it names nothing, and "" for the
+    archive's root itself (``./`` or ``.``, the first entry of ``tar -C dir .``): a directory, folded away."""
 
     raw: str
     normalised: str | None
@@ -29,6 +30,10 @@ class CheckedPath:
     @property
     def ok(self) -> bool:
         return not self.problems and self.normalised is not None
+
+    @property
+    def is_root(self) -> bool:
+        return self.ok and self.normalised == ""
 
 
 def _has_control(raw: str) -> bool:
@@ -65,6 +70,10 @@ def check_path(raw: str) -> CheckedPath:
     is_dir = raw_parts[-1] in ("", ".")
     parts = [p for p in raw_parts if p not in ("", ".")]
     normalised = "/".join(parts)
+    if not normalised and raw.startswith(".") and is_dir:
+        # Only "." components and "/": the directory the archive was made from (`tar -C dir .`). The spec
+        # folds "./" components, so this is the root, which every restore creates anyway.
+        return CheckedPath(raw, "", True, tuple(problems))
     if not normalised:
         problems.append((codes.PATH_INVALID, "a path that names nothing after normalisation"))
         return CheckedPath(raw, None, is_dir, tuple(problems))

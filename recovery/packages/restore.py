@@ -229,7 +229,8 @@ def _write_tree(fh: io.FileIO, limits: Limits, plan: list[PlanEntry], tmp: Path,
                 raise _Changed(m.name)
             parts = entry.path.split("/")
             if m.kind == DIR:
-                ensure(parts)
+                if entry.path:  # "" is the archive's root ("./"), which is tmp itself
+                    ensure(parts)
                 continue
             ensure(parts[:-1])
             handle = _OpenFile(tmp / entry.path)

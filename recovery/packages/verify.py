@@ -100,6 +100,10 @@ class _Scan:
             self.add(codes.SPECIAL_MEMBER, m.name, f"{m.what}, not a regular file or a directory")
         elif m.carries_data:
             self.add(codes.SPECIAL_MEMBER, m.name, "a directory entry that carries data")
+        if m.kind == DIR and checked.is_root:
+            # The root entry of `tar -C dir .`: folded; the restore creates the root anyway.
+            self.plan.append(PlanEntry(m.name, DIR, ""))
+            return
         placeable = checked.ok and not (m.kind == FILE and checked.is_dir)
         norm = checked.normalised if placeable else None
         if norm is not None:

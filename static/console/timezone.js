@@ -6,8 +6,6 @@
   var select = document.getElementById("id_zone");
   var note = document.getElementById("browser-zone");
   if (!zone || !select || !note) { return; }
-  var known = Array.prototype.some.call(select.options, function (o) { return o.value === zone; });
-  if (!known) { return; }
   note.querySelector("strong").textContent = zone;
   note.hidden = false;
   document.getElementById("use-browser-zone").addEventListener("click", function () { select.value = zone; select.focus(); });

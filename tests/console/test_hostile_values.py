@@ -130,7 +130,7 @@ def test_the_turns_list_escapes_every_value_and_keeps_its_rows(op_pages, hostile
         detail, run_link = urlsplit(row["hrefs"][0]), urlsplit(row["hrefs"][1])
         assert detail.path == reverse("console:turn", args=[turn.pk])
         assert parse_qs(detail.query)["back"] == [url]
-        assert parse_qs(run_link.query) == {"run": [RUN_ID], "sort": ["run"]}
+        assert run_link.path == reverse("console:run", args=[run.pk]) and not run_link.query
     assert rows[TURN_BLOCKED]["cells"][2].endswith(REASON)
     assert rows[TURN_RESUME]["cells"][3] == f"from {RESUME_FROM}"
     assert "Decide on " + TURN_BLOCKED in rows[TURN_BLOCKED]["cells"][7]
@@ -155,7 +155,7 @@ def test_the_runs_list_escapes_every_value(op_pages, hostile):
     _no_injected_markup(page, html)
     (row,) = page.rows
     assert row["cells"][0] == RUN_ID and row["cells"][1].endswith(REASON)
-    assert parse_qs(urlsplit(row["hrefs"][0]).query) == {"run": [RUN_ID], "sort": ["run"]}
+    assert urlsplit(row["hrefs"][0]).path == reverse("console:run", args=[hostile[0].pk])
 
 
 def test_the_overview_and_its_blocked_queue_escape_every_value(op_pages, hostile):

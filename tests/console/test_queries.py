@@ -40,7 +40,7 @@ LISTS = {
 # actions and divergences; actions the history; evidence and an annotation their own. Was 24 for any turn.
 # The overview's counting queries, which a cached count saves.
 COUNTING = 3
-QUIET_TURN_PAGE_QUERIES = 13
+QUIET_TURN_PAGE_QUERIES = 14  # with the turn's records for the timeline (console/timeline.py)
 TURN_PAGE_QUERIES = 15  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
 # evidence, the annotation, and the assessment's violations (the gate checks the approval against them).

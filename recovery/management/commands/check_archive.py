@@ -74,6 +74,7 @@ class PackageCommand(BaseCommand):
             for finding in report.findings:
                 member = json.dumps(finding.member) if finding.member is not None else "(archive)"
                 self.stdout.write(f"  {finding.code:<20} {member}: {finding.detail}")
+                self.stdout.write(f"  {'':<20} what to do: {finding.remedy}")
         self.stdout.flush()
         if not report.accepted:
             sys.exit(1)
