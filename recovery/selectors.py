@@ -20,6 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from journals.models import Intent, Run, Turn
+from recovery.engine import OffsetMismatch
 from recovery.engine.types import RUN_LEVEL
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 
@@ -45,6 +46,8 @@ class GateView:
     resume_from: str | None
     approved: bool
     intents: list[Intent] = field(default_factory=list)
+    # The runtime's expected high-water (``?expect``) that the store does not hold: the turn is held.
+    offset_mismatch: OffsetMismatch | None = None
 
     @property
     def progress_key(self) -> str:
