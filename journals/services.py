@@ -460,21 +460,25 @@ def _check_expect(branches: Mapping[int, Branch], expect: Mapping[int, int]) -> 
         )
 
 
-def _check_fencing(run: Run, turns: set[str], fencing: Mapping[str, int]) -> None:
-    """Under the run's lock: a batch names a turn the gate has handed out (its fencing counter > 0) only
-    with the turn's current token. 409 `fenced` when a token sent is not the turn's current one (a stale
-    owner's, or one never handed out), 409 `fencing_required` when a record names such a turn and the
-    header does not. A turn never claimed takes records without the header, as before claims existed.
-    Turn claims lock the turn's row, not the run's; a claim committed after this check and before the
-    batch's commit is ordered after the batch (its claimer reads the journal after claiming)."""
+def _fencing_current(run: Run, turns: set[str], fencing: Mapping[str, int]) -> dict[str, int]:
+    """Under the run's lock: the current fencing token of each turn the batch or its header names that the
+    gate has handed out (its fencing counter > 0). Turn claims lock the turn's row, not the run's; a claim
+    committed after this read and before the batch's commit is ordered after the batch (its claimer reads
+    the journal after claiming)."""
     names = turns | set(fencing)
     if not names:
-        return
-    current = dict(
+        return {}
+    return dict(
         Turn.objects.filter(run=run, turn_id__in=sorted(names), fencing_counter__gt=0).values_list(
             "turn_id", "fencing_counter"
         )
     )
+
+
+def _check_fenced(current: Mapping[str, int], fencing: Mapping[str, int]) -> None:
+    """409 `fenced` when a token the header names is not the turn's current one: a stale owner's (another
+    worker claimed the turn since), or one never handed out. Checked before redelivered records are told
+    apart from new ones, so a stale owner is told so whatever its batch holds."""
     for turn in sorted(fencing):
         held = current.get(turn, 0)
         if fencing[turn] != held:
@@ -486,7 +490,13 @@ def _check_fencing(run: Run, turns: set[str], fencing: Mapping[str, int]) -> Non
                 token=fencing[turn],
                 current=held,
             )
-    for turn in sorted(turns - set(fencing)):
+
+
+def _check_fencing_required(current: Mapping[str, int], new_turns: set[str], fencing: Mapping[str, int]) -> None:
+    """409 `fencing_required` when a record the batch would store names a turn that has been claimed and the
+    header names no token for it. A turn never claimed takes records without one, as before claims existed;
+    a redelivered record (already stored, same bytes) changes nothing and needs none."""
+    for turn in sorted(new_turns - set(fencing)):
         if turn in current:
             raise IngestError(
                 409,
@@ -514,7 +524,8 @@ def records_ingest(
     """Validate a batch and store it atomically. Raises IngestError (nothing stored) on refusal.
 
     ``fencing`` (turn -> token, ``LoopX-Fencing``) and ``expect`` (branch -> lsn, ``LoopX-Expect``) make the
-    write conditional; both are checked under the run's lock (``_check_fencing``, ``_check_expect``)."""
+    write conditional; both are checked under the run's lock (``_check_fenced``, ``_check_fencing_required``,
+    ``_check_expect``)."""
     fencing = dict(fencing or {})
     expect = dict(expect or {})
     if token is not None and not token.allows_run(run_id):
@@ -546,9 +557,11 @@ def records_ingest(
     with transaction.atomic():
         run, branches = _lock_run(run_id)
         _check_expect(branches, expect)
-        _check_fencing(run, _batch_turns(prepared), fencing)
+        current = _fencing_current(run, _batch_turns(prepared), fencing)
+        _check_fenced(current, fencing)
         duplicates = batch_duplicates + _drop_stored(run, branches, fresh)
         new = list(fresh.values())  # dicts keep insertion order: file order of the batch
+        _check_fencing_required(current, _batch_turns(new), fencing)
         now = timezone.now()
         first_seq = run.last_seq + 1 if new else None
         if new:
@@ -638,8 +651,11 @@ def _ingest_streamed(
         projected = _copy_rows(stream.chunks(), project)
         if projected is None:
             raise _NotStreamable  # leaves the atomic block: the rows written so far are rolled back
-        # The batch's turns are known once its lines are parsed; a refusal rolls the rows back.
-        _check_fencing(run, _batch_turns(new), fencing)
+        # The batch's turns are known once its lines are parsed (every record here is new); a refusal
+        # rolls the rows back.
+        current = _fencing_current(run, _batch_turns(new), fencing)
+        _check_fenced(current, fencing)
+        _check_fencing_required(current, _batch_turns(new), fencing)
         _finish(run, new, projected)
     return IngestResult(
         run=run,

@@ -8,8 +8,8 @@ The world is a file (``--ledger``): one JSON line per effect a receiver carried 
 idempotent (it keeps one draft per key), the mailer is not (every send is a line). ``--crash-at`` kills
 this process with SIGKILL at one of CRASH_POINTS, the way a host losing power would.
 
-On every start the loop ships its local journal (what the server has not acknowledged), then asks the
-gate about every turn it has not finished:
+On every start the loop claims again the turns of records the server lacks, ships its local journal (what
+the server has not acknowledged), then asks the gate about every turn it has not finished:
 
 - ``proceed``: claim the turn, open a recovery audit, journal the operator's finding about an unsafe send
   as its readback (``happened``: it was sent; ``not_happened``: send again), run only what the journal
@@ -175,7 +175,7 @@ class Agent:
             if decision.state == "hold":
                 held[turn] = decision.reason or decision.decision
                 continue
-            claim = self.gate.claim(self.run, turn, self.worker)
+            claim = self.gate.claim(self.run, turn, self.worker)  # a renewal when reclaimed already
             self.claims[turn] = claim
             self.audits[turn] = self.gate.open_recovery(claim)
             # An unsafe send without a readback got past the gate only with an operator's finding: it
@@ -248,6 +248,9 @@ class Agent:
         self.report(turn, "intent", step.intent)
 
     def run_to_end(self) -> int:
+        # A restart first takes back its claims on the turns it has records for that the server lacks (the
+        # same worker id gets the same token while the lease holds), so that they ship with their tokens.
+        self.claims.update(self.gate.reclaim(self.journal, self.worker))
         self.ship()
         held = self.recover()
         if held:

@@ -254,6 +254,24 @@ class Gate:
             probe = False
             failures = 0
 
+    def reclaim(self, journal: Journal, worker_id: str) -> dict[str, Claim]:
+        """After a restart: claim again every turn named by a record the server has not acknowledged (the
+        same ``worker_id`` gets its token back while its lease holds), so that ``ship`` can send them with
+        their fencing tokens. A turn the server does not know yet is skipped (never claimed, nothing to
+        fence); ``ClaimHeld`` when another worker has taken a turn over: this worker must not write it."""
+        cursors = self.acknowledged(journal.run)
+        turns: list[str] = []
+        for entry in journal.entries:
+            if entry.turn is not None and entry.lsn > cursors.get(entry.branch, -1) and entry.turn not in turns:
+                turns.append(entry.turn)
+        claims: dict[str, Claim] = {}
+        for turn in turns:
+            try:
+                claims[turn] = self.claim(journal.run, turn, worker_id)
+            except NotFound:
+                continue
+        return claims
+
     def _acknowledged_retrying(self, run: str) -> dict[int, int]:
         attempt = 0
         while True:

@@ -87,6 +87,16 @@ def test_a_stale_owner_is_fenced_naming_the_turn_and_both_tokens_and_nothing_is_
     assert post(runtime.client, journal.lines[-2:], fencing=f"t1={new}").status_code == 200
 
 
+def test_a_redelivery_of_stored_records_needs_no_token(runtime, journal):
+    claim(runtime.client, "t1", "w1")
+    again = post(runtime.client, journal.lines)  # t1's planning, already stored: it changes nothing
+    assert again.status_code == 200 and again.json()["duplicates"] == 2
+    journal.commit("t1", "plan")
+    mixed = post(runtime.client, journal.lines)  # with a new record for t1: the token is needed
+    assert mixed.status_code == 409 and mixed.json()["error"] == "fencing_required"
+    assert JournalRecord.objects.count() == 2
+
+
 def test_a_token_never_handed_out_is_fenced(runtime, journal):
     token = claim(runtime.client, "t1", "w1")
     journal.commit("t1", "plan")
