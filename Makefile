@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench chaos lint typecheck migrate clean-venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# The runtime client (its own distribution, client/): tests/client import it and run its example.
+	$(PY) -m pip install --quiet -e ./client
 	@touch $(STAMP)
 
 venv: $(STAMP)

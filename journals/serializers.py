@@ -52,14 +52,23 @@ class IngestResultSerializer(serializers.Serializer):
         }
 
 
-class LsnConflictSerializer(serializers.Serializer):
-    error = serializers.CharField()
+class IngestConflictSerializer(serializers.Serializer):
+    """A batch refused whole with 409 (nothing stored). `lsn_conflict`: branch, lsn and both digests;
+    `offset_mismatch`: branch, expected and stored lsn (LoopX-Expect); `fenced`: turn, the token sent and the
+    turn's current one; `fencing_required`: turn (LoopX-Fencing)."""
+
+    error = serializers.ChoiceField(choices=["lsn_conflict", "offset_mismatch", "fenced", "fencing_required"])
     detail = serializers.CharField()
     line = serializers.IntegerField(allow_null=True)
-    branch = serializers.IntegerField()
-    lsn = serializers.IntegerField()
-    stored_digest = serializers.CharField()
-    received_digest = serializers.CharField()
+    branch = serializers.IntegerField(required=False)
+    lsn = serializers.IntegerField(required=False)
+    stored_digest = serializers.CharField(required=False)
+    received_digest = serializers.CharField(required=False)
+    expected = serializers.IntegerField(required=False)
+    stored = serializers.IntegerField(required=False)
+    turn = serializers.CharField(required=False)
+    token = serializers.IntegerField(required=False)
+    current = serializers.IntegerField(required=False)
 
 
 class RunSerializer(serializers.ModelSerializer):

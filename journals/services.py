@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import unquote
 
 import orjson
 import psycopg
@@ -36,7 +37,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
-from recovery.engine import parse_canonical_batch, proven_canonical  # the engine's proof of canonical bytes
+from recovery.engine import offset_mismatches, parse_canonical_batch, proven_canonical
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
 
@@ -339,13 +340,18 @@ def _conflict(rec: _Prepared, stored_digest: str) -> IngestError:
 
 
 _RUN_FIELDS = tuple(f.attname for f in Run._meta.concrete_fields)
-# The run locked, with its branches' cursors as one JSON array: one round trip, and SQL the ORM would
-# otherwise compile anew for every batch (a visible share of a batch's CPU).
+# The run locked, then its branches' cursors as one JSON array: one round trip (two statements in one
+# simple query), and SQL the ORM would otherwise compile anew for every batch (a visible share of a batch's
+# CPU). Two statements, not a subquery of the locking one: in READ COMMITTED a statement that waited for
+# the lock re-reads the locked row but not what its subqueries read, which would be the cursors from
+# before the batch that held the lock (a concurrent batch at the same place then hit the unique index,
+# a 500, instead of answering `lsn_conflict` or `fenced`). The second statement's snapshot is taken after
+# the lock is held.
 _LOCK_RUN_SQL = (
-    f"SELECT {', '.join('r.' + name for name in _RUN_FIELDS)},"
-    " (SELECT coalesce(json_agg(json_build_array(b.id, b.number, b.last_lsn, b.committed_lsn, b.record_count)),"
-    " '[]'::json) FROM journals_branch b WHERE b.run_id = r.id)::text"
-    " FROM journals_run r WHERE r.run_id = %s FOR UPDATE OF r"
+    f"SELECT {', '.join('r.' + name for name in _RUN_FIELDS)}"
+    " FROM journals_run r WHERE r.run_id = %s FOR UPDATE OF r;"
+    " SELECT coalesce(json_agg(json_build_array(b.id, b.number, b.last_lsn, b.committed_lsn, b.record_count)),"
+    " '[]'::json)::text FROM journals_branch b JOIN journals_run r ON r.id = b.run_id WHERE r.run_id = %s"
 )
 
 
@@ -358,12 +364,14 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(_LOCK_RUN_SQL, [run_id])
+            cursor.execute(_LOCK_RUN_SQL, [run_id, run_id])
             row = cursor.fetchone()
-        if row is not None:
-            run = Run.from_db(connection.alias, _RUN_FIELDS, row[:-1])
+            cursor.cursor.nextset()
+            cursors = cursor.fetchone()
+        if row is not None and cursors is not None:
+            run = Run.from_db(connection.alias, _RUN_FIELDS, row)
             branches = {}
-            for pk, number, last_lsn, committed_lsn, count in orjson.loads(row[-1]):
+            for pk, number, last_lsn, committed_lsn, count in orjson.loads(cursors[0]):
                 branch = Branch(
                     id=pk, run=run, number=number, last_lsn=last_lsn, committed_lsn=committed_lsn, record_count=count
                 )
@@ -377,10 +385,149 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
     return run, {b.number: b for b in Branch.objects.filter(run=run)}
 
 
+# --- Conditional writes (contract section 8: LoopX-Fencing and LoopX-Expect) --------------------------
+
+_MAX_CONDITIONS = 1000  # entries in one header: more than a batch's records could name
+
+
+def fencing_parse(header: str | None) -> dict[str, int]:
+    """``LoopX-Fencing: <turn>=<token>[, ...]``: turn -> the fencing token the writer holds. A turn id is
+    percent-encoded (as in a URL path: ``,``, ``=``, ``%``, spaces and non-ASCII characters must be), so any
+    id fits. Absent or blank: no entry. 400 `fencing_invalid` for anything else."""
+    out: dict[str, int] = {}
+    if header is None or not header.strip():
+        return out
+    parts = header.split(",")
+    if len(parts) > _MAX_CONDITIONS:
+        raise IngestError(400, "fencing_invalid", f"LoopX-Fencing names more than {_MAX_CONDITIONS} turns")
+    for part in parts:
+        turn_text, sep, token_text = part.strip().rpartition("=")
+        try:
+            turn = unquote(turn_text.strip(), errors="strict") if sep and "=" not in turn_text else ""
+        except UnicodeDecodeError:
+            turn = ""
+        token = token_text.strip()
+        if not turn or not token.isascii() or not token.isdigit() or len(token) > 19:
+            raise IngestError(400, "fencing_invalid", "LoopX-Fencing takes <turn>=<token>[, <turn>=<token> ...]")
+        value = int(token)
+        if len(turn) > ID_MAX or "\x00" in turn or not is_storable(turn) or not 1 <= value <= _MAX_LSN:
+            raise IngestError(400, "fencing_invalid", "LoopX-Fencing names an invalid turn id or token")
+        if out.get(turn, value) != value:
+            raise IngestError(400, "fencing_invalid", "LoopX-Fencing names a turn twice with two tokens")
+        out[turn] = value
+    return out
+
+
+def high_water_parse(text: str | None, *, code: str = "expect_invalid", what: str = "LoopX-Expect") -> dict[int, int]:
+    """``<branch>:<lsn>[, ...]`` (``LoopX-Expect``, the gate's ``?expect``): branch -> the last lsn the writer
+    believes stored on it, -1 for none (as ``assess_journal --expect``). Absent or blank: no entry."""
+    out: dict[int, int] = {}
+    if text is None or not text.strip():
+        return out
+    parts = text.split(",")
+    if len(parts) > _MAX_CONDITIONS:
+        raise IngestError(400, code, f"{what} names more than {_MAX_CONDITIONS} branches")
+    for part in parts:
+        branch_text, sep, lsn_text = part.strip().partition(":")
+        branch_text, lsn_text = branch_text.strip(), lsn_text.strip()
+        digits = lsn_text[1:] if lsn_text.startswith("-") else lsn_text
+        if (
+            not sep
+            or not (branch_text.isascii() and branch_text.isdigit() and len(branch_text) <= 10)
+            or not (digits.isascii() and digits.isdigit() and len(digits) <= 19)
+        ):
+            raise IngestError(400, code, f"{what} takes <branch>:<lsn>[, ...] with lsn -1 for none")
+        branch, lsn = int(branch_text), int(lsn_text)
+        if branch > _MAX_BRANCH or not -1 <= lsn <= _MAX_LSN:
+            raise IngestError(400, code, f"{what} takes a branch >= 0 and an lsn >= -1")
+        if out.get(branch, lsn) != lsn:
+            raise IngestError(400, code, f"{what} names a branch twice with two lsns")
+        out[branch] = lsn
+    return out
+
+
+def _check_expect(branches: Mapping[int, Branch], expect: Mapping[int, int]) -> None:
+    """409 `offset_mismatch` when a branch's ack cursor (every lsn 0..n stored; -1: none) is not the one the
+    writer expects. Read under the run's lock, before anything of the batch is written."""
+    if not expect:
+        return
+    held = {number: branch.committed_lsn for number, branch in branches.items()}
+    mismatches = offset_mismatches(held, expect)
+    if mismatches:
+        first = mismatches[0]
+        raise IngestError(
+            409, "offset_mismatch", first.detail, branch=first.branch, expected=first.expected, stored=first.stored
+        )
+
+
+def _fencing_current(run: Run, turns: set[str], fencing: Mapping[str, int]) -> dict[str, int]:
+    """Under the run's lock: the current fencing token of each turn the batch or its header names that the
+    gate has handed out (its fencing counter > 0). Turn claims lock the turn's row, not the run's; a claim
+    committed after this read and before the batch's commit is ordered after the batch (its claimer reads
+    the journal after claiming)."""
+    names = turns | set(fencing)
+    if not names:
+        return {}
+    return dict(
+        Turn.objects.filter(run=run, turn_id__in=sorted(names), fencing_counter__gt=0).values_list(
+            "turn_id", "fencing_counter"
+        )
+    )
+
+
+def _check_fenced(current: Mapping[str, int], fencing: Mapping[str, int]) -> None:
+    """409 `fenced` when a token the header names is not the turn's current one: a stale owner's (another
+    worker claimed the turn since), or one never handed out. Checked before redelivered records are told
+    apart from new ones, so a stale owner is told so whatever its batch holds."""
+    for turn in sorted(fencing):
+        held = current.get(turn, 0)
+        if fencing[turn] != held:
+            raise IngestError(
+                409,
+                "fenced",
+                f"turn {turn!r}: fencing token {fencing[turn]} is not the turn's current token {held}",
+                turn=turn,
+                token=fencing[turn],
+                current=held,
+            )
+
+
+def _check_fencing_required(current: Mapping[str, int], new_turns: set[str], fencing: Mapping[str, int]) -> None:
+    """409 `fencing_required` when a record the batch would store names a turn that has been claimed and the
+    header names no token for it. A turn never claimed takes records without one, as before claims existed;
+    a redelivered record (already stored, same bytes) changes nothing and needs none."""
+    for turn in sorted(new_turns - set(fencing)):
+        if turn in current:
+            raise IngestError(
+                409,
+                "fencing_required",
+                f"turn {turn!r} has been claimed: a batch naming it must carry its fencing token (LoopX-Fencing)",
+                turn=turn,
+            )
+
+
+def _batch_turns(records: Iterable[_Prepared]) -> set[str]:
+    return {rec.turn for rec in records if rec.turn is not None}
+
+
 # Issue 8: one `ingest_finished` event per batch (accepted, conflict or refused by code) for the metrics.
 @instrument_ingest
-def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiToken | None) -> IngestResult:
-    """Validate a batch and store it atomically. Raises IngestError (nothing stored) on refusal."""
+def records_ingest(
+    *,
+    run_id: str,
+    body: bytes,
+    content_type: str,
+    token: ApiToken | None,
+    fencing: Mapping[str, int] | None = None,
+    expect: Mapping[int, int] | None = None,
+) -> IngestResult:
+    """Validate a batch and store it atomically. Raises IngestError (nothing stored) on refusal.
+
+    ``fencing`` (turn -> token, ``LoopX-Fencing``) and ``expect`` (branch -> lsn, ``LoopX-Expect``) make the
+    write conditional; both are checked under the run's lock (``_check_fenced``, ``_check_fencing_required``,
+    ``_check_expect``)."""
+    fencing = dict(fencing or {})
+    expect = dict(expect or {})
     if token is not None and not token.allows_run(run_id):
         raise IngestError(403, "run_forbidden", "this token may not write to this run")
     if not run_id or len(run_id) > ID_MAX:
@@ -390,7 +537,7 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
     lines = _split(body, content_type)
     if connection.vendor == "postgresql":
         try:
-            return _ingest_streamed(run_id, lines)
+            return _ingest_streamed(run_id, lines, fencing, expect)
         except _NotStreamable:
             pass  # rolled back, nothing of it kept: the general path below decides, as for any batch
     prepared = _prepare_all(lines, run_id)
@@ -409,8 +556,12 @@ def records_ingest(*, run_id: str, body: bytes, content_type: str, token: ApiTok
 
     with transaction.atomic():
         run, branches = _lock_run(run_id)
+        _check_expect(branches, expect)
+        current = _fencing_current(run, _batch_turns(prepared), fencing)
+        _check_fenced(current, fencing)
         duplicates = batch_duplicates + _drop_stored(run, branches, fresh)
         new = list(fresh.values())  # dicts keep insertion order: file order of the batch
+        _check_fencing_required(current, _batch_turns(new), fencing)
         now = timezone.now()
         first_seq = run.last_seq + 1 if new else None
         if new:
@@ -469,7 +620,9 @@ def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
     failpoint("records_ingest.before_commit")
 
 
-def _ingest_streamed(run_id: str, lines: list[bytes]) -> IngestResult:
+def _ingest_streamed(
+    run_id: str, lines: list[bytes], fencing: Mapping[str, int], expect: Mapping[int, int]
+) -> IngestResult:
     """PostgreSQL's path for the common batch: every line canonical and well-formed, every record new (above
     its branch's highest stored lsn, once in the batch) on a branch with no gap. Such a batch stores all
     its records and nothing else, exactly as the general path would; here each chunk of lines is parsed,
@@ -483,6 +636,7 @@ def _ingest_streamed(run_id: str, lines: list[bytes]) -> IngestResult:
     the error (the first by line number, conflicts after malformed lines) it always gives."""
     with transaction.atomic():
         run, branches = _lock_run(run_id)
+        _check_expect(branches, expect)
         new: list[_Prepared] = []
         now = timezone.now()
         stream = _Stream(run, branches, lines, run_id, new, now)
@@ -497,6 +651,11 @@ def _ingest_streamed(run_id: str, lines: list[bytes]) -> IngestResult:
         projected = _copy_rows(stream.chunks(), project)
         if projected is None:
             raise _NotStreamable  # leaves the atomic block: the rows written so far are rolled back
+        # The batch's turns are known once its lines are parsed (every record here is new); a refusal
+        # rolls the rows back.
+        current = _fencing_current(run, _batch_turns(new), fencing)
+        _check_fenced(current, fencing)
+        _check_fencing_required(current, _batch_turns(new), fencing)
         _finish(run, new, projected)
     return IngestResult(
         run=run,

@@ -9,7 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import BaseParser
@@ -32,16 +33,16 @@ from journals.selectors import (
 )
 from journals.serializers import (
     BranchSerializer,
+    IngestConflictSerializer,
     IngestResultSerializer,
     IntentSerializer,
-    LsnConflictSerializer,
     RecordSerializer,
     RunDetailSerializer,
     RunSerializer,
     TurnDetailSerializer,
     TurnSerializer,
 )
-from journals.services import IngestError, records_ingest
+from journals.services import IngestError, fencing_parse, high_water_parse, records_ingest
 from loopx_site.access import CanRunRecovery, runtime_token
 from loopx_site.api import ErrorSerializer, LoopxView
 
@@ -82,6 +83,31 @@ _ERRORS = {
 }
 
 
+_CONDITIONS = [
+    OpenApiParameter(
+        "LoopX-Fencing",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        required=False,
+        description=(
+            "`<turn>=<token>[, ...]` (turn ids percent-encoded): the fencing tokens the writer holds from the "
+            "gate's claim. A token that is not the turn's current one: 409 `fenced`. A record naming a turn "
+            "that has been claimed needs its entry here: else 409 `fencing_required`."
+        ),
+    ),
+    OpenApiParameter(
+        "LoopX-Expect",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        required=False,
+        description=(
+            "`<branch>:<lsn>[, ...]`: the last lsn the writer believes stored on the branch (-1 for none). "
+            "When the branch's ack cursor differs: 409 `offset_mismatch`."
+        ),
+    ),
+]
+
+
 class JournalView(LoopxView):
     """The journal API's views: JSON written by orjson (journals/renderers.py), the browsable API beside it."""
 
@@ -120,9 +146,13 @@ class RecordsView(JournalView):
             "text/plain": _JSONL_BODY,
             "application/json": _ARRAY_BODY,
         },
+        parameters=_CONDITIONS,
         responses={
             200: IngestResultSerializer,
-            409: OpenApiResponse(LsnConflictSerializer, description="Same (branch, lsn), other bytes."),
+            409: OpenApiResponse(
+                IngestConflictSerializer,
+                description="Same (branch, lsn), other bytes; or LoopX-Expect or LoopX-Fencing unmet. Nothing stored.",
+            ),
             413: OpenApiResponse(ErrorSerializer, description="A line, the batch or the record count is too large."),
             **_ERRORS,
         },
@@ -137,7 +167,12 @@ class RecordsView(JournalView):
         # DRF hands an empty dict (not bytes) when there is no body at all.
         body = request.data if isinstance(request.data, bytes) else b""
         result = records_ingest(
-            run_id=run_id, body=body, content_type=request.content_type or "", token=runtime_token(request)
+            run_id=run_id,
+            body=body,
+            content_type=request.content_type or "",
+            token=runtime_token(request),
+            fencing=fencing_parse(request.headers.get("LoopX-Fencing")),
+            expect=high_water_parse(request.headers.get("LoopX-Expect")),
         )
         return Response(IngestResultSerializer(result).data)
 

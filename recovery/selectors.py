@@ -20,6 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from journals.models import Intent, Run, Turn
+from recovery.engine import OffsetMismatch
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.state import (
     DONE,
@@ -57,6 +58,8 @@ class GateView:
     approved: bool
     intents: list[Intent] = field(default_factory=list)
     value: StateValue | None = None  # the effective state (recovery/state.py), of which the fields above are parts
+    # The runtime's expected high-water (``?expect``) that the store does not hold: the turn is held.
+    offset_mismatch: OffsetMismatch | None = None
 
     @property
     def progress_key(self) -> str:

@@ -91,6 +91,15 @@ class PlannedActionSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(required=False, allow_null=True)
 
 
+class GateOffsetMismatchSerializer(serializers.Serializer):
+    """``?expect`` named a high-water the store does not hold (contract section 6: `offset_mismatch`)."""
+
+    branch = serializers.IntegerField()
+    expected = serializers.IntegerField()
+    stored = serializers.IntegerField(help_text="The branch's ack cursor: every lsn 0..stored is stored (-1: none).")
+    detail = serializers.CharField()
+
+
 class GateSerializer(serializers.Serializer):
     """The gate: `state` is what a runtime may do now (`proceed`, `hold`, or `done`: nothing to do)."""
 
@@ -111,9 +120,11 @@ class GateSerializer(serializers.Serializer):
     planned = PlannedActionSerializer(many=True)
     intents = GateIntentSerializer(many=True)
     assessment = AssessmentSummarySerializer()
+    offset_mismatch = GateOffsetMismatchSerializer(allow_null=True)
 
     def to_representation(self, view: GateView) -> dict[str, Any]:
         row, op, claim = view.row, view.operator, view.claim
+        mismatch = view.offset_mismatch
         return {
             "run": view.turn.run.run_id,
             "turn": view.turn.turn_id,
@@ -156,6 +167,14 @@ class GateSerializer(serializers.Serializer):
                 for i in view.intents
             ],
             "assessment": AssessmentSummarySerializer(view.assessment).data,
+            "offset_mismatch": None
+            if mismatch is None
+            else {
+                "branch": mismatch.branch,
+                "expected": mismatch.expected,
+                "stored": mismatch.stored,
+                "detail": mismatch.detail,
+            },
         }
 
 

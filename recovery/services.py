@@ -5,6 +5,7 @@ Each transition is written once, here, and called from the API (and later the pa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -353,10 +354,29 @@ def _project_branches(run: Run, views: Iterable[BranchView]) -> None:
 # --- The gate ---------------------------------------------------------------------------------------
 
 
-def turn_decision(*, turn: Turn) -> GateView:
-    """The gate for a turn under the current committed prefix (the assessment refreshed if it moved)."""
+def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:
+    """The gate for a turn under the current committed prefix (the assessment refreshed if it moved).
+
+    ``expect`` (branch -> the last lsn the runtime believes committed, -1 for none; ``?expect``): a stored
+    prefix that differs holds the turn, blocked with `offset_mismatch`, as ``assess_journal --expect``
+    blocks it (the engine's comparison, against the branches' ack cursors). It is never reconciled by
+    trusting either side, and nothing is recorded: the answer is for this caller's belief alone."""
     assessment = assessment_refresh(run=turn.run)
-    return gate_view(turn=Turn.objects.select_related("run").get(pk=turn.pk), assessment=assessment)
+    view = gate_view(turn=Turn.objects.select_related("run").get(pk=turn.pk), assessment=assessment)
+    if expect:
+        held = dict(Branch.objects.filter(run_id=turn.run_id).values_list("number", "committed_lsn"))
+        mismatches = engine.offset_mismatches(held, expect)
+        if mismatches:
+            view = dataclasses.replace(
+                view,
+                state=HOLD,
+                decision="blocked",
+                reason=str(engine.Code.OFFSET_MISMATCH),
+                resume_from=None,
+                approved=False,
+                offset_mismatch=mismatches[0],
+            )
+    return view
 
 
 def _worker(worker_id: Any) -> str:

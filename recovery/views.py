@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from journals.models import Turn
+from journals.services import high_water_parse
 from journals.views import _ERRORS
 from loopx_site.access import CanOperate, CanRunRecovery
 from loopx_site.api import ErrorSerializer, LoopxView
@@ -82,9 +84,27 @@ class DecisionView(LoopxView):
     serializer_class = GateSerializer
     queryset = Turn.objects.none()
 
-    @extend_schema(operation_id="turn_decision", responses={200: GateSerializer, **_ERRORS})
+    @extend_schema(
+        operation_id="turn_decision",
+        parameters=[
+            OpenApiParameter(
+                "expect",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                required=False,
+                description=(
+                    "`<branch>:<lsn>[, ...]`: the last lsn the runtime believes committed on the branch (-1 for "
+                    "none), as `assess_journal --expect`. A stored prefix that differs: `hold`, `blocked`, "
+                    "reason `offset_mismatch`, with `offset_mismatch` naming the branch and both lsns."
+                ),
+            )
+        ],
+        responses={200: GateSerializer, **_ERRORS},
+    )
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
-        return Response(GateSerializer(turn_decision(turn=self.get_turn(request, run_id, turn_id))).data)
+        turn = self.get_turn(request, run_id, turn_id)
+        expect = high_water_parse(request.query_params.get("expect"), what="expect")
+        return Response(GateSerializer(turn_decision(turn=turn, expect=expect)).data)
 
 
 class ClaimView(LoopxView):

@@ -37,14 +37,22 @@ class HttpGateway:
         self.run = run
         self.operator_env = operator_env
         self._run_path = f"/runs/{urllib.parse.quote(run, safe='')}"
+        # The fencing tokens of the turns this runtime claimed: a claimed turn takes records only from a
+        # batch that carries its current token (LoopX-Fencing, docs/api.md).
+        self.fencing: dict[str, int] = {}
 
-    def _call(self, method: str, path: str, body: bytes | None = None, ctype: str | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: bytes | None = None, ctype: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         url = path if path.startswith("http") else self.base + path
         request = urllib.request.Request(url, data=body, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")
         request.add_header("Accept", "application/json")
         if ctype:
             request.add_header("Content-Type", ctype)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read() or b"null")
@@ -56,7 +64,12 @@ class HttpGateway:
 
     # -- ingest --------------------------------------------------------------------------------------
     def ingest(self, lines: list[bytes]) -> None:
-        self._call("POST", f"{self._run_path}/records", b"".join(x + b"\n" for x in lines), "application/x-ndjson")
+        turns = {json.loads(line).get("turn") for line in lines}
+        held = sorted((t, self.fencing[t]) for t in turns if isinstance(t, str) and t in self.fencing)
+        headers = {"LoopX-Fencing": ", ".join(f"{urllib.parse.quote(t, safe='')}={n}" for t, n in held)} if held else {}
+        self._call(
+            "POST", f"{self._run_path}/records", b"".join(x + b"\n" for x in lines), "application/x-ndjson", headers
+        )
 
     def lines(self) -> list[bytes]:
         """The stored records, in ingest order. The API serves them parsed (redacted for display): the
@@ -93,7 +106,8 @@ class HttpGateway:
         body = self._call(
             "POST", f"{self._turn(turn)}/claim", json.dumps({"worker_id": worker}).encode(), "application/json"
         )
-        return int(body["fencing_token"])
+        self.fencing[turn] = int(body["fencing_token"])
+        return self.fencing[turn]
 
     def evidence_rows(self, turn: str | None = None) -> list[EvidenceRow]:
         turns = [turn] if turn is not None else self._turns()

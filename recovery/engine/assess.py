@@ -32,7 +32,7 @@ from functools import partial
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from .canonical import _HAVE_ORJSON, _strict, digest, digest_no_float
 from .fold import DigestCache, IntentEntry, TurnState, View, merge_outcome, next_generation
@@ -1294,20 +1294,18 @@ class _Assessor:
 
     def finish(self, expect: Mapping[int, int]) -> Assessment:
         end_line = self.line_no + 1
-        for branch, expected in sorted(expect.items()):
-            info = self.branches.get(branch)
-            actual = info.next_lsn - 1 if info else -1
-            if actual != expected:
-                self.violations.append(
-                    Violation(
-                        Code.OFFSET_MISMATCH,
-                        branch,
-                        actual if actual >= 0 else None,
-                        None,
-                        f"expected high-water lsn {expected} on branch {branch}, the journal holds {actual}",
-                        end_line,
-                    )
+        held = {number: info.next_lsn - 1 for number, info in self.branches.items()}
+        for mismatch in offset_mismatches(held, expect):
+            self.violations.append(
+                Violation(
+                    Code.OFFSET_MISMATCH,
+                    mismatch.branch,
+                    mismatch.stored if mismatch.stored >= 0 else None,
+                    None,
+                    mismatch.detail,
+                    end_line,
                 )
+            )
 
         live_cut = self._live_cut()
         self.violations.sort(key=lambda x: x.line)  # stable: file order, ties in order found
@@ -1561,6 +1559,30 @@ class _NoCycleCollection:
     def __exit__(self, *exc: object) -> None:
         if self.was_enabled:
             gc.enable()
+
+
+class OffsetMismatch(NamedTuple):
+    """A branch whose held high-water lsn differs from the one the writer expected (contract section 6)."""
+
+    branch: int
+    expected: int
+    stored: int
+
+    @property
+    def detail(self) -> str:
+        return f"expected high-water lsn {self.expected} on branch {self.branch}, the journal holds {self.stored}"
+
+
+def offset_mismatches(held: Mapping[int, int], expect: Mapping[int, int]) -> list[OffsetMismatch]:
+    """The expected high-waters (branch -> lsn, -1 for none) that ``held`` (branch -> the highest lsn held
+    in order from 0; a branch absent holds none) does not match, by branch. The one comparison behind
+    ``assess(expect=...)``, ingest's ``LoopX-Expect`` and the gate's ``?expect``: never reconciled by
+    trusting either side."""
+    return [
+        OffsetMismatch(branch, expected, held.get(branch, -1))
+        for branch, expected in sorted(expect.items())
+        if held.get(branch, -1) != expected
+    ]
 
 
 def assess(

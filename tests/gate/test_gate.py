@@ -14,8 +14,11 @@ pytestmark = pytest.mark.django_db
 T = "/api/v1/runs/run-1/turns/{}"
 
 
-def ingest(client, b: JournalBuilder, lines: list[bytes] | None = None) -> None:
-    answer = client.post(f"/api/v1/runs/{b.run}/records", b.body(lines), content_type="application/x-ndjson")
+def ingest(client, b: JournalBuilder, lines: list[bytes] | None = None, fencing: str | None = None) -> None:
+    headers = {"LoopX-Fencing": fencing} if fencing else {}
+    answer = client.post(
+        f"/api/v1/runs/{b.run}/records", b.body(lines), content_type="application/x-ndjson", headers=headers
+    )
     assert answer.status_code == 200, answer.content
 
 
@@ -175,7 +178,7 @@ def test_progress_resets_the_attempt_count(runtime, journal):
     for _ in range(2):
         assert open_recovery(runtime.client, "mid", token).status_code == 201
     journal.commit("mid", "dispatch")
-    ingest(runtime.client, journal, journal.lines[-1:])
+    ingest(runtime.client, journal, journal.lines[-1:], fencing=f"mid={token}")  # the holder writes the claimed turn
     assert gate(runtime.client, "mid")["recovery"]["attempts"] == 0
     assert open_recovery(runtime.client, "mid", token).json()["attempt"] == 1
 

@@ -82,12 +82,12 @@ class Spy:
             self.built += 1
             return real_build(rows, *args)
 
-        def streamed(run_id: str, lines: list[bytes]) -> Any:
+        def streamed(run_id: str, lines: list[bytes], *conditions: Any) -> Any:
             if not enabled:
                 raise services._NotStreamable
             self.built = 0
             try:
-                result = real_stream(run_id, lines)
+                result = real_stream(run_id, lines, *conditions)
             except services._NotStreamable:
                 self.outcomes.append(("general", self.built))
                 raise

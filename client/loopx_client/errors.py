@@ -1,0 +1,407 @@
+"""Typed errors: the local journal's, and one class per refusal code of the LoopX API.
+
+Every API refusal is an :class:`ApiError` with ``status``, ``code``, ``detail`` and the answer's other
+fields in ``body``. Catch the status family (``Conflict``, ``BadRequest``, ...) or the exact code's class
+(``Fenced``, ``OffsetMismatch``, ...). A code this client does not know yet still arrives as its status
+family's class, with the code in ``code``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LoopxError(Exception):
+    """Anything this package raises on purpose."""
+
+
+# --- the local journal ---------------------------------------------------------------------------------
+
+
+class JournalError(LoopxError):
+    """The local journal cannot be used as asked."""
+
+
+class JournalCorrupt(JournalError):
+    """Reopening found a line that is not one complete record (``storage_corruption`` in the contract):
+    a torn tail after a crash mid-write, or damage. Nothing is repaired or dropped: the file is left as
+    it is, and an operator decides (the repair itself is audited on the server's side).
+
+    ``line``: its 1-based number; ``offset``: the byte offset where it starts; ``torn_tail``: it is the
+    last line and has no final newline (the signature of a write cut short)."""
+
+    def __init__(self, path: str, line: int, offset: int, reason: str, *, torn_tail: bool) -> None:
+        where = "a torn tail" if torn_tail else "a corrupt line"
+        super().__init__(f"{path}: {where} at line {line} (byte {offset}): {reason}")
+        self.path = path
+        self.line = line
+        self.offset = offset
+        self.reason = reason
+        self.torn_tail = torn_tail
+
+
+class JournalMismatch(JournalError):
+    """The file holds a valid journal that is not the one asked for (another run), or one this client
+    cannot continue (v1 records, a broken chain or lsn sequence)."""
+
+
+class JournalClosed(JournalError):
+    """The journal was closed, or an earlier write failed part-way (reopen it to see what is on disk)."""
+
+
+class RecordRefused(JournalError, ValueError):
+    """A record the contract would call invalid; nothing was written."""
+
+
+class UnsafeRedispatch(RecordRefused):
+    """An ``unsafe`` intent dispatched again while its previous dispatch has no ``failed`` readback: that
+    would be the double effect recovery exists to prevent (contract section 2). Nothing was written."""
+
+
+class ShipDiverged(LoopxError):
+    """The server holds records of this run that the local journal does not (a branch's ack cursor is
+    beyond the local journal's end): the two are never reconciled by trusting either side."""
+
+    def __init__(self, branch: int, server_lsn: int, local_lsn: int) -> None:
+        super().__init__(
+            f"branch {branch}: the server acknowledges lsn {server_lsn}, the local journal ends at {local_lsn}"
+        )
+        self.branch = branch
+        self.server_lsn = server_lsn
+        self.local_lsn = local_lsn
+
+
+class EffectFailed(LoopxError):
+    """Raised by (or around) an effect's body to say the effect definitively did not happen: the readback
+    is ``failed`` (a retry is then legal, also for an unsafe intent)."""
+
+
+# --- the API --------------------------------------------------------------------------------------------
+
+
+class TransportError(LoopxError):
+    """No answer from the server (connection refused or reset, timeout): the request may or may not have
+    been carried out."""
+
+
+class ApiError(LoopxError):
+    """A refusal by the server: ``status``, ``code``, ``detail`` and every field of the answer in ``body``."""
+
+    status_family: ClassVar[int] = 0
+
+    def __init__(self, status: int, code: str, detail: str, body: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status} {code}: {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.body = body
+
+    @property
+    def line(self) -> int | None:
+        """The 1-based line of the batch at fault, when a record was."""
+        value = self.body.get("line")
+        return value if isinstance(value, int) else None
+
+
+class BadRequest(ApiError):
+    status_family = 400
+
+
+class Unauthorized(ApiError):
+    status_family = 401
+
+
+class Forbidden(ApiError):
+    status_family = 403
+
+
+class NotFound(ApiError):
+    status_family = 404
+
+
+class Conflict(ApiError):
+    status_family = 409
+
+
+class PayloadTooLarge(ApiError):
+    status_family = 413
+
+
+class UnsupportedMediaType(ApiError):
+    status_family = 415
+
+
+class Throttled(ApiError):
+    status_family = 429
+
+
+class ServerError(ApiError):
+    status_family = 500
+
+
+# 400: the request or a record of the batch is malformed; nothing was stored or changed.
+class NotJson(BadRequest):
+    pass
+
+
+class EnvelopeInvalid(BadRequest):
+    pass
+
+
+class RunMismatch(BadRequest):
+    pass
+
+
+class IdentifierTooLong(BadRequest):
+    pass
+
+
+class IdentifierInvalid(BadRequest):
+    pass
+
+
+class EmptyBatch(BadRequest):
+    pass
+
+
+class FencingInvalid(BadRequest):
+    pass
+
+
+class ExpectInvalid(BadRequest):
+    pass
+
+
+class WorkerInvalid(BadRequest):
+    pass
+
+
+class FencingTokenInvalid(BadRequest):
+    pass
+
+
+class ActionInvalid(BadRequest):
+    pass
+
+
+class NoteInvalid(BadRequest):
+    pass
+
+
+class ReasonRequired(BadRequest):
+    pass
+
+
+class ReasonTooLong(BadRequest):
+    pass
+
+
+class EvidenceInvalid(BadRequest):
+    pass
+
+
+class InvalidRequest(BadRequest):
+    """The request body failed validation; ``body["fields"]`` says which field."""
+
+
+# 403
+class RunForbidden(Forbidden):
+    """The token's run prefix does not cover this run."""
+
+
+class PermissionDenied(Forbidden):
+    pass
+
+
+# 413
+class LineTooLarge(PayloadTooLarge):
+    pass
+
+
+class BatchTooLarge(PayloadTooLarge):
+    pass
+
+
+class TooManyRecords(PayloadTooLarge):
+    pass
+
+
+# 409: refused by the state of the store or the gate.
+class LsnConflict(Conflict):
+    """Another record is stored at the same (branch, lsn): ``branch``, ``lsn``, ``stored_digest``,
+    ``received_digest``. Nothing of the batch was stored."""
+
+
+class OffsetMismatch(Conflict):
+    """``LoopX-Expect`` named a high-water the store does not hold: ``branch``, ``expected``, ``stored``."""
+
+
+class Fenced(Conflict):
+    """The fencing token sent is not the turn's current one (a newer claim took the turn): ``turn``,
+    ``token``, ``current``. Nothing of the batch was stored; stop writing this turn."""
+
+
+class FencingRequired(Conflict):
+    """A record names a turn that has been claimed, and the batch carried no fencing token for it."""
+
+
+class ClaimHeld(Conflict):
+    """Another worker holds the lease: ``holder``, ``expires_at``."""
+
+
+class StaleToken(Conflict):
+    """The fencing token is not the current claim's (lease lost, released or taken over)."""
+
+
+class TurnBlocked(Conflict):
+    """The gate holds the turn: ``reason``."""
+
+
+class NothingToRecover(Conflict):
+    """The turn needs no recovery (done): ``decision``."""
+
+
+class RecoveryAttemptsExceeded(Conflict):
+    """Too many recoveries without progress: the gate parked the turn until an operator approves."""
+
+
+class AuditClosed(Conflict):
+    pass
+
+
+class NothingToApprove(Conflict):
+    pass
+
+
+class TurnDiscarded(Conflict):
+    pass
+
+
+class RunLevelViolation(Conflict):
+    pass
+
+
+class EvidenceRequired(Conflict):
+    pass
+
+
+# Recovery packages (upload and export) and findings: the API's other refusals.
+class PackageMissing(BadRequest):
+    pass
+
+
+class EmptyPackage(BadRequest):
+    pass
+
+
+class FormatInvalid(BadRequest):
+    pass
+
+
+class PackageTooLarge(PayloadTooLarge):
+    pass
+
+
+class TooManyCorruptLines(BadRequest):
+    pass
+
+
+class FindingNotOpen(Conflict):
+    pass
+
+
+class FindingResolved(Conflict):
+    pass
+
+
+class DeliveryBusy(Conflict):
+    pass
+
+
+BY_CODE: dict[str, type[ApiError]] = {
+    "not_json": NotJson,
+    "envelope_invalid": EnvelopeInvalid,
+    "run_mismatch": RunMismatch,
+    "identifier_too_long": IdentifierTooLong,
+    "identifier_invalid": IdentifierInvalid,
+    "empty_batch": EmptyBatch,
+    "fencing_invalid": FencingInvalid,
+    "expect_invalid": ExpectInvalid,
+    "worker_invalid": WorkerInvalid,
+    "fencing_token_invalid": FencingTokenInvalid,
+    "action_invalid": ActionInvalid,
+    "note_invalid": NoteInvalid,
+    "reason_required": ReasonRequired,
+    "reason_too_long": ReasonTooLong,
+    "evidence_invalid": EvidenceInvalid,
+    "invalid_request": InvalidRequest,
+    "run_forbidden": RunForbidden,
+    "permission_denied": PermissionDenied,
+    "line_too_large": LineTooLarge,
+    "batch_too_large": BatchTooLarge,
+    "too_many_records": TooManyRecords,
+    "lsn_conflict": LsnConflict,
+    "offset_mismatch": OffsetMismatch,
+    "fenced": Fenced,
+    "fencing_required": FencingRequired,
+    "claim_held": ClaimHeld,
+    "stale_token": StaleToken,
+    "turn_blocked": TurnBlocked,
+    "nothing_to_recover": NothingToRecover,
+    "recovery_attempts_exceeded": RecoveryAttemptsExceeded,
+    "audit_closed": AuditClosed,
+    "nothing_to_approve": NothingToApprove,
+    "turn_discarded": TurnDiscarded,
+    "run_level_violation": RunLevelViolation,
+    "evidence_required": EvidenceRequired,
+    "package_missing": PackageMissing,
+    "empty_package": EmptyPackage,
+    "format_invalid": FormatInvalid,
+    "package_too_large": PackageTooLarge,
+    "too_many_corrupt_lines": TooManyCorruptLines,
+    "finding_not_open": FindingNotOpen,
+    "finding_resolved": FindingResolved,
+    "delivery_busy": DeliveryBusy,
+    "not_found": NotFound,
+}
+
+_FAMILIES: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+    429: Throttled,
+}
+
+# Answers without a typed `error` (the framework's own: authentication, permissions, not found, throttling,
+# media type) get a code after their status.
+_DEFAULT_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "throttled",
+}
+
+
+def error_for(status: int, body: Any) -> ApiError:
+    """The typed error of an answer with a 4xx or 5xx status."""
+    data: dict[str, Any] = body if isinstance(body, dict) else {}
+    code = data.get("error")
+    if not isinstance(code, str) or not code:
+        code = _DEFAULT_CODES.get(status, "server_error" if status >= 500 else f"http_{status}")
+    detail = data.get("detail")
+    if not isinstance(detail, str):
+        detail = "" if detail is None else str(detail)
+    family = ServerError if status >= 500 else _FAMILIES.get(status, ApiError)
+    cls = BY_CODE.get(code, family)
+    if cls.status_family != status and cls is not ApiError:
+        cls = family  # a known code under another status: trust the status's family
+    return cls(status, code, detail, data)
