@@ -153,12 +153,6 @@ class TurnSerializer(serializers.ModelSerializer):
         fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "created_at", "updated_at"]
 
 
-class RecordRefSerializer(serializers.Serializer):
-    seq = serializers.IntegerField()
-    branch = serializers.IntegerField()
-    lsn = serializers.IntegerField()
-
-
 class PhaseSerializer(serializers.ModelSerializer):
     record = serializers.SerializerMethodField()
 
