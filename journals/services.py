@@ -36,6 +36,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
+from recovery.engine import is_int as _is_int
 from recovery.engine import parse_canonical_batch, proven_canonical  # the engine's proof of canonical bytes
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
@@ -139,10 +140,6 @@ class IngestResult:
     first_seq: int | None
     last_seq: int
     branches: list[Branch] = field(default_factory=list)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _split(body: bytes, content_type: str) -> list[bytes]:
