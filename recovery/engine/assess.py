@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -114,6 +115,9 @@ _PRESCAN_BLOCK = 1 << 17
 _INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
 _AT_CACHE_LIMIT = 4096
 _sha256 = hashlib.sha256
+# A record's envelope, read in one call (every record is read so: the main pass's commonest work).
+_ENVELOPE_FIELDS = ("at", "branch", "kind", "lsn", "run", "v")
+_ENVELOPE = itemgetter(*_ENVELOPE_FIELDS)
 
 
 class JournalUnreadable(Exception):
@@ -662,8 +666,10 @@ class _Assessor:
         """One record, in the contract's check order: its envelope, its branch, lsn and chain, its schema
         version, then the turn rules on its branch's timeline. `record_digest`: its canonical bytes' sha256
         (None when it has none)."""
-        v: Any = obj.get("v")
-        b, ln, kind = obj.get("branch"), obj.get("lsn"), obj.get("kind")
+        try:
+            at, b, kind, ln, run, v = _ENVELOPE(obj)
+        except KeyError:  # a field is missing: _envelope_problem names it
+            at, b, kind, ln, run, v = (obj.get(name) for name in _ENVELOPE_FIELDS)
         if not (type(b) is int and b >= 0 and type(ln) is int and ln >= 0):
             # No place in the journal: nothing else about the record can be checked.
             problem = self._envelope_problem(obj, error, detail)
@@ -678,9 +684,9 @@ class _Assessor:
             and 0 < v < 3
             and type(kind) is str
             and kind in KINDS
-            and obj.get("run") == self.run
-            and self.run is not None
-            and self._at_ok(obj.get("at"))
+            and run == self.run
+            and run is not None
+            and (at == self._last_at or self._at_ok(at))
         ):
             problem = self._envelope_problem(obj, error, detail)
             if problem is not None:
