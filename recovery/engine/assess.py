@@ -12,11 +12,12 @@ records. Run-level checks (shape, run, lsn, chain, schema, kinds, forks, checkpo
 turn rules apply on the timeline of the record's branch; effects (dispatches and readbacks) go into a
 world ledger shared by all branches, because a side effect is a fact about the world, not about a branch.
 
-Speed: the main pass is the hot path (benchmarks/bench_engine.py). Each rule is written once, and every
-record takes the same checks and rules. What a writer wrote in canonical bytes is parsed once by orjson;
-one re-serialisation of a few dozen lines at a time, compared with the raw bytes, proves them canonical
-(no duplicate key, no big integer), and the sha256 of the raw bytes is then the record's digest. Only a
-line that is not proven canonical is parsed again, by the strict parser, which classifies precisely.
+Speed: the main pass is the hot path (benchmarks/bench_engine.py). A record that a conforming writer
+wrote (canonical bytes, every check passing) goes through a straight-line fast path: one orjson parse,
+one re-serialisation compared with the raw bytes (which proves canonical form, no duplicate key, no big
+integer), one sha256 over the raw bytes (they *are* the canonical bytes), and a fold step. Anything
+unusual falls back to the general code, which classifies precisely; both give the same result
+(tests/engine: the properties and the receipt tests run every path).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from functools import partial
 from itertools import islice
 from operator import itemgetter
@@ -52,12 +52,16 @@ from .types import (
     Resolution,
     TurnDecision,
     Violation,
+    new_intent_view,
+    new_turn_decision,
 )
 
 if _HAVE_ORJSON:
     import orjson
 
     _loads: Callable[[bytes], Any] | None = orjson.loads
+    _dumps = orjson.dumps
+    _SORT_KEYS = orjson.OPT_SORT_KEYS
     _dumps_sorted = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
     _DecodeError: type[Exception] = orjson.JSONDecodeError
 else:  # pragma: no cover - exercised only on installs without orjson
@@ -114,10 +118,51 @@ _PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see _pa
 _PRESCAN_BLOCK = 1 << 17
 _INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
 _AT_CACHE_LIMIT = 4096
+_ABSENT = object()  # a field that is not there (a null `prev` is present, and wrong)
 _sha256 = hashlib.sha256
-# A record's envelope, read in one call (every record is read so: the main pass's commonest work).
-_ENVELOPE_FIELDS = ("at", "branch", "kind", "lsn", "run", "v")
-_ENVELOPE = itemgetter(*_ENVELOPE_FIELDS)
+
+
+def _orjson_keys(*names: str) -> tuple[str, ...]:
+    """The names as the str objects orjson hands out for those keys (it keeps one object per key it has
+    read): a record's field looked up by that very object is found by identity, not by comparing strings.
+    The same lookup either way (should orjson ever hand out another object, it is merely slower)."""
+    if not _HAVE_ORJSON:  # pragma: no cover - installs without orjson
+        return names
+    keys = tuple(orjson.loads(b"{" + b",".join(b'"%s":0' % name.encode() for name in names) + b"}"))
+    assert keys == names
+    return keys
+
+
+# The envelope of a record in one C call (a KeyError when a field is missing sends it to the general path).
+_ENVELOPE = itemgetter(*_orjson_keys("at", "branch", "kind", "lsn", "run", "v"))
+# The other fields the fast path reads (see _orjson_keys).
+(
+    _K_ARGS_DIGEST,
+    _K_EFFECT_CLASS,
+    _K_IDEMPOTENCY_KEY,
+    _K_INTENT,
+    _K_LINEAGE,
+    _K_OUTCOME,
+    _K_PHASE,
+    _K_PHASES,
+    _K_PREV,
+    _K_STAGES,
+    _K_STATUS,
+    _K_TURN,
+) = _orjson_keys(
+    "args_digest",
+    "effect_class",
+    "idempotency_key",
+    "intent",
+    "lineage",
+    "outcome",
+    "phase",
+    "phases",
+    "prev",
+    "stages",
+    "status",
+    "turn",
+)
 
 
 class JournalUnreadable(Exception):
@@ -292,14 +337,6 @@ class _World:
         self.more_firsts: tuple[int, ...] = ()
         self.violations: list[tuple[int, str]] | None = None  # (line, code)
 
-    def live(self, live_cut: Mapping[int, float]) -> bool:
-        """Whether a dispatch of the intent is on the live timeline (`live_cut`: branch -> its highest own
-        lsn there): its first dispatch on some branch is."""
-        if self.first_lsn <= live_cut.get(self.first_branch, -1):
-            return True
-        more = self.more_firsts
-        return any(more[i + 1] <= live_cut.get(more[i], -1) for i in range(0, len(more), 2))
-
     def evidence_bound(self) -> int | None:
         if self.bound is not None:
             return self.bound
@@ -398,19 +435,6 @@ def _proven_canonical(objs: Sequence[Any], lines: Sequence[bytes]) -> bool:
         return False
 
 
-def _canonical_bytes_of(obj: Any, line: bytes) -> bool:
-    """Whether ``line`` is the canonical bytes of ``obj``, parsed from it (see _parse_batch)."""
-    try:
-        return bool(_dumps_sorted(obj) == line)
-    except TypeError:  # orjson.JSONEncodeError: something it reads but will not write (nesting, say)
-        return False
-
-
-def _may_hold_float(line: bytes) -> bool:
-    """A float as orjson writes it holds a "." or an exponent with a sign; a line with none holds none."""
-    return line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0
-
-
 def _prescan_lines(lines: Iterable[bytes]) -> Counter[tuple[int, int]]:
     """Points (branch, lsn) whose fold a later fork or checkpoint needs, counted by how many need it.
     Only lines that could be fork or checkpoint records are parsed."""
@@ -492,7 +516,7 @@ class _Assessor:
         # then no suffix is known, so the first time is always checked in full).
         self._at_prefix = ""
         self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
-        self._last_at: str | None = None  # the last `at` proven valid
+        self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -501,11 +525,6 @@ class _Assessor:
         this to mark rewind points in advance)."""
         self.points[(branch, lsn)] += 1
         self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
-
-    def _name(self, name: str) -> str:
-        """One object for each lineage and intent id (turns of one job share their lineage, and intent ids
-        repeat across turns): memory grows with the distinct names, not with the turns."""
-        return self._names.setdefault(name, name)
 
     def _violate(self, code: str, branch: int | None, lsn: int | None, turn: str | None, detail: str) -> None:
         self.violations.append(Violation(code, branch, lsn, turn, detail, self.line_no))
@@ -545,20 +564,17 @@ class _Assessor:
         self._violate(code, b, ln, world.turn, detail)
 
     def _at_ok(self, at: Any) -> bool:
-        """`at` is RFC 3339. A writer's records often share their time with the previous one; otherwise
-        their times share date, hour and minute with it and repeat their seconds, so both halves are
-        remembered once proven (the full check runs otherwise)."""
+        """`at` is RFC 3339. A writer's times share their date, hour and minute with the previous record's
+        and repeat their seconds, so both halves are remembered once proven (the full check runs otherwise)."""
         if at.__class__ is not str:
             return False
-        if at == self._last_at:
+        if at.startswith(self._at_prefix) and at[16:] in self._at_suffixes:
             return True
-        if not (at.startswith(self._at_prefix) and at[16:] in self._at_suffixes):
-            if not _valid_at(at):
-                return False
-            self._at_prefix = at[:16]
-            if len(self._at_suffixes) < _AT_CACHE_LIMIT:
-                self._at_suffixes.add(at[16:])
-        self._last_at = at
+        if not _valid_at(at):
+            return False
+        self._at_prefix = at[:16]
+        if len(self._at_suffixes) < _AT_CACHE_LIMIT:
+            self._at_suffixes.add(at[16:])
         return True
 
     # -- the main pass -------------------------------------------------------------------------------------
@@ -569,20 +585,24 @@ class _Assessor:
     def feed_batch(self, lines: Sequence[bytes], block: bytes | None = None) -> None:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
 
-        This is the hot path of every assessment (benchmarks/bench_engine.py). What a conforming writer
-        wrote is parsed once by orjson and proven canonical a few dozen lines at a time (_parse_batch: one
-        serialisation and one comparison for all of them, not one per line), few enough that the parsed
-        records held at once cost next to no memory. Every record then takes the same checks and rules
-        (_record); only a line that is not proven canonical is parsed again, strictly."""
+        This is the hot path of every assessment (benchmarks/bench_engine.py). A record that a conforming
+        writer wrote and whose every run-level check passes goes through straight-line code, with what it
+        needs held in local variables (its envelope read with one itemgetter call, the float markers
+        searched once per block rather than per line); the commonest fold steps (a new turn, the next
+        phase, a first dispatch, a readback, a terminal record) are inline. Anything else goes, before
+        anything has been changed, to _feed_general or _semantics, which classify precisely; tests/engine
+        runs every path and compares the results with an independent model. The lines are parsed and proven
+        canonical a few dozen at a time (_parse_batch: one serialisation and one comparison for all of them,
+        not one per line), few enough that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
             for line in lines:
                 self.line_no += 1
-                self._feed_strict(line)
+                self._feed_general(line)
             return
         # Equal bytes prove: one value, canonical form, no duplicate key, no big integer turned float,
-        # nothing re-escaped. They do not prove the absence of a float (orjson writes back what it read):
-        # a float in orjson's spelling has a "." or an exponent with a sign ("1e+20", "1e-07"), so a block
-        # without any of those holds none, and only a line that has one is walked for a float.
+        # nothing re-escaped. A float in orjson's spelling has a "." or an exponent with a sign ("1e+20",
+        # "1e-07"): a line with one of those takes the general path, which walks the object. A block
+        # without any of them has no float at all (one search instead of three per line).
         check_marks = not (
             block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and _NEGATIVE_EXPONENT(block) is None
         )
@@ -593,20 +613,169 @@ class _Assessor:
             self._fold_lines(lines[start : start + _PARSE_LINES], check_marks)
 
     def _fold_lines(self, lines: Sequence[bytes], check_marks: bool) -> None:
-        """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float).
-
-        A line proven canonical (by the batch proof, or by its own re-serialisation) that holds no float
-        is its record's canonical bytes: its sha256 is the record's digest, and it goes to _record without
-        a second, strict parse. Any other line is parsed strictly (_feed_strict)."""
+        """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float)."""
+        dumps_sorted, sha256 = _dumps_sorted, _sha256
         objs, verified = _parse_batch(lines)
+        absent, classes, outcomes, statuses = _ABSENT, _CLASSES, _OUTCOMES, _STATUSES
+        names = self._names.setdefault
+        turns_first = self.turns_first
+        branches_get = self.branches.get
+        views = self.views
+        world = self.world
+        suffixes = self._at_suffixes
+        prefix = self._at_prefix
+        last_at = self._last_at  # the last `at` proven valid
+        k_args_digest, k_effect_class, k_idempotency_key, k_intent = (
+            _K_ARGS_DIGEST,
+            _K_EFFECT_CLASS,
+            _K_IDEMPOTENCY_KEY,
+            _K_INTENT,
+        )
+        k_lineage, k_outcome, k_phase, k_phases, k_prev = _K_LINEAGE, _K_OUTCOME, _K_PHASE, _K_PHASES, _K_PREV
+        k_stages, k_status, k_turn = _K_STAGES, _K_STATUS, _K_TURN
+        run = self.run
+        general = self._feed_general
+        semantics = self._semantics
+        n = self.line_no
+        fast = 0
         for line, obj in zip(lines, objs, strict=True):
-            self.line_no += 1
-            if obj.__class__ is dict and (verified or _canonical_bytes_of(obj, line)):
-                if not (check_marks and _may_hold_float(line) and _has_float(obj)):
-                    self.records += 1
-                    self._record(obj, None, "", _sha256(line).hexdigest())
+            n += 1
+            try:
+                at, b, kind, ln, record_run, v = _ENVELOPE(obj)  # None (not JSON): a TypeError
+                canonical = verified or dumps_sorted(obj) == line
+            except (KeyError, TypeError):
+                self.line_no = n
+                general(line)
+                run = self.run
+                continue
+            if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
+                canonical = False
+            info = branches_get(b) if b.__class__ is int else None
+            if not (
+                canonical
+                and record_run == run
+                and info is not None  # branches are created >= 0
+                and v.__class__ is int
+                and 0 < v < 3
+                and ln.__class__ is int
+                and ln == info.next_lsn  # so ln >= 0
+                and kind.__class__ is str
+                and kind in KINDS
+                and at.__class__ is str
+            ):
+                # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
+                # another type, out of sequence: not the common case.
+                self.line_no = n
+                general(line)
+                run = self.run
+                continue
+            if at != last_at:  # a writer's records share their time with the previous one, often
+                if not (at.startswith(prefix) and at[16:] in suffixes):
+                    if not self._at_ok(at):
+                        self.line_no = n
+                        general(line)
+                        continue
+                    prefix = self._at_prefix
+                last_at = at
+            record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
+            expected = info.last_digest
+            view = views[b]
+            if (v == 2 and (obj.get(k_prev) != expected or (expected is None and k_prev in obj))) or (v < view.schema):
+                self.line_no = n
+                general(line, record_digest)
+                continue
+            # Every run-level check passed: fold.
+            fast += 1
+            view.schema = v
+            info.next_lsn = ln + 1
+            info.last_digest = record_digest
+            if ln in info.points:
+                # A point a later fork or checkpoint needs (rare): folded the general way, then kept.
+                self.line_no = n
+                semantics(obj, v, b, ln, view)
+                self._take_snapshot(b, ln)
+                continue
+            turn = obj.get(k_turn)
+            state = view.turns.get(turn) if turn.__class__ is str else None
+            if state is None:
+                if kind == "turn_planned" and turn.__class__ is str and turn and not view.unplanned:
+                    # A new turn on this timeline, with a lineage and the default or a well-formed plan.
+                    lineage = obj.get(k_lineage)
+                    raw = obj.get(k_phases if v == 2 else k_stages, absent)
+                    phases = _DEFAULT_PHASES if raw is absent else self._plan(raw)
+                    if phases is not None and lineage.__class__ is str and lineage:
+                        lineage = names(lineage, lineage)  # turns of one job share their lineage
+                        if turn not in turns_first:
+                            turns_first[turn] = (n, lineage, b)
+                        view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+                        continue
+            elif state.terminal is not None:
+                pass  # a record after the terminal record: the general rules decide
+            elif kind == "phase_committed":
+                done = state.done
+                if done < len(state.phases) and state.phases[done] == obj.get(k_phase):  # the next phase
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    state.done = done + 1
                     continue
-            self._feed_strict(line)
+            elif kind == "effect_observed":
+                intent = obj.get(k_intent)
+                outcome = obj.get(k_outcome)
+                outcome = outcomes.get(outcome) if outcome.__class__ is str else None
+                entry = world.get((turn, intent)) if intent.__class__ is str and intent else None
+                if entry is not None and entry.count and outcome is not None:
+                    # A readback of the intent's latest dispatch, wherever that was made.
+                    entry.outcome = merge_outcome(entry.outcome, outcome)
+                    mine = state.intents.get(intent) if state.intents is not None else None
+                    if mine is not None:
+                        if state.gen != view.gen:
+                            state = view.writable(turn)
+                        intents: Any = state.intents
+                        intents[intent] = (mine[0], mine[1], mine[2], merge_outcome(mine[3], outcome))
+                    continue
+            elif kind == "intent_dispatched":
+                intent = obj.get(k_intent)
+                effect_class = obj.get(k_effect_class)
+                effect_class = classes.get(effect_class) if effect_class.__class__ is str else None
+                key = obj.get(k_idempotency_key)
+                if (
+                    v == 2
+                    and intent.__class__ is str
+                    and intent
+                    and (turn, intent) not in world
+                    and effect_class is not None
+                    and (key.__class__ is str and key if effect_class == "idempotent" else key is None)
+                    and obj.get(k_args_digest, "").__class__ is str
+                ):
+                    # An intent's first dispatch, well formed: a new fact in the world ledger.
+                    intent = names(intent, intent)  # ids repeat across turns: keep one of each
+                    entry = world[(turn, intent)] = _World(turn, intent, n)
+                    entry.count = 1
+                    entry.first_class = entry.effect_class = effect_class
+                    entry.first_key = entry.key = key
+                    entry.branch, entry.lsn = b, ln
+                    entry.first_branch, entry.first_lsn = b, ln
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    if state.intents is None:
+                        state.intents = {intent: (effect_class, key, 1, None)}
+                    else:
+                        state.intents[intent] = (effect_class, key, 1, None)
+                    continue
+            elif kind == "turn_terminal":
+                status = obj.get(k_status)
+                status = statuses.get(status) if status.__class__ is str else None
+                if status is not None and (status != "completed" or state.done == len(state.phases)):
+                    if state.gen != view.gen:
+                        state = view.writable(turn)
+                    state.terminal = status
+                    continue
+            # Not the common case of its kind: the general rules decide.
+            self.line_no = n
+            semantics(obj, v, b, ln, view)
+        self.line_no = n
+        self.records += fast
+        self._last_at = last_at
 
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
@@ -621,9 +790,14 @@ class _Assessor:
         key = tuple(raw)
         return self._plans.setdefault(key, key)
 
-    def _feed_strict(self, line: bytes) -> None:
-        """One line parsed by the strict parser, which classifies whatever it holds (a torn write, a float,
-        a duplicate key, bytes that are not canonical)."""
+    def _feed_general(self, line: bytes, canonical_digest: str | None = None) -> None:
+        """One line, any line: parsed strictly unless it is known canonical (then its digest is given)."""
+        if canonical_digest is not None or (_loads is not None and self._canonical(line)):
+            obj = _loads(line) if _loads is not None else None
+            assert isinstance(obj, dict)
+            self.records += 1
+            self._record(obj, None, "", canonical_digest or _sha256(line).hexdigest())
+            return
         parsed = _strict(line)
         obj = parsed.obj
         if obj is None:
@@ -634,6 +808,16 @@ class _Assessor:
             return
         self.records += 1
         self._record(obj, parsed.error, parsed.detail, parsed.digest)
+
+    @staticmethod
+    def _canonical(line: bytes) -> bool:
+        """orjson reads the line as one object whose canonical bytes are the line, and it holds no float."""
+        assert _loads is not None
+        try:
+            obj = _loads(line)
+        except _DecodeError:
+            return False
+        return obj.__class__ is dict and _dumps(obj, option=_SORT_KEYS) == line and not _has_float(obj)
 
     def _envelope_problem(self, obj: dict[str, Any], error: str | None, detail: str) -> tuple[str, str] | None:
         """The first problem of a record's envelope (docs/engine.md, "check order"), or None."""
@@ -663,34 +847,41 @@ class _Assessor:
         return None
 
     def _record(self, obj: dict[str, Any], error: str | None, detail: str, record_digest: str | None) -> None:
-        """One record, in the contract's check order: its envelope, its branch, lsn and chain, its schema
-        version, then the turn rules on its branch's timeline. `record_digest`: its canonical bytes' sha256
-        (None when it has none)."""
-        try:
-            at, b, kind, ln, run, v = _ENVELOPE(obj)
-        except KeyError:  # a field is missing: _envelope_problem names it
-            at, b, kind, ln, run, v = (obj.get(name) for name in _ENVELOPE_FIELDS)
-        if not (type(b) is int and b >= 0 and type(ln) is int and ln >= 0):
-            # No place in the journal: nothing else about the record can be checked.
-            problem = self._envelope_problem(obj, error, detail)
-            assert problem is not None
-            self._violate(problem[0], None, None, _turn_of(obj, error), problem[1])
-            return
-        problem = None
+        v = obj.get("v")
+        branch = obj.get("branch")
+        lsn = obj.get("lsn")
+        kind = obj.get("kind")
+        problem: tuple[str, str] | None = None
         if not (
             # The common case, in one expression: a valid envelope of this run and a known kind.
             error is None
-            and type(v) is int
+            and v.__class__ is int
             and 0 < v < 3
-            and type(kind) is str
+            and branch.__class__ is int
+            and branch >= 0
+            and lsn.__class__ is int
+            and lsn >= 0
+            and kind.__class__ is str
             and kind in KINDS
-            and run == self.run
-            and run is not None
-            and (at == self._last_at or self._at_ok(at))
+            and self.run is not None
+            and obj.get("run") == self.run
+            and self._at_ok(obj.get("at"))
         ):
             problem = self._envelope_problem(obj, error, detail)
-            if problem is not None:
-                self._violate(problem[0], b, ln, _turn_of(obj, error), problem[1])
+        envelope_ok = _is_int(branch) and branch >= 0 and _is_int(lsn) and lsn >= 0
+        if problem is not None:
+            self._violate(
+                problem[0],
+                branch if envelope_ok else None,
+                lsn if envelope_ok else None,
+                _turn_of(obj, error),
+                problem[1],
+            )
+        if not envelope_ok:
+            return
+        assert _is_int(branch) and _is_int(lsn)
+        b, ln = branch, lsn
+
         info = self.branches.get(b)
         if info is None:
             self._violate(
@@ -709,42 +900,39 @@ class _Assessor:
             self._lsn_gap(obj, info, b, ln, error)
             first_at_lsn = ln > info.next_lsn
             info.next_lsn = max(info.next_lsn, ln + 1)
-        if v == 2 and (info.last_digest is None or obj.get("prev") != info.last_digest):
-            self._check_chain(obj, info, b, ln, error)  # a v1 record's prev is ignored
+        # The hash chain (v2 only; a v1 record's prev is ignored).
+        if v == 2:
+            expected = info.last_digest
+            if expected is None:
+                if "prev" in obj:
+                    self._chain(obj, b, ln, error, "prev present on the first record of branch 0")
+            elif obj.get("prev") != expected:
+                if "prev" not in obj:
+                    self._chain(obj, b, ln, error, "prev missing")
+                else:
+                    self._chain(
+                        obj, b, ln, error, f"prev does not match the digest of the previous record of branch {b}"
+                    )
         info.last_digest = record_digest or _INVALID_DIGEST
+
         if problem is None:
+            assert _is_int(v)
             view = self.views[b]
             if v != view.schema:
-                self._schema_change(obj, v, b, ln, view)
+                if v < view.schema:
+                    turn = obj.get("turn")
+                    self._violate(
+                        Code.SCHEMA_REGRESSION,
+                        b,
+                        ln,
+                        turn if type(turn) is str else None,
+                        f"line {self.line_no}: a v{v} record after a v{view.schema} record on this timeline",
+                    )
+                else:
+                    view.schema = v
             self._semantics(obj, v, b, ln, view)
         if first_at_lsn and ln in info.points:
             self._take_snapshot(b, ln)
-
-    def _check_chain(self, obj: dict[str, Any], info: _Branch, b: int, ln: int, error: str | None) -> None:
-        """A v2 record's `prev` is the digest of the previous record of its branch (none on the first)."""
-        expected = info.last_digest
-        if expected is None:
-            if "prev" in obj:
-                self._chain(obj, b, ln, error, "prev present on the first record of branch 0")
-        elif obj.get("prev") != expected:
-            if "prev" not in obj:
-                self._chain(obj, b, ln, error, "prev missing")
-            else:
-                self._chain(obj, b, ln, error, f"prev does not match the digest of the previous record of branch {b}")
-
-    def _schema_change(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
-        """A timeline's schema version only rises: a lower one after a higher one is a regression."""
-        if v > view.schema:
-            view.schema = v
-            return
-        turn = obj.get("turn")
-        self._violate(
-            Code.SCHEMA_REGRESSION,
-            b,
-            ln,
-            turn if type(turn) is str else None,
-            f"line {self.line_no}: a v{v} record after a v{view.schema} record on this timeline",
-        )
 
     def _lsn_gap(self, obj: dict[str, Any], info: _Branch, b: int, ln: int, error: str | None) -> None:
         self._violate(
@@ -762,16 +950,18 @@ class _Assessor:
         self._violate(Code.RECORD_INVALID, b, ln, turn, f"line {self.line_no}: {what}")
 
     def _semantics(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
-        """The turn rules of the record's kind, on its timeline (forks and checkpoints: run-level)."""
         kind = obj["kind"]
-        turn = obj.get("turn")
         if kind == "fork":
             self._fork(obj, b, ln)
-        elif kind == "checkpoint":
+            return
+        if kind == "checkpoint":
             self._checkpoint(obj, b, ln)
-        elif type(turn) is not str or not turn:
+            return
+        turn = obj.get("turn")
+        if turn.__class__ is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
-        elif kind == "phase_committed":
+            return
+        if kind == "phase_committed":
             self._phase(obj, b, ln, view, turn)
         elif kind == "intent_dispatched":
             self._dispatched(obj, v, b, ln, view, turn)
@@ -809,7 +999,7 @@ class _Assessor:
         if lineage_raw is not None and type(lineage_raw) is not str:
             self._invalid(b, ln, turn, "lineage must be a string")
             return
-        lineage = self._name(lineage_raw) if lineage_raw else None
+        lineage = lineage_raw or None
         n = self.line_no
         if turn not in self.turns_first:
             self.turns_first[turn] = (n, lineage, b)
@@ -894,7 +1084,6 @@ class _Assessor:
         wkey = (turn, intent)
         world = self.world.get(wkey)
         if world is None:
-            intent = self._name(intent)
             world = self.world[wkey] = _World(turn, intent, n)
         redispatch = False
         if world.count == 0:
@@ -1090,19 +1279,107 @@ class _Assessor:
         return found if bound == index else None
 
     def finish(self, expect: Mapping[int, int]) -> Assessment:
-        """The assessment once every line is folded: the expected offsets checked, then one decision per
-        turn, in order of first planning (turns_first's insertion order is file order)."""
-        self._check_offsets(expect)
+        end_line = self.line_no + 1
+        for branch, expected in sorted(expect.items()):
+            info = self.branches.get(branch)
+            actual = info.next_lsn - 1 if info else -1
+            if actual != expected:
+                self.violations.append(
+                    Violation(
+                        Code.OFFSET_MISMATCH,
+                        branch,
+                        actual if actual >= 0 else None,
+                        None,
+                        f"expected high-water lsn {expected} on branch {branch}, the journal holds {actual}",
+                        end_line,
+                    )
+                )
+
+        live_cut = self._live_cut()
         self.violations.sort(key=lambda x: x.line)  # stable: file order, ties in order found
         run_level = next((x for x in self.violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
         if run_level is None:
             run_level = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
-        intents_of, blocking = self._intents_by_turn()
-        live_turns = self.views[self.live].turns
-        decisions = tuple(
-            self._decide(turn, first, live_turns.get(turn), intents_of.get(turn, ()), blocking.get(turn), run_level)
-            for turn, first in self.turns_first.items()
+
+        # A turn's intents, in order of first dispatch (the ledger's insertion order is file order). This
+        # and the loop below run once per intent and turn of the journal: the common case is inline.
+        intents_of: dict[str, tuple[IntentView, ...]] = {}
+        blocking: dict[str, list[tuple[int, str]]] = {}  # world-ledger violations per turn
+        undetermined: set[str] = set()  # turns with a live, unsafe, unresolved intent (rule 4)
+        evidence = self.evidence
+        resolve = self._resolve
+        settled, replay, reissue, indeterminate = (
+            Resolution.SETTLED,
+            Resolution.REPLAY,
+            Resolution.REISSUE,
+            Resolution.INDETERMINATE,
         )
+        live_get = live_cut.get
+        for w in self.world.values():
+            turn = w.turn
+            if w.violations:
+                blocking.setdefault(turn, []).extend(w.violations)
+            if not w.count:
+                continue
+            live = w.first_lsn <= live_get(w.first_branch, -1)
+            if not live and w.more_firsts:
+                more = w.more_firsts
+                live = any(more[i + 1] <= live_get(more[i], -1) for i in range(0, len(more), 2))
+            outcome = w.outcome
+            resolution: str
+            if outcome == "succeeded" or outcome == "failed":
+                resolution = settled
+            elif evidence:
+                resolution = resolve(w)
+            elif w.effect_class == "safe":
+                resolution = replay
+            elif w.effect_class == "idempotent":
+                resolution = reissue
+            else:
+                resolution = indeterminate
+            if live and resolution is indeterminate:
+                undetermined.add(turn)
+            iv = new_intent_view(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, outcome)
+            mine = intents_of.get(turn)
+            intents_of[turn] = (iv,) if mine is None else (*mine, iv)
+
+        live_turns_get = self.views[self.live].turns.get
+        decide = self._decide
+        blocked, complete, finalize, resume = Decision.BLOCKED, Decision.COMPLETE, Decision.FINALIZE, Decision.RESUME
+        decisions: list[TurnDecision] = []
+        append = decisions.append
+        # turns_first is in order of first planning (insertion order is file order).
+        for turn, first in self.turns_first.items():
+            state = live_turns_get(turn)
+            intents = intents_of.get(turn, ())
+            if state is None or run_level is not None or state.violations or turn in blocking:
+                append(decide(turn, first, state, intents, blocking.get(turn), run_level))
+                continue
+            resume_from: str | None = None
+            reason: str | None = None
+            if turn in undetermined:
+                decision, reason = blocked, EFFECT_INDETERMINATE
+            elif state.terminal is not None:
+                decision = complete
+            elif state.done == len(state.phases):
+                decision = finalize
+            else:
+                decision, resume_from = resume, state.phases[state.done]
+            append(
+                new_turn_decision(
+                    turn,
+                    state.lineage,
+                    state.plan_branch,
+                    decision,
+                    resume_from,
+                    reason,
+                    state.phases[: state.done],
+                    intents,
+                    state.phases,
+                    state.terminal,
+                    None,
+                )
+            )
         branch_views = tuple(
             BranchView(
                 branch=i.branch,
@@ -1120,49 +1397,10 @@ class _Assessor:
             self.live,
             self.records,
             tuple(self.violations),
-            decisions,
+            tuple(decisions),
             branch_views,
             tuple(self.checkpoints),
         )
-
-    def _check_offsets(self, expect: Mapping[int, int]) -> None:
-        """Each expected branch's high-water lsn (the caller's `--expect BRANCH:LSN`) is the journal's."""
-        end_line = self.line_no + 1
-        for branch, expected in sorted(expect.items()):
-            info = self.branches.get(branch)
-            actual = info.next_lsn - 1 if info else -1
-            if actual != expected:
-                self.violations.append(
-                    Violation(
-                        Code.OFFSET_MISMATCH,
-                        branch,
-                        actual if actual >= 0 else None,
-                        None,
-                        f"expected high-water lsn {expected} on branch {branch}, the journal holds {actual}",
-                        end_line,
-                    )
-                )
-
-    def _intents_by_turn(self) -> tuple[dict[str, list[IntentView]], dict[str, list[tuple[int, str]]]]:
-        """Each turn's intents in order of first dispatch (the ledger's insertion order is file order), and
-        the world ledger's violations of each turn, (line, code)."""
-        live_cut = self._live_cut()
-        intents_of: dict[str, list[IntentView]] = {}
-        blocking: dict[str, list[tuple[int, str]]] = {}
-        for w in self.world.values():
-            if w.violations:
-                blocking.setdefault(w.turn, []).extend(w.violations)
-            if not w.count:
-                continue
-            view = IntentView(
-                w.intent, w.effect_class, w.branch, w.live(live_cut), self._resolve(w), w.key, w.count, w.outcome
-            )
-            mine = intents_of.get(w.turn)
-            if mine is None:
-                intents_of[w.turn] = [view]
-            else:
-                mine.append(view)
-        return intents_of, blocking
 
     def _live_cut(self) -> dict[int, float]:
         """Branch -> highest own lsn on the live timeline."""
@@ -1206,7 +1444,7 @@ class _Assessor:
             completed = home.committed if home else ()
             phases = home.phases if home else ()
             if run_level is not None:
-                return TurnDecision(
+                return new_turn_decision(
                     turn,
                     first_lineage,
                     first_branch,
@@ -1219,7 +1457,7 @@ class _Assessor:
                     None,
                     run_level.line,
                 )
-            return TurnDecision(
+            return new_turn_decision(
                 turn,
                 first_lineage,
                 first_branch,
@@ -1251,7 +1489,7 @@ class _Assessor:
             decision = Decision.FINALIZE
         else:
             resume_from = state.phases[state.done]
-        return TurnDecision(
+        return new_turn_decision(
             turn,
             state.lineage,
             state.plan_branch,
@@ -1297,21 +1535,17 @@ def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
     return out
 
 
-@contextmanager
-def _without_cycle_collection() -> Iterator[None]:
-    """The cyclic garbage collector paused while an assessment runs; reference counting frees everything
-    as usual, and the collector is turned back on (if it was on) afterwards.
+class _NoCycleCollection:
+    """The fold allocates millions of small objects that never form cycles; the cyclic garbage collector
+    would walk all of them again and again (a third of the run time on large journals) to find nothing.
+    Reference counting frees everything as usual; the collector is re-enabled (if it was on) afterwards."""
 
-    Kept for benchmarks/bench_engine.py: the fold allocates millions of small objects that never form
-    cycles, and the collector walks them again and again to find nothing. With it running, the engine's
-    CPU time on a 200,000-record journal rose by about a third (docs/perf/2026-12-02-engine.md), past the
-    benchmark's target of three times the floor."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was_enabled:
             gc.enable()
 
 
@@ -1326,7 +1560,7 @@ def assess(
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
     reader = _Reader(source)
     normalised = _normalise_evidence(evidence)
-    with _without_cycle_collection():
+    with _NoCycleCollection():
         assessor = _Assessor(reader.prescan(), normalised)
         for block, lines in reader.chunks():
             assessor.feed_batch(lines, block)
