@@ -24,13 +24,14 @@ from django.utils import timezone
 from audits.chain import chain_rewind_oldest, chain_verify_run
 from audits.finding_services import finding_clear, finding_open_or_touch
 from audits.findings import UNRESOLVED, Finding
-from journals.models import JournalRecord, Run, Turn
+from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
 from recovery import services as recovery_services
 from recovery.background import assessment_enqueue, assessment_request, assessments_overdue
-from recovery.models import Assessment, GateDecision, TurnAssessment
+from recovery.models import Assessment, TurnAssessment
 from recovery.pending import PendingAssessment
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
+from recovery.state import WAITING
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,9 @@ def _in_flight(flag: PendingAssessment, since: datetime) -> bool:
 
 # --- stale turns ----------------------------------------------------------------------------------------
 
-_FINAL = ("complete", "discarded", "blocked")  # blocked turns are the escalation audit's business
+# Only a turn the gate lets go on (or not yet assessed) is the runtime's to finish: a held turn waits for a
+# person (the escalation audit's business), a done one for nobody.
+_HELD_OR_DONE = ("hold", "done")
 
 
 def _last_record(turn: Turn) -> tuple[int, datetime] | None:
@@ -142,14 +145,16 @@ def _last_record(turn: Turn) -> tuple[int, datetime] | None:
 
 def _lost(turn: Turn, cutoff: datetime) -> tuple[int, datetime] | None:
     """(last seq, its receipt time) when the turn is unfinished and silent since before ``cutoff``."""
-    if turn.status != "open" or turn.decision in _FINAL:
+    if turn.status != "open":
+        return None
+    if TurnEffective.objects.filter(turn_id=turn.pk, gate__in=_HELD_OR_DONE).exists():
         return None
     last = _last_record(turn)
     return last if last is not None and last[1] < cutoff else None
 
 
 def audit_stale_turns(*, idle: timedelta, limit: int) -> AuditReport:
-    """Unfinished turns (no terminal record, not blocked or discarded) with no record received for
+    """Unfinished turns (no terminal record; the gate lets them go on) with no record received for
     ``idle``: the run is re-assessed first (a terminal record may be waiting in an unassessed batch), and
     if the turn is still unfinished, a ``lost_turn`` finding. A lost turn that writes again is cleared."""
     report = AuditReport("stale_turns")
@@ -185,7 +190,7 @@ def audit_stale_turns(*, idle: timedelta, limit: int) -> AuditReport:
         # updated_at moves whenever an assessment changes the turn's picture, which a new record does; it
         # is only a cheap pre-filter (indexed), the last record's receipt time decides.
         Turn.objects.filter(status="open", updated_at__lt=cutoff)
-        .filter(Q(decision__isnull=True) | ~Q(decision__in=_FINAL))
+        .exclude(effective__gate__in=_HELD_OR_DONE)
         .exclude(Exists(Finding.objects.filter(turn=OuterRef("pk"), kind="lost_turn", state__in=UNRESOLVED)))
         .annotate(last_received=Subquery(latest_record.values("received_at")[:1]))
         .filter(last_received__lt=cutoff)
@@ -302,36 +307,15 @@ def _picture(row: TurnAssessment) -> tuple[str, str | None, str | None]:
     return row.decision, row.reason, row.resume_from
 
 
-# --- unclaimed blocked turns ----------------------------------------------------------------------------
-
-
-def _blocked_since(turn: Turn) -> tuple[datetime, int | None] | None:
-    """When the turn's current blocking fact began: the oldest of its newest run of assessments that block
-    it for the same reason. (created_at, reason_line); None when the newest assessment does not block it."""
-    rows = (
-        TurnAssessment.objects.filter(turn=turn)
-        .order_by("-assessment_id")
-        .values_list("decision", "reason", "reason_line", "assessment__created_at")
-    )
-    since: tuple[datetime, int | None] | None = None
-    reason: str | None = None
-    for decision, row_reason, line, created in rows.iterator(chunk_size=200):
-        if decision != "blocked" or (since is not None and row_reason != reason):
-            break
-        since, reason = (created, line), row_reason
-    return since
-
-
-def _operator_acted(turn: Turn, since: datetime) -> bool:
-    """An approval or block by a person since the turn became blocked: someone owns it."""
-    return GateDecision.objects.filter(turn=turn, kind__in=("approve", "block"), created_at__gte=since).exists()
+# --- unclaimed held turns ------------------------------------------------------------------------------
 
 
 def audit_unclaimed_blocked_turns(*, older_than: timedelta, limit: int) -> AuditReport:
-    """Turns blocked for longer than ``older_than`` that no operator has approved or blocked since: an
-    escalation finding carrying the age. A run-level reason blocks every turn of the run with one fact, so
-    it is one finding for the run; a turn-level reason is one per turn. Acknowledging the finding is how an
-    operator claims it; when the turn is unblocked or handled the audit clears it."""
+    """Turns that have waited for a person for longer than ``older_than`` (their effective state is a
+    waiting one: recovery.state.WAITING; an operator's own block is owned by that operator): an escalation
+    finding carrying the age. A run-level reason holds every turn of the run with one fact, so it is one
+    finding for the run; a turn-level reason is one per turn. Acknowledging the finding is how an operator
+    claims it; the audit clears it only once the turn is really no longer waiting for that reason."""
     report = AuditReport("unclaimed_blocked_turns")
     now = timezone.now()
     cutoff = now - older_than
@@ -339,58 +323,58 @@ def audit_unclaimed_blocked_turns(*, older_than: timedelta, limit: int) -> Audit
     for finding in Finding.objects.filter(kind="blocked_turn_unclaimed", state__in=UNRESOLVED).select_related(
         "turn", "run"
     ):
-        if not _still_unclaimed(finding, cutoff):
-            finding_clear(
-                finding=finding, audit=report.audit, reason="the turn is no longer blocked, or an operator acted"
-            )
+        still = _still_waiting(finding, cutoff)
+        if still is not None:
+            finding_clear(finding=finding, audit=report.audit, reason=still)
             report.counts["cleared"] += 1
 
-    # Not pre-filtered on updated_at: a new record can change a blocked turn's picture (and updated_at)
-    # without changing the fact that blocks it, whose age is what counts.
-    candidates = Turn.objects.filter(decision="blocked").select_related("run").order_by("updated_at", "id")
+    waiting = (
+        TurnEffective.objects.filter(state__in=sorted(WAITING), since__lt=cutoff)
+        .select_related("turn", "run")
+        .order_by("since", "turn_id")
+    )
     run_level_seen: set[tuple[int, str]] = set()
-    for turn in candidates.iterator(chunk_size=500):
+    for effective in waiting.iterator(chunk_size=500):
         if report.checked >= limit:
             break
-        since = _blocked_since(turn)
-        if since is None or since[0] >= cutoff or _operator_acted(turn, since[0]):
-            continue
+        turn, reason = effective.turn, effective.reason or "blocked"
         report.checked += 1
-        age = _seconds(now - since[0])
-        reason = turn.reason or "blocked"
-        if reason in RUN_LEVEL_CODES:
-            if (turn.run_id, reason) in run_level_seen:
+        age = _seconds(now - effective.since)
+        since = _iso(effective.since)
+        common = {"reason": reason, "state": effective.state, "blocked_since": since, "age_seconds": age}
+        if reason in RUN_LEVEL_CODES or effective.state == "held_integrity":
+            if (effective.run_id, reason) in run_level_seen:
                 continue
-            run_level_seen.add((turn.run_id, reason))
+            run_level_seen.add((effective.run_id, reason))
+            held = TurnEffective.objects.filter(run_id=effective.run_id, gate="hold").count()
             finding_open_or_touch(
                 kind="blocked_turn_unclaimed",
-                run=turn.run,
+                run=effective.run,
                 fact_key=reason,
-                evidence={"reason": reason, "level": "run", "blocked_since": _iso(since[0]), "age_seconds": age,
-                          "turns_blocked": Turn.objects.filter(run=turn.run, decision="blocked").count()},
+                evidence={**common, "level": "run", "turns_blocked": held},
             )
         else:
             finding_open_or_touch(
                 kind="blocked_turn_unclaimed",
-                run=turn.run,
+                run=effective.run,
                 turn=turn,
                 fact_key=reason,
-                evidence={"reason": reason, "level": "turn", "blocked_since": _iso(since[0]), "age_seconds": age,
-                          "reason_line": since[1]},
+                evidence={**common, "level": "turn"},
             )
         report.counts["escalated"] += 1
     return report
 
 
-def _still_unclaimed(finding: Finding, cutoff: datetime) -> bool:
-    if finding.turn is not None:
-        turns = [finding.turn]
-    else:  # a run-level fact: any of the run's turns still blocked by it keeps it open
-        turns = list(Turn.objects.filter(run=finding.run, decision="blocked"))
-    for turn in turns:
-        if turn.decision != "blocked" or (turn.reason or "blocked") != finding.fact_key:
-            continue
-        since = _blocked_since(turn)
-        if since is not None and since[0] < cutoff and not _operator_acted(turn, since[0]):
-            return True
-    return False
+def _still_waiting(finding: Finding, cutoff: datetime) -> str | None:
+    """None while the finding's fact still keeps a turn waiting; otherwise why it cleared, in words."""
+    states = TurnEffective.objects.filter(run_id=finding.run_id, reason=finding.fact_key)
+    if finding.turn_id is not None:
+        states = states.filter(turn_id=finding.turn_id)
+    if states.filter(state__in=sorted(WAITING), since__lt=cutoff).exists():
+        return None
+    if finding.turn_id is None:
+        return "no turn of the run waits for a person for this reason any more"
+    now = TurnEffective.objects.filter(turn_id=finding.turn_id).first()
+    if now is None:
+        return "the turn is no longer assessed"
+    return f"the turn no longer waits for a person for this reason: it is {TurnState(now.state).label}"

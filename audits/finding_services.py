@@ -19,6 +19,7 @@ from loopx_site.errors import ServiceError
 from loopx_site.ops import events
 from loopx_site.ops.events import emit
 from recovery.engine.secrets import redact
+from recovery.state import turn_states_refresh
 
 
 class FindingError(ServiceError):
@@ -66,6 +67,8 @@ def finding_open_or_touch(
                         first_seen=now,
                         last_seen=now,
                     )
+                if created.blocks_run:
+                    turn_states_refresh(run=run)  # every unfinished turn of the run is now held
                 # Metrics and webhooks listen (loopx_site/ops/events.py); a failing receiver never fails us.
                 emit(
                     events.finding_opened,
@@ -135,6 +138,8 @@ def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
             raise FindingError(409, "finding_resolved", "the finding is already resolved")
         before = _summary(locked)
         _mark_resolved(locked, actor=actor, name=_actor_name(actor), reason=reason)
+        if locked.blocks_run:
+            turn_states_refresh(run=locked.run)  # the hold is lifted: the turns' states say so at once
         operator_action_record(
             actor=actor, kind="finding_resolve", run=locked.run, turn=locked.turn, reason=reason,
             before=before, after=_summary(locked),

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from journals.models import Intent, Turn
 from loopx_site.errors import ServiceError
 from recovery import services
+from recovery.state import state_of
 
 from . import selectors
 from .forms import BULK_ACTIONS, ApproveForm, BulkForm, ReasonForm, TurnFilterForm
@@ -31,6 +32,7 @@ def _next_url(request: HttpRequest, turn: Turn) -> str:
 
 
 def _indeterminate(turn: Turn) -> list[str]:
+    """The approve form's evidence fields: the turn's live intents with an unknown outcome."""
     return list(
         Intent.objects.filter(turn=turn, live=True, resolution="indeterminate")
         .order_by("position")
@@ -48,8 +50,6 @@ def _rerender(
     error: str | None = None,
 ) -> HttpResponse:
     page = turn_page(turn)
-    from .views import _role_context
-
     context = {
         "p": page,
         "turn": page.turn,
@@ -120,11 +120,19 @@ def bulk(request: HttpRequest) -> HttpResponse:
     matching, matching_capped = selectors.capped_count(selectors.turns_filtered(filters))
     form = BulkForm(data if request.method == "POST" else None, initial={"action": action, "expected": count})
     stale = False
+    params = _filter_params(data)
     if request.method == "POST" and form.is_valid() and not capped:
         if form.cleaned_data["expected"] != count:
             stale = True  # the filter's turns changed since the operator read the number: ask again
         else:
-            return _bulk_apply(request, candidates, action, form.cleaned_data["reason"], filters)
+            outcome = services.turns_bulk_decide(
+                turns=candidates, action=action, actor=request.user, reason=form.cleaned_data["reason"]
+            )
+            verb = "Approved" if action == "approve" else "Blocked"
+            context = {"outcome": outcome, "verb": verb, "action_label": dict(BULK_ACTIONS)[action], "params": params}
+            context.update(_role_context(request))
+            return render(request, "console/bulk_result.html", context)
+    preview = list(candidates[:10])
     context = {
         "form": form,
         "action": action,
@@ -134,37 +142,18 @@ def bulk(request: HttpRequest) -> HttpResponse:
         "bulk_max": selectors.BULK_MAX,
         "matching": matching,
         "matching_capped": matching_capped,
-        "preview": list(candidates[:10]),
-        "params": _filter_params(data),
+        "preview": [(t, state_of(getattr(t, "effective", None))) for t in preview],
+        "left_alone": selectors.bulk_left_alone(candidates) if action == "approve" else [],
+        "params": params,
         "filters": filters,
         "stale": stale,
         "nav": "turns",
     }
-    from .views import _role_context
-
     context.update(_role_context(request))
     return render(request, "console/bulk_confirm.html", context, status=409 if stale else 200)
 
 
-def _bulk_apply(
-    request: HttpRequest, candidates: object, action: str, reason: str, filters: dict[str, str]
-) -> HttpResponse:
-    done, refused = 0, []
-    for turn in list(candidates.select_related("run")[: selectors.BULK_MAX]):  # type: ignore[attr-defined]
-        try:
-            if action == "approve":
-                services.turn_approve(turn=turn, actor=request.user, reason=reason)
-            else:
-                services.turn_block(turn=turn, actor=request.user, reason=reason)
-            done += 1
-        except ServiceError as err:
-            # One turn refusing (e.g. it changed meanwhile) never undoes the others: each is its own decision.
-            refused.append(f"{turn.turn_id}: {err.detail}")
-    verb = "Approved" if action == "approve" else "Blocked"
-    messages.success(request, f"{verb} {done} turn{'s' if done != 1 else ''}.")
-    if refused:
-        shown = "; ".join(refused[:5]) + (" …" if len(refused) > 5 else "")
-        messages.error(request, f"{len(refused)} refused: {shown}")
-    from urllib.parse import urlencode
+def _role_context(request: HttpRequest) -> dict[str, object]:
+    from .views import _role_context as role_context
 
-    return HttpResponseRedirect(reverse("console:turns") + "?" + urlencode(filters))
+    return role_context(request)

@@ -1,9 +1,10 @@
 """The admin: every model of the store, the recovery state, the audit trail and the console, registered here.
 
 Evidence and the audit trail are read-only (append-only models never change). Projections and state are
-read-only too: they change only through services. The one edit is a blocked turn's annotations (lineage
-repair, notes, block reason), which `save_model` hands to console.services.turn_annotate so that it is
-recorded as an OperatorAction with the diff. Record bytes are never shown: only their redacted projection.
+read-only too: they change only through services. The one edit is a turn's annotations (lineage repair,
+notes), which `save_model` hands to console.services.turn_annotate so that it is recorded as an
+OperatorAction with the diff, and a block, which goes through recovery.services.turn_block: the same block
+an operator makes on the turn page, which the gate reads. Record bytes are never shown: only their redacted projection.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn
+from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
 from journals.selectors import record_public
 from loopx_site.errors import ServiceError
+from recovery.services import turn_block
+from recovery.state import DONE
 
 from .models import TurnAnnotation
 from .services import EDITABLE, turn_annotate
@@ -58,7 +61,13 @@ class JournalRecordAdmin(ReadOnlyAdmin):
 class TurnEditForm(forms.ModelForm):
     lineage_repair = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=4000)
     notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=4000)
-    block_reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=4000)
+    block_turn = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=4000,
+        label="Block this turn, because",
+        help_text="Filled in, this blocks the turn (the gate holds it) until an operator approves it.",
+    )
     change_reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),
         max_length=4000,
@@ -87,6 +96,7 @@ class TurnAdmin(admin.ModelAdmin):
     fieldsets = (
         ("The engine's view (from the journal; never edited)", {"fields": readonly_fields}),
         ("Operator's annotations", {"fields": (*EDITABLE, "change_reason")}),
+        ("Operator's decision", {"fields": ("block_turn",)}),
     )
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -96,14 +106,23 @@ class TurnAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Turn | None = None) -> bool:
-        # Only a blocked turn is edited (the list itself stays browsable).
-        return super().has_change_permission(request, obj) and (obj is None or obj.decision == "blocked")
+        # A finished or discarded turn is not edited (the list itself stays browsable).
+        if not super().has_change_permission(request, obj):
+            return False
+        if obj is None:
+            return True
+        effective = TurnEffective.objects.filter(turn=obj).first()
+        return effective is None or effective.gate != DONE
 
     def save_model(self, request: HttpRequest, obj: Turn, form: forms.ModelForm, change: bool) -> None:
-        """Never save the Turn row itself: the annotations go through the service, with the diff recorded."""
+        """Never save the Turn row itself: the annotations and a block go through the services, each
+        recorded as an OperatorAction (the annotations with their diff)."""
         changes = {name: form.cleaned_data.get(name) or "" for name in EDITABLE}
         try:
             turn_annotate(turn=obj, actor=request.user, changes=changes, reason=form.cleaned_data["change_reason"])
+            block = (form.cleaned_data.get("block_turn") or "").strip()
+            if block:
+                turn_block(turn=obj, actor=request.user, reason=block)
         except ServiceError as err:
             messages.error(request, f"Not saved: {err.detail}")
 

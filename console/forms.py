@@ -7,25 +7,15 @@ from typing import Any
 
 from django import forms
 
-from journals.models import DECISIONS, TURN_STATUSES
-from recovery.engine.types import EFFECT_INDETERMINATE, Code
+from recovery.state import FILTER_CHOICES, FILTER_NAMES, UNASSESSED
 
-UNASSESSED = "unassessed"
-DECISION_CHOICES = [("", "any decision")] + [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")]
-REASON_CHOICES = [("", "any reason")] + sorted(
-    [(c.value, c.value.replace("_", " ")) for c in Code] + [(EFFECT_INDETERMINATE, "effect indeterminate")]
-)
-STATUS_CHOICES = [("", "any status")] + [(s, s) for s in TURN_STATUSES]
-# Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
-AGE_CHOICES = [
-    ("", "any age"),
-    ("lt1h", "changed in the last hour"),
-    ("lt24h", "changed in the last 24 hours"),
-    ("lt7d", "changed in the last 7 days"),
-    ("gt1h", "unchanged for over an hour"),
-    ("gt24h", "unchanged for over 24 hours"),
-    ("gt7d", "unchanged for over 7 days"),
-]
+# The filter's choices are recovery.state's, so that a list, a bulk decision and the bulk API accept the
+# same values under the same names.
+DECISION_CHOICES = [("", "any decision"), *FILTER_CHOICES["decision"]]
+STATE_CHOICES = [("", "any state"), *FILTER_CHOICES["state"]]
+REASON_CHOICES = [("", "any reason"), *FILTER_CHOICES["reason"]]
+STATUS_CHOICES = [("", "any status"), *FILTER_CHOICES["status"]]
+AGE_CHOICES = [("", "any age"), *FILTER_CHOICES["age"]]
 TURN_SORTS = {
     "-updated": ("-updated_at", "-id"),
     "updated": ("updated_at", "id"),
@@ -33,7 +23,8 @@ TURN_SORTS = {
     "created": ("created_at", "id"),
     "turn": ("turn_id", "id"),
     "run": ("run__run_id", "first_seq", "id"),
-    "decision": ("decision", "-updated_at", "-id"),
+    "decision": ("effective__decision", "-updated_at", "-id"),
+    "state": ("effective__state", "-updated_at", "-id"),
 }
 TURN_SORT_CHOICES = [
     ("-updated", "latest change first"),
@@ -43,6 +34,7 @@ TURN_SORT_CHOICES = [
     ("turn", "turn id"),
     ("run", "run, then journal order"),
     ("decision", "decision"),
+    ("state", "state"),
 ]
 RUN_SORTS = {
     "-updated": ("-updated_at", "-id"),
@@ -79,6 +71,7 @@ class _GetForm(forms.Form):
 
 class TurnFilterForm(_GetForm):
     q = forms.CharField(required=False, max_length=200, label="Search", help_text="Turn, run or lineage contains")
+    state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     decision = forms.ChoiceField(required=False, choices=DECISION_CHOICES)
     reason = forms.ChoiceField(required=False, choices=REASON_CHOICES)
     status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
@@ -87,7 +80,7 @@ class TurnFilterForm(_GetForm):
     sort = forms.ChoiceField(required=False, choices=TURN_SORT_CHOICES)
     per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
 
-    FILTER_FIELDS = ("q", "decision", "reason", "status", "run", "age")
+    FILTER_FIELDS = FILTER_NAMES
 
 
 class RunFilterForm(_GetForm):

@@ -20,10 +20,13 @@ from html import escape
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
+
+from recovery.state import state_of
 
 from . import vocabulary
 
@@ -47,11 +50,30 @@ def badge(decision: str | None, reason: str | None = None) -> SafeString:
     return mark_safe(html)
 
 
-_GATE = {
-    "approve": '<span class="gate gate-approve"><span aria-hidden="true">✓</span> approved</span>',
-    "block": '<span class="gate gate-block"><span aria-hidden="true">✖</span> blocked</span>',
-    "park": '<span class="gate gate-park"><span aria-hidden="true">⏸</span> parked</span>',
-}
+def state_label(state: Any) -> str:
+    """The words of an effective state (recovery.state.StateValue, or None before the first assessment),
+    with who decided when an operator did: "approved by olivia", "blocked by olivia"."""
+    if state is None:
+        return "not yet assessed"
+    key = str(state.state)
+    if key in ("approved", "blocked_operator") and state.actor_name:
+        return ("approved by " if key == "approved" else "blocked by ") + state.actor_name
+    return str(state.label)
+
+
+def state_badge(state: Any) -> SafeString:
+    """Colour plus a glyph plus the words, never colour alone; a held state's reason code beside it."""
+    key = str(state.state) if state is not None else "unassessed"
+    icon = vocabulary.STATE_ICONS.get(key, "…")
+    html = (
+        f'<span class="badge badge-{_esc(key)}" data-state="{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> '
+        f"{_esc(state_label(state))}</span>"
+    )
+    if state is not None and state.gate == "hold" and state.reason:
+        html += f' <code class="reason">{_esc(state.reason)}</code>'
+    return mark_safe(html)
+
+
 _NONE = '<span class="muted">—</span>'
 
 
@@ -83,9 +105,37 @@ def _time(value: datetime, with_year: bool = True) -> str:
     return f'<time datetime="{_esc(iso)}">{_esc(shown)}</time>'
 
 
-def turn_rows(
-    rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str, run_level: frozenset[str]
-) -> SafeString:
+def _state(t: Any) -> Any:
+    """The row's effective state (recovery.state.StateValue), read from the joined TurnEffective."""
+    try:
+        effective = t.effective
+    except ObjectDoesNotExist:
+        return None
+    return state_of(effective)
+
+
+def _next_step(state: Any) -> str:
+    if state is None:
+        return _NONE
+    key = str(state.state)
+    if key == "resuming" or (key == "approved" and state.resume_from):
+        return f"from <strong>{_esc(state.resume_from or '')}</strong>"
+    step = vocabulary.NEXT_STEPS.get(key)
+    return _esc(step) if step else _NONE
+
+
+def _decided(state: Any) -> str:
+    """Who decided on top of the engine, and when: the operator column."""
+    if state is None or not state.actor_name or state.decided_at is None:
+        return _NONE
+    verb = {"approved": "approved", "blocked_operator": "blocked", "parked": "parked"}.get(str(state.state))
+    if verb is None:
+        return _NONE
+    who = _esc(_short(state.actor_name, 24))
+    return f'<span class="small">{_esc(verb)} by {who}<br>{_time(state.decided_at)}</span>'
+
+
+def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str) -> SafeString:
     turn_url = _pk_url("console:turn")
     turns_url = _esc(reverse("console:turns"))
     back = _query(back=full_path)
@@ -99,28 +149,21 @@ def turn_rows(
         run_query = run_links.get(run_id)
         if run_query is None:
             run_query = run_links[run_id] = _query(run=run_id, sort="run")
-        if t.decision == "resume":
-            step = f"from <strong>{_esc(t.resume_from or '')}</strong>"
-        elif t.decision == "finalize":
-            step = "write terminal"
-        elif t.decision == "blocked":
-            step = "needs a person"
-        else:
-            step = _NONE
+        state = _state(t)
         row = (
             f'<tr><td><a href="{turn_url[0]}{pk}{turn_url[1]}?{back}">{_esc(_short(t.turn_id, 40))}</a></td>'
             f'<td class="mono small"><a href="{turns_url}?{run_query}">'
             f"{_esc(_short(run_id, 30))}</a></td>"
-            f"<td>{badge(t.decision, t.reason)}</td>"
-            f'<td class="small">{step}</td>'
+            f"<td>{state_badge(state)}</td>"
+            f'<td class="small">{_next_step(state)}</td>'
             f'<td class="small">{_esc(t.status)}</td>'
-            f"<td>{_GATE.get(getattr(t, 'gate_kind', None) or '', _NONE)}</td>"
+            f"<td>{_decided(state)}</td>"
             f"<td>{_time(t.updated_at)}</td>"
         )
         if can_operate:
             decide = ""
-            if t.decision not in ("complete", "discarded"):
-                decide = _decide(t, pk, urls, run_level, decide_tail)
+            if state is None or state.gate != "done":
+                decide = _decide(t, pk, state, urls, decide_tail)
             row += f"<td>{decide}</td>"
         out.append(row + "</tr>")
     return mark_safe("\n".join(out))
@@ -140,43 +183,47 @@ class _DecideUrls(NamedTuple):
     block: tuple[str, str]
 
 
-def _decide(t: Any, pk: int, urls: _DecideUrls, run_level: frozenset[str], hidden: str) -> str:
+def _decide(t: Any, pk: int, state: Any, urls: _DecideUrls, hidden: str) -> str:
+    """A row's decision form. The buttons only offer what the state suggests; the service decides (an
+    approval of a turn that needs evidence is refused there whatever the button said)."""
     approve = ""
-    if t.decision == "blocked" and t.reason != "effect_indeterminate" and t.reason not in run_level:
+    key = str(state.state) if state is not None else ""
+    if key in ("held_review", "blocked_operator", "parked"):
         approve = (
             '<button type="submit" class="btn btn-small btn-approve" '
             f'formaction="{urls.approve[0]}{pk}{urls.approve[1]}"><span aria-hidden="true">✓</span> Approve</button>'
         )
-    elif t.decision == "blocked" and t.reason == "effect_indeterminate":
+    elif key == "held_effect":
         approve = f'<a href="{urls.turn[0]}{pk}{urls.turn[1]}#decide" class="small">Approve with evidence…</a>'
+    block = (
+        ""
+        if key == "blocked_operator"
+        else '<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>'
+    )
     return (
         '<details class="rowdecide"><summary>Decide'
         f'<span class="visually-hidden"> on {_esc(t.turn_id)}</span></summary>'
         f'<form method="post" action="{urls.block[0]}{pk}{urls.block[1]}" class="rowform">{hidden}'
         f'<label for="reason-{pk}">Reason</label>'
         f'<input type="text" id="reason-{pk}" name="reason" required minlength="3" maxlength="2000">'
-        f"{approve}"
-        '<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>'
+        f"{approve}{block}"
         "</form></details>"
     )
 
 
 def queue_rows(queue: list[Any]) -> SafeString:
-    """The blocked queue's rows (overview and its live refresh), built the same way."""
+    """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
     turn_url = _pk_url("console:turn")
     out: list[str] = []
     for t in queue:
-        gate = getattr(t, "gate_kind", None)
-        gate_html = f'<span class="gate gate-{_esc(gate)}">{_esc(gate)}</span>' if gate else _WAITING
+        state = _state(t)
+        since = state.since if state is not None and state.since else t.updated_at
         out.append(
-            f'<tr><td>{_time(t.updated_at, with_year=False)} <span class="muted small">'
-            f"({_esc(timesince(t.updated_at))})</span></td>"
+            f'<tr><td>{_time(since, with_year=False)} <span class="muted small">'
+            f"({_esc(timesince(since))})</span></td>"
             f'<td><a href="{turn_url[0]}{int(t.pk)}{turn_url[1]}">{_esc(_short(t.turn_id, 32))}</a></td>'
             f'<td class="mono small">{_esc(_short(t.run.run_id, 28))}</td>'
-            f'<td><span aria-hidden="true">✖</span> {_esc((t.reason or "").replace("_", " "))}</td>'
-            f"<td>{gate_html}</td></tr>"
+            f"<td>{state_badge(state)}</td>"
+            f'<td class="small">{_next_step(state)}</td></tr>'
         )
     return mark_safe("\n".join(out))
-
-
-_WAITING = '<span class="muted">waiting</span>'

@@ -8,72 +8,29 @@ million rows costs what a page over a thousand does (tests/console assert both).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from audits.models import OperatorAction
-from journals.models import Run, Turn
-from recovery.models import GateDecision
-from recovery.selectors import RUN_LEVEL_CODES
+from journals.models import Run, Turn, TurnEffective, TurnState
+from recovery import services
+from recovery.state import HOLD, STATE_GROUPS, UNASSESSED, state_counts, turns_matching
+from recovery.state import age_q as age_q
+from recovery.state import bulk_candidates as state_bulk_candidates
 
-from .forms import RUN_SORTS, TURN_SORTS, UNASSESSED
+from .forms import RUN_SORTS, TURN_SORTS
 
 COUNT_CAP = 10_000
-AGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-
-
-def _age_q(age: str, field_name: str) -> Q:
-    delta = AGES.get(age[2:])
-    if delta is None:
-        return Q()
-    cutoff = timezone.now() - delta
-    return Q(**{f"{field_name}__gte": cutoff}) if age.startswith("lt") else Q(**{f"{field_name}__lt": cutoff})
-
-
-def with_gate(turns: QuerySet[Turn]) -> QuerySet[Turn]:
-    """Annotate each turn with the operator decision in force (the latest approve/block/park)."""
-    latest = GateDecision.objects.filter(turn=OuterRef("pk")).order_by("-id")
-    return turns.annotate(
-        gate_kind=Subquery(latest.values("kind")[:1]),
-        gate_engine_reason=Subquery(latest.values("engine_reason")[:1]),
-    )
-
-
-def not_approved_now() -> Q:
-    """No approval of the engine's current reason is in force. Spelled out for NULLs: a bare
-    ``~Q(gate_kind="approve", ...)`` is NULL, so false, for a turn no operator has touched."""
-    return (
-        Q(gate_kind__isnull=True)
-        | ~Q(gate_kind="approve")
-        | Q(gate_engine_reason__isnull=True)
-        | Q(reason__isnull=True)
-        | ~Q(gate_engine_reason=F("reason"))
-    )
 
 
 def turns_filtered(filters: dict[str, Any]) -> QuerySet[Turn]:
-    """Turns matching a TurnFilterForm's cleaned data, in the requested order."""
-    turns = Turn.objects.select_related("run")
-    q = filters.get("q")
-    if q:
-        turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
-    decision = filters.get("decision")
-    if decision == UNASSESSED:
-        turns = turns.filter(decision__isnull=True)
-    elif decision:
-        turns = turns.filter(decision=decision)
-    if filters.get("reason"):
-        turns = turns.filter(reason=filters["reason"])
-    if filters.get("status"):
-        turns = turns.filter(status=filters["status"])
-    if filters.get("run"):
-        turns = turns.filter(run__run_id=filters["run"])
-    if filters.get("age"):
-        turns = turns.filter(_age_q(filters["age"], "updated_at"))
+    """Turns matching a TurnFilterForm's cleaned data (recovery.state.turns_matching: the same filter the
+    bulk decisions and the bulk API use), in the requested order."""
+    turns = turns_matching(filters=filters)
     return turns.order_by(*TURN_SORTS.get(filters.get("sort") or "-updated", TURN_SORTS["-updated"]))
 
 
@@ -91,7 +48,7 @@ def runs_filtered(filters: dict[str, Any]) -> QuerySet[Run]:
     if filters.get("reason"):
         runs = runs.filter(blocked_reason=filters["reason"])
     if filters.get("age"):
-        runs = runs.filter(_age_q(filters["age"], "updated_at"))
+        runs = runs.filter(age_q(filters["age"], "updated_at"))
     return runs.order_by(*RUN_SORTS.get(filters.get("sort") or "-updated", RUN_SORTS["-updated"]))
 
 
@@ -139,14 +96,31 @@ def page_of(qs: QuerySet[Any], number: int, per_page: int, count_qs: QuerySet[An
 
 
 def decorate_runs(runs: list[Run]) -> None:
-    """Per-run decision counts for one page of runs: one aggregate query, whatever the page size."""
+    """Per-run counts by effective state for one page of runs: two grouped queries, whatever the page size."""
     counts: dict[int, dict[str, int]] = {r.pk: {} for r in runs}
-    rows = Turn.objects.filter(run_id__in=counts).values("run_id", "decision").annotate(n=Count("id")).order_by()
-    for row in rows:
-        counts[row["run_id"]][row["decision"] or UNASSESSED] = row["n"]
+    totals = dict(
+        Turn.objects.filter(run_id__in=counts).order_by().values_list("run_id").annotate(n=Count("id")).values_list(
+            "run_id", "n"
+        )
+    )
+    rows = (
+        TurnEffective.objects.filter(run_id__in=counts)
+        .order_by()
+        .values_list("run_id", "state")
+        .annotate(n=Count("turn_id"))
+        .values_list("run_id", "state", "n")
+    )
+    for run_id, state, n in rows:
+        counts[run_id][state] = n
     for r in runs:
-        r.decision_counts = counts[r.pk]  # type: ignore[attr-defined]
-        r.turn_total = sum(counts[r.pk].values())  # type: ignore[attr-defined]
+        total = totals.get(r.pk, 0)
+        by_state = {s: counts[r.pk][s] for s in STATE_ORDER if counts[r.pk].get(s)}
+        unassessed = total - sum(by_state.values())
+        if unassessed > 0:
+            by_state[UNASSESSED] = unassessed
+        r.state_counts = by_state  # type: ignore[attr-defined]
+        r.held_total = sum(n for s, n in by_state.items() if s in STATE_GROUPS["held"])  # type: ignore[attr-defined]
+        r.turn_total = total  # type: ignore[attr-defined]
 
 
 # --- Overview ---------------------------------------------------------------------------------------
@@ -166,29 +140,61 @@ BAR_ROW, BAR_MAX = 26, 280
 
 
 @dataclass
+class Tile:
+    key: str  # a state or a group of states: the turns list's `state` filter
+    label: str
+    count: int
+    css: str
+
+
+# The overview's tiles: what waits for a person first, then what the gate lets go on, then the rest.
+TILES = (
+    ("waiting", "waiting for a person", "blocked"),
+    (str(TurnState.BLOCKED_OPERATOR), "blocked by an operator", "blocked"),
+    (str(TurnState.APPROVED), "approved by an operator", "resume"),
+    ("proceeding", "resuming or finalizing", "resume"),
+    (str(TurnState.COMPLETE), "complete", "complete"),
+    (str(TurnState.DISCARDED), "discarded", "discarded"),
+    (UNASSESSED, "not yet assessed", "unassessed"),
+)
+
+
+def _tiles(by_state: dict[str, int]) -> list[Tile]:
+    tiles: list[Tile] = []
+    for key, label, css in TILES:
+        members = STATE_GROUPS.get(key, frozenset({key}))
+        if key == "proceeding":
+            members = members - {str(TurnState.APPROVED)}  # approved has a tile of its own
+        tiles.append(Tile(key=key, label=label, count=sum(by_state.get(m, 0) for m in members), css=css))
+    return tiles
+
+
+@dataclass
 class Overview:
-    decisions: list[Bar] = field(default_factory=list)
+    states: list[Bar] = field(default_factory=list)
     reasons: list[Bar] = field(default_factory=list)
     turn_total: int = 0
     blocked_queue: list[Turn] = field(default_factory=list)
-    blocked_total: int = 0
+    held_total: int = 0
+    waiting_total: int = 0
     actions: list[OperatorAction] = field(default_factory=list)
     counted_at: datetime | None = None
+    tiles: list[Tile] = field(default_factory=list)
 
     @property
-    def decisions_height(self) -> int:
-        return chart_height(self.decisions)
+    def states_height(self) -> int:
+        return chart_height(self.states)
 
     @property
     def reasons_height(self) -> int:
         return chart_height(self.reasons)
 
 
-def _bars(pairs: list[tuple[str, int]]) -> list[Bar]:
+def _bars(pairs: list[tuple[str, int]], labels: dict[str, str] | None = None) -> list[Bar]:
     top = max((n for _, n in pairs), default=0) or 1
     return [
         Bar(
-            label="not assessed" if k == UNASSESSED else k.replace("_", " "),
+            label=(labels or {}).get(k) or k.replace("_", " "),
             count=n,
             key=k,
             share=n / top,
@@ -203,57 +209,67 @@ def chart_height(bars: list[Bar]) -> int:
     return len(bars) * BAR_ROW + 4
 
 
-DECISION_ORDER = ("blocked", "resume", "finalize", "complete", "discarded", UNASSESSED)
+# Held states first: they are what a person is here for.
+STATE_ORDER = (
+    TurnState.HELD_EFFECT,
+    TurnState.HELD_REVIEW,
+    TurnState.HELD_JOURNAL,
+    TurnState.HELD_INTEGRITY,
+    TurnState.PARKED,
+    TurnState.BLOCKED_OPERATOR,
+    TurnState.APPROVED,
+    TurnState.RESUMING,
+    TurnState.FINALIZING,
+    TurnState.COMPLETE,
+    TurnState.DISCARDED,
+)
+STATE_LABELS = {str(s): str(s.label) for s in TurnState} | {UNASSESSED: "not yet assessed"}
 
 
 def blocked_queue(limit: int = 20) -> QuerySet[Turn]:
-    """Blocked turns that wait for a person, oldest first (an approval of the current reason clears one)."""
+    """Held turns, longest held first: those waiting for a person and those an operator blocked."""
     return (
-        with_gate(Turn.objects.filter(decision="blocked").select_related("run"))
-        .filter(not_approved_now())
-        .order_by("updated_at", "id")[:limit]
+        Turn.objects.filter(effective__gate=HOLD)
+        .select_related("run", "effective")
+        .order_by("effective__since", "id")[:limit]
     )
 
 
 @dataclass
 class TurnCounts:
-    """Turns by decision and blocked turns by reason, and when they were counted."""
+    """Turns by effective state and held turns by reason, and when they were counted."""
 
-    by_decision: dict[str, int]
+    by_state: dict[str, int]
     by_reason: list[tuple[str, int]]
     counted_at: datetime
 
 
 # Counting 100,000 turns scans an index of 100,000 entries (~20 ms): more than a whole list page costs
 # (bench_pages). The counts are kept this long, and recounted sooner whenever the most recently changed turn
-# is another one (an assessment or an ingest bumps Turn.updated_at), so they lag only when a write commits
-# out of order; the page says when they were counted.
+# or state is another one (an ingest bumps Turn.updated_at, an assessment or an operator's decision
+# TurnEffective.updated_at), so they lag only when a write commits out of order; the page says when they
+# were counted.
 COUNTS_TTL_SECONDS = 60
 
 
 def _count_turns() -> TurnCounts:
-    # One grouped query each, both answered from an index alone: (decision, -updated_at) for the decisions,
-    # (reason, -updated_at) for the reasons. The engine gives a reason to blocked turns only (contract,
-    # section 6), so "reason IS NOT NULL" is "blocked" without reading the table row of every blocked turn.
-    by_decision = {
-        (UNASSESSED if d is None else d): n
-        for d, n in Turn.objects.order_by().values_list("decision").annotate(n=Count("id")).values_list("decision", "n")
-    }
     by_reason = list(
-        Turn.objects.filter(reason__isnull=False)
+        TurnEffective.objects.filter(gate=HOLD)
         .order_by()
         .values_list("reason")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("turn_id"))
         .values_list("reason", "n")
     )
-    by_reason.sort(key=lambda pair: (-pair[1], pair[0]))
-    return TurnCounts(by_decision=by_decision, by_reason=by_reason, counted_at=timezone.now())
+    by_reason.sort(key=lambda pair: (-pair[1], pair[0] or ""))
+    return TurnCounts(by_state=state_counts(), by_reason=by_reason, counted_at=timezone.now())
 
 
 def turn_counts() -> TurnCounts:
-    """The overview's counts, from the cache while no turn has changed (at most COUNTS_TTL_SECONDS old)."""
+    """The overview's counts, from the cache while no turn or state has changed (at most COUNTS_TTL_SECONDS old)."""
     latest = Turn.objects.order_by("-updated_at", "-id").values_list("id", "updated_at").first()
+    state = TurnEffective.objects.order_by("-updated_at").values_list("updated_at", flat=True).first()
     key = "console:turn-counts:" + (f"{latest[0]}:{latest[1].timestamp()}" if latest else "none")
+    key += f":{state.timestamp()}" if state else ":none"
     found = cache.get(key)
     if not isinstance(found, TurnCounts):
         found = _count_turns()
@@ -263,15 +279,18 @@ def turn_counts() -> TurnCounts:
 
 def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
     counts = turn_counts()
-    decisions = [(d, counts.by_decision.get(d, 0)) for d in DECISION_ORDER]
+    order = [str(s) for s in STATE_ORDER] + [UNASSESSED]
+    states = [(s, counts.by_state.get(s, 0)) for s in order]
     queue = list(blocked_queue(queue_limit))
     return Overview(
-        decisions=_bars(decisions),
+        states=_bars(states, STATE_LABELS),
         reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason]),
-        turn_total=sum(counts.by_decision.values()),
+        turn_total=sum(counts.by_state.values()),
         blocked_queue=queue,
-        blocked_total=counts.by_decision.get("blocked", 0),
+        held_total=sum(n for s, n in counts.by_state.items() if s in STATE_GROUPS["held"]),
+        waiting_total=sum(n for s, n in counts.by_state.items() if s in STATE_GROUPS["waiting"]),
         counted_at=counts.counted_at,
+        tiles=_tiles(counts.by_state),
         actions=list(
             OperatorAction.objects.select_related("turn", "run").order_by("-created_at", "-id")[:action_limit]
         ),
@@ -280,21 +299,28 @@ def overview(queue_limit: int = 15, action_limit: int = 10) -> Overview:
 
 # --- Bulk decisions ---------------------------------------------------------------------------------
 
-BULK_MAX = 1000
-# Blocking reasons no approval can clear: faults of the journal are repaired, indeterminate effects need
-# evidence per intent (the turn page asks for it); the bulk confirmation says these are left alone.
-UNAPPROVABLE = frozenset(RUN_LEVEL_CODES) | {"effect_indeterminate"}
+BULK_MAX = services.BULK_MAX
+# States the service is known to refuse an approval for (evidence per intent, a repaired journal, a resolved
+# finding): the confirmation page counts them beforehand; the service decides, turn by turn.
+LEFT_ALONE = {
+    TurnState.HELD_EFFECT: "need evidence for an unconfirmed effect",
+    TurnState.HELD_JOURNAL: "need a repaired journal",
+    TurnState.HELD_INTEGRITY: "need their integrity finding resolved",
+}
 
 
 def bulk_candidates(filters: dict[str, Any], action: str) -> QuerySet[Turn]:
-    """The turns of a filter that a bulk action would actually touch (the rest it leaves alone)."""
-    turns = with_gate(turns_filtered(filters))
-    if action == "approve":
-        held_by_engine = Q(decision="blocked") & ~Q(reason__in=UNAPPROVABLE) & not_approved_now()
-        held_by_operator = Q(gate_kind__in=("block", "park")) & Q(decision__in=("resume", "finalize"))
-        return turns.filter(held_by_engine | held_by_operator)
-    # Blocking a finished or discarded turn would change nothing; one already blocked by an operator neither.
-    return turns.filter(
-        Q(decision__isnull=True) | ~Q(decision__in=("complete", "discarded")),
-        Q(gate_kind__isnull=True) | ~Q(gate_kind="block"),
+    """The turns of a filter a bulk decision hands to the service (recovery.state.bulk_candidates)."""
+    return state_bulk_candidates(filters=filters, action=action).order_by("effective__since", "id")
+
+
+def bulk_left_alone(candidates: QuerySet[Turn]) -> list[tuple[str, int]]:
+    """(what they need, how many) of the candidates an approval will leave alone, by their stored state."""
+    rows = dict(
+        candidates.filter(effective__state__in=list(LEFT_ALONE))
+        .order_by()
+        .values_list("effective__state")
+        .annotate(n=Count("id"))
+        .values_list("effective__state", "n")
     )
+    return [(str(words), rows[state]) for state, words in LEFT_ALONE.items() if rows.get(state)]

@@ -8,13 +8,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from audits.services import operator_action_record
-from journals.models import Turn
+from journals.models import Turn, TurnEffective
 from journals.storable import storable
 from loopx_site.errors import ServiceError
+from recovery.state import DONE
 
 from .models import TurnAnnotation
 
-EDITABLE = ("lineage_repair", "notes", "block_reason")
+EDITABLE = ("lineage_repair", "notes")
 MAX_TEXT = 4000
 
 
@@ -25,7 +26,8 @@ class AnnotationError(ServiceError):
 def turn_annotate(*, turn: Turn, actor: Any, changes: dict[str, str], reason: str) -> TurnAnnotation:
     """Set some of a turn's annotations; the OperatorAction holds only the fields that changed (the diff).
 
-    Only a blocked turn is annotated: that is where a person's repair or note decides anything.
+    A finished or discarded turn is not annotated: nothing a person writes there decides anything. Notes
+    hold nothing: holding a turn is a block (recovery.services.turn_block), which the gate reads.
     """
     if not isinstance(reason, str) or not reason.strip():
         raise AnnotationError(400, "reason_required", "a reason is required")
@@ -37,8 +39,9 @@ def turn_annotate(*, turn: Turn, actor: Any, changes: dict[str, str], reason: st
             raise AnnotationError(400, "value_invalid", f"{name} must be text of at most {MAX_TEXT} characters")
     with transaction.atomic():
         locked = Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
-        if locked.decision != "blocked":
-            raise AnnotationError(409, "turn_not_blocked", "only a blocked turn is edited here")
+        effective = TurnEffective.objects.filter(turn=locked).first()
+        if effective is not None and effective.gate == DONE:
+            raise AnnotationError(409, "turn_done", "a finished or discarded turn is not annotated")
         annotation, _ = TurnAnnotation.objects.select_for_update().get_or_create(turn=locked)
         before = {name: getattr(annotation, name) for name in EDITABLE}
         diff_before: dict[str, str] = {}

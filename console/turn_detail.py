@@ -13,16 +13,19 @@ from typing import Any
 from django.db.models import Exists, F
 
 from audits.models import OperatorAction, RecoveryAudit
-from journals.models import Branch, Checkpoint, JournalRecord, Turn
+from journals.models import Branch, Checkpoint, JournalRecord, Turn, TurnState
 from journals.selectors import record_public, turn_with_timeline
 from recovery.engine.canonical import STORAGE_CORRUPTION
 from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
-from recovery.models import GateDecision, OperatorEvidence, TurnAssessment
+from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
-from recovery.selectors import GateView, gate_view
+from recovery.selectors import GateView, claim_current, gate_view
+from recovery.state import APPROVABLE, StateValue, state_of
 
 from . import vocabulary
 from .models import TurnAnnotation
+
+OFFER_APPROVAL = APPROVABLE | {TurnState.HELD_EFFECT}
 
 
 @dataclass
@@ -121,11 +124,27 @@ class TurnPage:
 
     gate_view: GateView | None = None
     annotation: TurnAnnotation | None = None
+    state: StateValue | None = None  # the effective state (recovery/state.py): what every part of the page says
+    claim: TurnClaim | None = None
 
     @property
     def approval_in_force(self) -> bool:
-        """The store's gate decides whether an approval still covers the engine's blocking facts."""
-        return self.gate_view is not None and self.gate_view.approved
+        return self.state is not None and self.state.approved
+
+    @property
+    def approval_stale(self) -> bool:
+        """The latest operator decision is an approval that no longer covers what the engine says."""
+        return self.gate is not None and self.gate.kind == "approve" and not self.approval_in_force
+
+    @property
+    def held(self) -> bool:
+        return self.state is not None and self.state.gate == "hold"
+
+    @property
+    def can_approve(self) -> bool:
+        """Whether the page offers the approve form (with evidence fields when an effect is unconfirmed).
+        The service decides; this only spares the operator a form it is known to refuse."""
+        return self.state is not None and self.state.state in OFFER_APPROVAL
 
 
 def _steps(turn: Turn) -> list[PhaseStep]:
@@ -419,4 +438,6 @@ def turn_page(turn: Turn | int) -> TurnPage:
         assessment_row=row,
         gate_view=view,
         annotation=TurnAnnotation.objects.filter(turn=turn).first() if has["annotation"] else None,
+        state=state_of(getattr(turn, "effective", None)),
+        claim=view.claim if view is not None else claim_current(turn=turn),
     )

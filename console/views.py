@@ -57,10 +57,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     filters = form.cleaned()
-    plain = selectors.turns_filtered(filters)
-    page = selectors.page_of(
-        selectors.with_gate(plain), _page_number(request), filters.get("per_page") or 50, count_qs=plain
-    )
+    page = selectors.page_of(selectors.turns_filtered(filters), _page_number(request), filters.get("per_page") or 50)
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
     role = _role_context(request)
     rows_html = turn_rows(
@@ -68,7 +65,6 @@ def turns(request: HttpRequest) -> HttpResponse:
         full_path=request.get_full_path(),
         can_operate=bool(role["can_operate"]),
         csrf_token=get_token(request),
-        run_level=RUN_LEVEL_CODES,
     )
     context = {
         "rows_html": rows_html,

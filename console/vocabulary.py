@@ -60,3 +60,54 @@ def reason_words(code: str | None) -> str:
     if not code:
         return ""
     return REASONS.get(code, code.replace("_", " "))
+
+# The effective states (journals.models.TurnState): a glyph and what it means for the turn.
+STATE_ICONS: dict[str, str] = {
+    "resuming": "↻",
+    "finalizing": "◐",
+    "approved": "✓",
+    "complete": "✓",
+    "discarded": "⌀",
+    "held_effect": "?",
+    "held_review": "✖",
+    "held_journal": "✖",
+    "held_integrity": "✖",
+    "blocked_operator": "✖",
+    "parked": "⏸",
+    "unassessed": "…",
+}
+
+STATES: dict[str, str] = {
+    "resuming": "The gate lets it resume from its first uncommitted phase; only missing phases run.",
+    "finalizing": "Every phase is committed; the gate lets it write its terminal record.",
+    "approved": "An operator approved it: the gate lets it go on after its committed phases.",
+    "complete": "The turn ended; nothing to do.",
+    "discarded": "Planned only on a discarded branch: it is evidence, nothing may resume it.",
+    "held_effect": "An effect may or may not have happened and nobody confirmed it. Nothing resumes the turn "
+    "until an operator says, for each such intent, whether it happened.",
+    "held_review": "The engine found something a person must look at; an operator may approve it.",
+    "held_journal": "The journal itself is at fault: every turn of the run is held until the journal is "
+    "repaired. No approval lifts it.",
+    "held_integrity": "Stored records no longer match what was received: the run is held until an operator "
+    "resolves the finding.",
+    "blocked_operator": "An operator blocked it: nothing resumes it until an operator approves it.",
+    "parked": "Recovery was attempted again and again without progress: parked until an operator approves it.",
+    "unassessed": "Not yet assessed.",
+}
+
+# The next step a list shows beside each state.
+NEXT_STEPS: dict[str, str] = {
+    "resuming": "resume",
+    "finalizing": "write terminal",
+    "approved": "goes on",
+    "held_effect": "give evidence",
+    "held_review": "review",
+    "held_journal": "repair the journal",
+    "held_integrity": "resolve the finding",
+    "blocked_operator": "an operator holds it",
+    "parked": "review the crash loop",
+}
+
+
+def state_words(state: str | None) -> str:
+    return STATES.get(state or "unassessed", state or "")

@@ -11,7 +11,7 @@ import django_filters
 from django.db.models import QuerySet
 from rest_framework.exceptions import ValidationError
 
-from journals.models import DECISIONS, TURN_STATUSES, Turn
+from journals.models import DECISIONS, TURN_STATUSES, Turn, TurnState
 
 
 class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
@@ -54,6 +54,9 @@ class ShallowFilterSet(django_filters.FilterSet):
 
 class TurnFilter(ShallowFilterSet):
     decision = django_filters.ChoiceFilter(choices=[(d, d) for d in DECISIONS])
+    state = django_filters.ChoiceFilter(
+        field_name="effective__state", choices=TurnState.choices, help_text="The effective state (docs/state.md)."
+    )
     reason = django_filters.CharFilter(max_length=64)
     status = django_filters.ChoiceFilter(choices=[(s, s) for s in TURN_STATUSES])
     run = django_filters.CharFilter(field_name="run__run_id", max_length=200)

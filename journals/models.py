@@ -181,6 +181,68 @@ class Turn(models.Model):
         return f"{self.run_id}/{self.turn_id}"
 
 
+class TurnState(models.TextChoices):
+    """A turn's effective state, as people see it: the engine's decision with the operator's on top.
+
+    Computed in one place (recovery.state.turn_state_compute) and stored in TurnEffective by one writer
+    (recovery.state.turn_states_refresh); every page, API answer, count, queue, finding, webhook and metric
+    reads it from there, and the recovery gate computes it with the same function.
+    """
+
+    RESUMING = "resuming", "resuming"
+    FINALIZING = "finalizing", "finalizing"
+    APPROVED = "approved", "approved by an operator"
+    COMPLETE = "complete", "complete"
+    DISCARDED = "discarded", "discarded"
+    HELD_EFFECT = "held_effect", "held: effect unconfirmed"
+    HELD_REVIEW = "held_review", "held for review"
+    HELD_JOURNAL = "held_journal", "held: the journal is at fault"
+    HELD_INTEGRITY = "held_integrity", "held: stored records changed"
+    BLOCKED_OPERATOR = "blocked_operator", "blocked by an operator"
+    PARKED = "parked", "parked: recovery keeps failing"
+
+
+GATE_STATES = ("proceed", "hold", "done")
+# The effective state's columns every turn row of the API carries (journals.serializers.state_row).
+STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at")
+
+
+class TurnEffective(models.Model):
+    """The stored effective state of a turn (see TurnState). A turn with no row is not yet assessed."""
+
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, primary_key=True, related_name="effective")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    state = models.CharField(max_length=24, choices=TurnState.choices)
+    gate = models.CharField(max_length=8, choices=_choices(GATE_STATES))
+    # What the gate answers: the engine's decision unless an operator's decision is in force.
+    decision = models.CharField(max_length=16, choices=_choices(DECISIONS))
+    reason = models.CharField(max_length=64, null=True, blank=True)
+    resume_from = models.TextField(null=True, blank=True)
+    # The operator decision in force, if any: who, when and why.
+    actor_name = models.CharField(max_length=150, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+    # Live intents whose outcome nobody knows: no approval lets the turn go on without a finding for each.
+    needs_evidence = models.JSONField(default=list)
+    # When the turn entered this state (state and reason): how long it has been waiting.
+    since = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=_in("state", tuple(TurnState.values)), name="effective_state_valid"),
+            models.CheckConstraint(condition=_in("gate", GATE_STATES), name="effective_gate_valid"),
+            models.CheckConstraint(condition=_in("decision", DECISIONS), name="effective_decision_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["state", "since"], name="effective_state_since"),
+            models.Index(fields=["run", "state"], name="effective_run_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.turn_id}: {self.state}"
+
+
 class Phase(models.Model):
     """A planned phase of a turn, and the live record that committed it (null while uncommitted)."""
 

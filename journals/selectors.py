@@ -14,8 +14,18 @@ from django.db import connection
 from django.db.models import CharField, F, Prefetch, QuerySet, Subquery, TextField, Value
 from django.db.models.functions import Cast
 
-from journals.models import TURN_ASSESSED_FIELDS, ApiToken, Branch, Intent, JournalRecord, Phase, Run, Turn
-from journals.serializers import TurnDetailSerializer, iso
+from journals.models import (
+    STATE_ROW_FIELDS,
+    TURN_ASSESSED_FIELDS,
+    ApiToken,
+    Branch,
+    Intent,
+    JournalRecord,
+    Phase,
+    Run,
+    Turn,
+)
+from journals.serializers import TurnDetailSerializer, iso, state_row
 from journals.storable import is_storable, storable
 from recovery.engine.canonical import parse_line
 from recovery.engine.secrets import redact
@@ -87,7 +97,7 @@ def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | 
         return None
     turns = Turn.objects.select_related("run").filter(run__run_id=run_id, turn_id=turn_id)
     if timeline:
-        turns = turns.prefetch_related(*_TIMELINE)
+        turns = turns.select_related("effective").prefetch_related(*_TIMELINE)
     return turns.first()
 
 
@@ -110,12 +120,15 @@ TURN_ROW_FIELDS = (
 )
 
 
+
+
 def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
     return Turn.objects.order_by("-updated_at", "-id").values(
         *TURN_ROW_FIELDS,
         run_key=run_key,
         plan_json=Cast("plan", TextField()),
         completed_json=Cast("completed_phases", TextField()),
+        **{f"effective_{f}": F(f"effective__{f}") for f in STATE_ROW_FIELDS},
     )
 
 
@@ -167,7 +180,7 @@ class TurnPageQuery:
         for name, value in exact.items():
             if name not in _EXACT_COLUMNS:
                 raise ValueError(f"not an exact filter of the turn list: {name}")
-            where.append(f"t.{name} = %s")
+            where.append(f"{_EXACT_COLUMNS[name]} = %s")
             params.append(value)
         self._where, self._params = where, params
 
@@ -199,7 +212,8 @@ class TurnPageQuery:
         run_key, join = ("", "") if self._run_id is not None else (", r.run_id", _RUN_JOIN)
         direction = self._direction
         sql = (
-            f"SELECT {_TURN_ROW_COLUMNS}, t.plan::text, t.completed_phases::text{run_key} FROM journals_turn t{join}"
+            f"SELECT {_TURN_ROW_COLUMNS}, t.plan::text, t.completed_phases::text, {_STATE_COLUMNS}{run_key}"
+            f" FROM journals_turn t{join}{_STATE_JOIN}"
             f"{' WHERE ' + ' AND '.join(self._where) if self._where else ''}"
             f" ORDER BY t.updated_at {direction}, t.id {direction} LIMIT %s OFFSET %s"
         )
@@ -212,9 +226,14 @@ class TurnPageQuery:
 
 
 _UPDATED_AT = Turn._meta.get_field("updated_at")
-_EXACT_COLUMNS = frozenset({"decision", "status"})
+_EXACT_COLUMNS = {"decision": "t.decision", "status": "t.status", "state": "e.state"}
+_EXACT_LOOKUPS = {"decision": "decision", "status": "status", "state": "effective__state"}
 _RUN_JOIN = " JOIN journals_run r ON r.id = t.run_id"
-_PAGE_COLUMNS = (*TURN_ROW_FIELDS, "plan_json", "completed_json", "run_key")
+_STATE_JOIN = " LEFT JOIN journals_turneffective e ON e.turn_id = t.id"
+_STATE_COLUMNS = ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS)
+_PAGE_COLUMNS = (
+    *TURN_ROW_FIELDS, "plan_json", "completed_json", *(f"effective_{f}" for f in STATE_ROW_FIELDS), "run_key"
+)
 _TURN_ROW_COLUMNS = ", ".join(f"t.{Turn._meta.get_field(f).column}" for f in TURN_ROW_FIELDS)
 
 
@@ -223,7 +242,7 @@ def turn_page_rows(*, run_prefix: str = "", run_id: str | None = None, exact: di
     TurnPageQuery, elsewhere the queryset."""
     if connection.vendor == "postgresql":
         return TurnPageQuery(run_prefix=run_prefix, run_id=run_id, exact=exact)
-    return turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**exact)
+    return turn_rows(run_prefix=run_prefix, run_id=run_id).filter(**{_EXACT_LOOKUPS[k]: v for k, v in exact.items()})
 
 
 _TIMELINE = (
@@ -236,7 +255,7 @@ _TIMELINE = (
 
 _TURN_DETAIL_SQL = """
 SELECT t.turn_id, t.lineage, t.branch, t.plan::text, t.status, t.decision, t.reason, t.resume_from,
-    t.completed_phases::text, t.created_at, t.updated_at, r.run_id,
+    t.completed_phases::text, t.created_at, t.updated_at, r.run_id, {state},
     (SELECT coalesce(json_agg(json_build_object('position', p.position, 'name', p.name, 'committed', p.committed,
             'committed_at', p.committed_at, 'record', CASE WHEN p.record_id IS NULL THEN NULL
             ELSE json_build_object('seq', jr.seq, 'branch', jr.branch, 'lsn', jr.lsn) END) ORDER BY p.position), '[]')
@@ -245,9 +264,9 @@ SELECT t.turn_id, t.lineage, t.branch, t.plan::text, t.status, t.decision, t.rea
             'idempotency_key', i.idempotency_key, 'resolution', i.resolution, 'branch', i.branch, 'live', i.live,
             'dispatches', i.dispatches, 'outcome', i.outcome) ORDER BY i.position, i.id), '[]')
         FROM journals_intent i WHERE i.turn_id = t.id)::text
-FROM journals_turn t JOIN journals_run r ON r.id = t.run_id
+FROM journals_turn t JOIN journals_run r ON r.id = t.run_id LEFT JOIN journals_turneffective e ON e.turn_id = t.id
 WHERE r.run_id = %s AND t.turn_id = %s
-"""
+""".replace("{state}", ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS))
 
 
 def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
@@ -268,7 +287,7 @@ def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
     if row is None:
         return None
     (turn_key, lineage, branch, plan, status, decision, reason, resume_from, completed, created, updated, run_key,
-     phases, intents) = row  # fmt: skip
+     *state, phases, intents) = row  # fmt: skip
     return {
         "run": run_key,
         "turn": turn_key,
@@ -280,6 +299,7 @@ def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
         "reason": reason,
         "resume_from": resume_from,
         "completed_phases": orjson.loads(completed),
+        "state": state_row(dict(zip(STATE_ROW_FIELDS, state, strict=True)), prefix=""),
         "created_at": iso(created),
         "updated_at": iso(updated),
         "phases": orjson.loads(phases),
@@ -288,8 +308,9 @@ def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
 
 
 def turn_with_timeline(*, turn: Turn) -> Turn:
-    """The turn with its phases (and committing records) and intents prefetched: a fixed query count."""
-    return Turn.objects.select_related("run").prefetch_related(*_TIMELINE).get(pk=turn.pk)
+    """The turn with its run and effective state joined, its phases (and committing records) and intents
+    prefetched: a fixed query count."""
+    return Turn.objects.select_related("run", "effective").prefetch_related(*_TIMELINE).get(pk=turn.pk)
 
 
 def turn_records(*, turn: Turn) -> QuerySet[JournalRecord]:

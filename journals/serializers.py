@@ -7,9 +7,20 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from django.core.exceptions import ObjectDoesNotExist
 from rest_framework import serializers
 
-from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, Phase, Run, Turn
+from journals.models import (
+    GATE_STATES,
+    STATE_ROW_FIELDS,
+    TURN_ASSESSED_FIELDS,
+    Branch,
+    Intent,
+    Phase,
+    Run,
+    Turn,
+    TurnState,
+)
 from journals.services import IngestResult
 
 
@@ -87,13 +98,17 @@ class BranchSerializer(serializers.ModelSerializer):
 
 class RunDetailSerializer(RunSerializer):
     branches = BranchSerializer(many=True, read_only=True)
-    decisions = serializers.SerializerMethodField()
+    decisions = serializers.SerializerMethodField(help_text="Turns by the engine's decision.")
+    states = serializers.SerializerMethodField(help_text="Turns by effective state (docs/state.md).")
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "branches", "decisions"]
+        fields = [*RunSerializer.Meta.fields, "branches", "decisions", "states"]
 
     def get_decisions(self, run: Run) -> dict[str, int]:
         return dict(self.context.get("decisions", {}))
+
+    def get_states(self, run: Run) -> dict[str, int]:
+        return dict(self.context.get("states", {}))
 
 
 def iso(value: datetime | None) -> str | None:
@@ -102,6 +117,48 @@ def iso(value: datetime | None) -> str | None:
         return None
     text = value.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+class TurnStateSerializer(serializers.Serializer):
+    """The turn's effective state: what the recovery gate answers and every page shows (docs/state.md).
+    Null before the turn's first assessment."""
+
+    state = serializers.ChoiceField(choices=TurnState.choices)
+    label = serializers.CharField()
+    gate = serializers.ChoiceField(choices=list(GATE_STATES))
+    decision = serializers.CharField()
+    reason = serializers.CharField(allow_null=True)
+    resume_from = serializers.CharField(allow_null=True)
+    operator = serializers.CharField(allow_null=True, help_text="Who decided on top of the engine, if anyone.")
+    decided_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, effective: Any) -> dict[str, Any] | None:
+        return state_row({f: getattr(effective, f) for f in STATE_ROW_FIELDS}, prefix="")
+
+
+def state_row(row: dict[str, Any], prefix: str = "effective_") -> dict[str, Any] | None:
+    """The ``state`` object of a turn row (its TurnEffective columns joined under ``prefix``)."""
+    state = row.get(prefix + "state")
+    if state is None:
+        return None
+    return {
+        "state": state,
+        "label": str(TurnState(state).label),
+        "gate": row[prefix + "gate"],
+        "decision": row[prefix + "decision"],
+        "reason": row[prefix + "reason"],
+        "resume_from": row[prefix + "resume_from"],
+        "operator": row[prefix + "actor_name"] or None,
+        "decided_at": iso(row[prefix + "decided_at"]),
+    }
+
+
+def _state_of(turn: Turn) -> dict[str, Any] | None:
+    try:
+        effective = turn.effective
+    except ObjectDoesNotExist:
+        return None
+    return state_row({f: getattr(effective, f) for f in STATE_ROW_FIELDS}, prefix="")
 
 
 class TurnSerializer(serializers.ModelSerializer):
@@ -113,6 +170,7 @@ class TurnSerializer(serializers.ModelSerializer):
     turn = serializers.CharField(source="turn_id")
     plan = serializers.ListField(child=serializers.CharField())
     completed_phases = serializers.ListField(child=serializers.CharField())
+    state = TurnStateSerializer(source="effective", allow_null=True, read_only=True)
 
     @staticmethod
     def row(row: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +186,7 @@ class TurnSerializer(serializers.ModelSerializer):
             "reason": row["reason"],
             "resume_from": row["resume_from"],
             "completed_phases": orjson.loads(row["completed_json"]),
+            "state": state_row(row),
             "created_at": iso(row["created_at"]),
             "updated_at": iso(row["updated_at"]),
         }
@@ -144,13 +203,14 @@ class TurnSerializer(serializers.ModelSerializer):
             "reason": turn.reason,
             "resume_from": turn.resume_from,
             "completed_phases": list(turn.completed_phases),
+            "state": _state_of(turn),
             "created_at": iso(turn.created_at),
             "updated_at": iso(turn.updated_at),
         }
 
     class Meta:
         model = Turn
-        fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "created_at", "updated_at"]
+        fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "state", "created_at", "updated_at"]
 
 
 class PhaseSerializer(serializers.ModelSerializer):

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from journals.filters import TurnFilter
-from journals.models import DECISIONS, TURN_STATUSES, Branch, Intent, JournalRecord, Run, Turn
+from journals.models import DECISIONS, TURN_STATUSES, Branch, Intent, JournalRecord, Run, Turn, TurnEffective, TurnState
 from journals.renderers import FastJSONRenderer
 from journals.selectors import (
     branches_list,
@@ -171,7 +171,15 @@ class RunDetailView(JournalView):
             row["decision"] or "unassessed": row["n"]
             for row in Turn.objects.filter(run=run).values("decision").annotate(n=Count("id")).order_by()
         }
-        return Response(RunDetailSerializer(run, context={"decisions": decisions}).data)
+        states = {
+            row["state"]: row["n"]
+            for row in TurnEffective.objects.filter(run=run).values("state").annotate(n=Count("turn_id")).order_by()
+        }
+        unassessed = sum(decisions.values()) - sum(states.values())
+        if unassessed > 0:
+            states["unassessed"] = unassessed
+        context = {"decisions": decisions, "states": states}
+        return Response(RunDetailSerializer(run, context=context).data)
 
 
 class BranchListView(JournalView):
@@ -212,7 +220,11 @@ class TurnCursorPagination(CursorPagination):
 
 
 # The filters whose valid values are a fixed set, matched exactly (journals/filters.py).
-_CHOICES = {"decision": frozenset(DECISIONS), "status": frozenset(TURN_STATUSES)}
+_CHOICES = {
+    "decision": frozenset(DECISIONS),
+    "status": frozenset(TURN_STATUSES),
+    "state": frozenset(TurnState.values),
+}
 
 
 class TurnListView(JournalView):

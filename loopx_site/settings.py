@@ -170,6 +170,11 @@ SPECTACULAR_SETTINGS = {
         "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",
         "RecoveryActionKindEnum": "audits.models.ACTION_KINDS",
         "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
+        "TurnStateEnum": "journals.models.TurnState",
+        "GateStateEnum": "journals.models.GATE_STATES",
+        "StateFilterEnum": "recovery.state.STATE_FILTER_VALUES",
+        "DecisionFilterEnum": "recovery.state.DECISION_FILTER_VALUES",
+        "TurnDecisionEnum": "journals.models.DECISIONS",
     },
 }
 

@@ -16,12 +16,15 @@ from . import delivery
 
 def on_turn_blocked(
     run_id: str = "", turn_id: str = "", reason: str | None = None, reason_line: int | None = None,
-    assessment_id: int | None = None, **_: Any,
+    assessment_id: int | None = None, state: str | None = None, **_: Any,
 ) -> None:
+    data = {"run": run_id, "turn": turn_id, "reason": reason, "reason_line": reason_line, "assessment": assessment_id}
+    if state is not None:
+        data["state"] = state  # the effective state the turn is now held in (recovery/state.py)
     delivery.enqueue(
         "turn.blocked",
-        (run_id, turn_id, assessment_id if assessment_id is not None else reason),
-        {"run": run_id, "turn": turn_id, "reason": reason, "reason_line": reason_line, "assessment": assessment_id},
+        (run_id, turn_id, assessment_id if assessment_id is not None else reason, state or ""),
+        data,
     )
 
 

@@ -20,13 +20,23 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from journals.models import Intent, Run, Turn
-from recovery.engine.types import RUN_LEVEL
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.state import (
+    DONE,
+    HOLD,
+    OPERATOR_BLOCKED,
+    PROCEED,
+    RECOVERY_ATTEMPTS_EXCEEDED,
+    RUN_LEVEL_CODES,
+    StateValue,
+    covers,
+    engine_row,
+    run_integrity_hold,
+    turn_facts_of,
+    turn_state_compute,
+)
 
-PROCEED, HOLD, DONE = "proceed", "hold", "done"
-OPERATOR_BLOCKED = "operator_blocked"
-RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
-RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
+__all__ = ["DONE", "HOLD", "OPERATOR_BLOCKED", "PROCEED", "RECOVERY_ATTEMPTS_EXCEEDED", "RUN_LEVEL_CODES"]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "since the beginning", where no approval resets a count
 
 
@@ -45,6 +55,7 @@ class GateView:
     resume_from: str | None
     approved: bool
     intents: list[Intent] = field(default_factory=list)
+    value: StateValue | None = None  # the effective state (recovery/state.py), of which the fields above are parts
 
     @property
     def progress_key(self) -> str:
@@ -66,6 +77,7 @@ class GateView:
             "operator": self.operator.kind if self.operator else None,
             "attempts": self.attempts,
             "assessment": self.assessment.pk,
+            "effective": str(self.value.state) if self.value else None,
         }
 
 
@@ -137,11 +149,7 @@ def assessment_violations(assessment: Assessment) -> list[Any]:
 def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | None = None) -> list[list[Any]]:
     """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers.
     ``violations``: the assessment's, when the caller already has them."""
-    return [
-        [v.get("code"), v.get("branch"), v.get("lsn")]
-        for v in (assessment_violations(assessment) if violations is None else violations)
-        if isinstance(v, dict) and v.get("turn") == turn_id
-    ]
+    return turn_facts_of(assessment_violations(assessment) if violations is None else violations, turn_id)
 
 
 def approval_covers(
@@ -151,9 +159,10 @@ def approval_covers(
     turn_id: str,
     violations: list[Any] | None = None,
 ) -> bool:
-    if row.reason in RUN_LEVEL_CODES:
+    engine = engine_row(row)
+    if approval.kind != "approve" or engine.reason in RUN_LEVEL_CODES or approval.engine_reason != engine.reason:
         return False
-    return approval.engine_reason == row.reason and approval.engine_facts == turn_facts(assessment, turn_id, violations)
+    return covers(approval, engine, turn_facts(assessment, turn_id, violations))
 
 
 def gate_view(
@@ -182,15 +191,19 @@ def gate_view(
         and operator.kind == "approve"
         and approval_covers(operator, row, assessment, turn.turn_id, violations)
     )
-    state, decision, reason, resume_from, approved = _effective(turn, row, operator, covered)
-    # Issue 4: an unresolved integrity finding of the chain verification (stored records no longer match
-    # what was ingested) holds every unfinished turn of the run until a person resolves it; no approval
-    # covers it. The engine's own answer stays visible in `row`.
-    from audits.finding_selectors import run_integrity_finding  # audits depends on recovery
-
-    integrity = run_integrity_finding(run_id=turn.run_id) if state != DONE else None
-    if integrity is not None:
-        state, decision, reason, resume_from, approved = HOLD, "blocked", integrity, None, False
+    engine = engine_row(row)
+    # An unresolved integrity finding of the chain verification (stored records no longer match what was
+    # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
+    done = engine.decision in ("complete", "discarded") and (operator is None or operator.kind == "approve")
+    integrity = None if done else run_integrity_hold(run_id=turn.run_id)  # a done turn is never held
+    value = turn_state_compute(
+        plan=list(turn.plan) if isinstance(turn.plan, list) else [],
+        engine=engine,
+        operator=operator,
+        covered=covered,
+        indeterminate=[i.intent_id for i in intents if i.live and i.resolution == "indeterminate"],
+        integrity=integrity,
+    )
     return GateView(
         turn=turn,
         assessment=assessment,
@@ -199,34 +212,14 @@ def gate_view(
         claim=claim_current(turn=turn),
         attempts=attempts,
         max_attempts=settings.LOOPX_MAX_RECOVERY_ATTEMPTS,
-        state=state,
-        decision=decision,
-        reason=reason,
-        resume_from=resume_from,
-        approved=approved,
+        state=value.gate,
+        decision=value.decision,
+        reason=value.reason,
+        resume_from=value.resume_from,
+        approved=value.approved,
         intents=intents,
+        value=value,
     )
-
-
-def _effective(
-    turn: Turn, row: TurnAssessment, operator: GateDecision | None, covered: bool
-) -> tuple[str, str, str | None, str | None, bool]:
-    if operator is not None and operator.kind == "block":
-        return HOLD, "blocked", OPERATOR_BLOCKED, None, False
-    if operator is not None and operator.kind == "park":
-        return HOLD, "blocked", RECOVERY_ATTEMPTS_EXCEEDED, None, False
-    if row.decision in ("complete", "discarded"):
-        return DONE, row.decision, row.reason, None, False
-    if row.decision == "blocked":
-        if covered:
-            # The approved fact stays visible as the reason; the turn goes on after its committed phases.
-            plan = list(turn.plan)
-            done = len(row.completed_phases)
-            if done >= len(plan):
-                return PROCEED, "finalize", row.reason, None, True
-            return PROCEED, "resume", row.reason, plan[done], True
-        return HOLD, "blocked", row.reason, None, False
-    return PROCEED, row.decision, row.reason, row.resume_from, operator is not None and operator.kind == "approve"
 
 
 def assessments_list(*, run: Run) -> QuerySet[Assessment]:

@@ -8,6 +8,8 @@ from rest_framework import serializers
 
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnClaim
 from recovery.selectors import GateView
+from recovery.services import BULK_ACTIONS
+from recovery.state import FILTER_CHOICES, FILTER_NAMES
 
 
 class AssessmentSummarySerializer(serializers.ModelSerializer):
@@ -91,6 +93,9 @@ class GateSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_null=True)
     resume_from = serializers.CharField(allow_null=True)
     approved = serializers.BooleanField()
+    effective = serializers.JSONField(
+        allow_null=True, help_text="The turn's effective state, as every page shows it (docs/state.md)."
+    )
     engine = GateEngineSerializer()
     operator = GateOperatorSerializer(allow_null=True)
     claim = GateClaimSerializer(allow_null=True)
@@ -109,6 +114,7 @@ class GateSerializer(serializers.Serializer):
             "reason": view.reason,
             "resume_from": view.resume_from,
             "approved": view.approved,
+            "effective": view.value.as_dict() if view.value is not None else None,
             "engine": {
                 "decision": row.decision,
                 "reason": row.reason,
@@ -198,3 +204,57 @@ class GateDecisionSerializer(serializers.ModelSerializer):
             "engine_reason_line",
             "created_at",
         ]
+
+
+class BulkFilterSerializer(serializers.Serializer):
+    """The turns list's filter: the same names and values as the console's (recovery.state.FILTER_NAMES)."""
+
+    q = serializers.CharField(required=False, max_length=200, help_text="Turn, run or lineage contains.")
+    state = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["state"])
+    decision = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["decision"])
+    reason = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["reason"])
+    status = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["status"])
+    run = serializers.CharField(required=False, max_length=200)
+    age = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["age"])
+
+
+class BulkRequestSerializer(serializers.Serializer):
+    """A bulk decision over a filter (at least one name); every turn goes through the single decision's
+    service, in its own transaction."""
+
+    action = serializers.ChoiceField(choices=list(BULK_ACTIONS))
+    reason = serializers.CharField(max_length=4000, help_text="Why: recorded on every turn's decision.")
+    filter = BulkFilterSerializer()
+    expected = serializers.IntegerField(
+        required=False, min_value=0, help_text="The count you confirmed: refused (409) when the filter now differs."
+    )
+
+    def filters(self) -> dict[str, Any]:
+        given = dict(self.validated_data["filter"])
+        return {name: given[name] for name in FILTER_NAMES if given.get(name)}
+
+
+class BulkTurnSerializer(serializers.Serializer):
+    run = serializers.CharField()
+    turn = serializers.CharField()
+
+
+class BulkLeftSerializer(BulkTurnSerializer):
+    error = serializers.CharField(help_text="The refusal's code, as the single decision gives it.")
+    detail = serializers.CharField()
+
+
+class BulkResultSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    done = BulkTurnSerializer(many=True)
+    left = BulkLeftSerializer(many=True, help_text="Turns left alone, each with the service's refusal.")
+
+    def to_representation(self, outcome: Any) -> dict[str, Any]:
+        return {
+            "action": outcome.action,
+            "done": [{"run": t.run.run_id, "turn": t.turn_id} for t in outcome.done],
+            "left": [
+                {"run": t.run.run_id, "turn": t.turn_id, "error": err.code, "detail": err.detail}
+                for t, err in outcome.left
+            ],
+        }

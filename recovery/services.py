@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import islice
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
+from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn, TurnState
 from journals.storable import storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
-from loopx_site.ops.events import (
-    announce_newly_blocked,
-    blocked_turn_pks,
-    crash_loop_parked,
-    emit,
-    instrument_assessment,
-)
+from loopx_site.ops.events import crash_loop_parked, emit, instrument_assessment
 from recovery import engine
 from recovery.engine import assess as _engine_assess
 from recovery.engine.canonical import canonical_bytes, parse_line
@@ -42,6 +38,7 @@ from recovery.selectors import (
     gate_view,
     turn_facts,
 )
+from recovery.state import turn_states_refresh
 
 # Issue 8: the engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -157,7 +154,6 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        blocked_before = blocked_turn_pks(locked)  # issue 8: to announce turns that become blocked
         turns = _project_turns(locked, result, last_seq)
         TurnAssessment.objects.bulk_create(
             [
@@ -176,10 +172,6 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             ],
             batch_size=2000,
         )
-        # Issue 8: `turn_blocked` (webhooks, metrics) for each turn this assessment newly blocks.
-        announce_newly_blocked(
-            locked.run_id, [(turns[td.turn], td) for td in result.turns if td.turn in turns], blocked_before, stored.pk
-        )
         # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
         if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
             _project_branches(locked, result.branches)
@@ -187,6 +179,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             locked.blocked_reason = stored.blocked_reason
             locked.assessed_seq = last_seq
             locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
+            turn_states_refresh(run=locked, assessment=stored)
     return stored
 
 
@@ -434,7 +427,8 @@ def turn_release(*, turn: Turn, fencing_token: int) -> TurnClaim:
         return claim
 
 
-def _actor_name(actor: Any) -> str:
+def actor_name(actor: Any) -> str:
+    """The name a decision records: the person's username, or who acted for nobody (the gate itself)."""
     return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
 
 
@@ -448,10 +442,12 @@ def _reason(reason: Any) -> str:
 
 def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
-    (intent id -> happened / not_happened) is recorded and read by the engine; approval is refused while
-    an effect is still indeterminate, for a discarded turn, and for run-level violations (those need a
-    repaired journal, not a decision)."""
-    from audits.services import operator_action_record  # audits builds on recovery
+    (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
+    (page, bulk, API, admin, task), for: a turn that is not held; a discarded turn; a run-level violation
+    (those need a repaired journal, not a decision); an integrity hold (resolved through its finding); and
+    any live intent whose outcome is still unknown once the evidence given is read, whatever the engine's
+    reason (nothing resumes over an effect nobody confirmed)."""
+    from audits.services import operator_action_record  # the operator trail is written with the decision
 
     reason = _reason(reason)
     findings = dict(evidence or {})
@@ -473,7 +469,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
                     finding=finding,
                     dispatch=known[intent_id],  # the latest dispatch, as the operator saw it
                     actor=actor,
-                    actor_name=_actor_name(actor),
+                    actor_name=actor_name(actor),
                     reason=reason,
                 )
         latest = assessment_refresh(run=turn.run) if findings else first
@@ -482,29 +478,14 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
         if before.state != HOLD:
             raise GateError(409, "nothing_to_approve", "the turn is not held: there is nothing to approve")
         current = gate_view(turn=locked, assessment=latest) if findings else before
+        _approvable(current)
         row = current.row
-        if row.decision == "discarded":
-            raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
-        if row.decision == "blocked" and row.reason in RUN_LEVEL_CODES:
-            raise GateError(
-                409,
-                "run_level_violation",
-                "a run-level violation is repaired in the journal, not approved",
-                violation=row.reason,
-            )
-        if row.decision == "blocked" and row.reason == "effect_indeterminate":
-            raise GateError(
-                409,
-                "evidence_required",
-                "an unsafe effect is indeterminate: give evidence (happened / not_happened) for it",
-                intents=[i.intent_id for i in current.intents if i.live and i.resolution == "indeterminate"],
-            )
         GateDecision.objects.create(
             run=locked.run,
             turn=locked,
             kind="approve",
             actor=actor,
-            actor_name=_actor_name(actor),
+            actor_name=actor_name(actor),
             reason=reason,
             assessment=current.assessment,
             engine_decision=row.decision,
@@ -512,6 +493,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
             engine_reason_line=row.reason_line,
             engine_facts=turn_facts(current.assessment, locked.turn_id),
         )
+        turn_states_refresh(run=locked.run, turn_pks=[locked.pk], assessment=current.assessment)
         after = gate_view(turn=locked, assessment=current.assessment)
         operator_action_record(
             actor=actor,
@@ -523,6 +505,34 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
             after={**after.summary(), "evidence": dict(sorted(findings.items()))},
         )
     return after
+
+
+def _approvable(view: GateView) -> None:
+    """Raise the typed refusal when no approval may lift the hold in ``view`` (evidence already read)."""
+    row, value = view.row, view.value
+    if row.decision == "discarded":
+        raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
+    if row.decision == "blocked" and row.reason in RUN_LEVEL_CODES:
+        raise GateError(
+            409,
+            "run_level_violation",
+            "a run-level violation is repaired in the journal, not approved",
+            violation=row.reason,
+        )
+    if value is not None and value.needs_evidence:
+        raise GateError(
+            409,
+            "evidence_required",
+            "an effect of this turn is unconfirmed: give evidence (happened / not_happened) for each intent",
+            intents=list(value.needs_evidence),
+        )
+    if value is not None and value.state == TurnState.HELD_INTEGRITY:
+        raise GateError(
+            409,
+            "integrity_hold",
+            "the run's stored records no longer match what was received: resolve its finding first",
+            finding=value.reason,
+        )
 
 
 def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
@@ -537,13 +547,14 @@ def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
             turn=locked,
             kind="block",
             actor=actor,
-            actor_name=_actor_name(actor),
+            actor_name=actor_name(actor),
             reason=reason,
             assessment=before.assessment,
             engine_decision=before.row.decision,
             engine_reason=before.row.reason,
             engine_reason_line=before.row.reason_line,
         )
+        turn_states_refresh(run=locked.run, turn_pks=[locked.pk], assessment=before.assessment)
         after = gate_view(turn=locked, assessment=before.assessment)
         operator_action_record(
             actor=actor,
@@ -555,6 +566,42 @@ def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
             after=after.summary(),
         )
     return after
+
+
+BULK_ACTIONS = ("approve", "block")
+BULK_MAX = 1000
+
+
+@dataclass
+class BulkOutcome:
+    """What a bulk decision did: the turns decided, and those it left alone with the service's refusal."""
+
+    action: str
+    done: list[Turn] = field(default_factory=list)
+    left: list[tuple[Turn, GateError]] = field(default_factory=list)
+
+
+def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason: str) -> BulkOutcome:
+    """Approve or block each turn through the same service a single decision uses, each in its own
+    transaction: one turn refusing (it needs evidence, it changed meanwhile) never undoes the others, and
+    is listed with the refusal so that the operator can open it. At most BULK_MAX turns."""
+    if action not in BULK_ACTIONS:
+        raise GateError(400, "action_invalid", "the action is `approve` or `block`")
+    reason = _reason(reason)
+    outcome = BulkOutcome(action=action)
+    for turn in islice(turns, BULK_MAX + 1):
+        if len(outcome.done) + len(outcome.left) >= BULK_MAX:
+            raise GateError(400, "too_many", f"a bulk decision covers at most {BULK_MAX} turns: narrow the filter")
+        try:
+            if action == "approve":
+                turn_approve(turn=turn, actor=actor, reason=reason)
+            else:
+                turn_block(turn=turn, actor=actor, reason=reason)
+        except GateError as err:
+            outcome.left.append((turn, err))
+        else:
+            outcome.done.append(turn)
+    return outcome
 
 
 def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
@@ -576,6 +623,7 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
         engine_reason=view.row.reason,
         engine_reason_line=view.row.reason_line,
     )
+    turn_states_refresh(run=turn.run, turn_pks=[turn.pk], assessment=view.assessment)
     operator_action_record(
         actor=None,
         kind="turn_park",

@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<str:run_id>/export", package_views.RunExportView.as_view(), name="api-run-export"),
     path("packages", package_views.PackageUploadView.as_view(), name="api-packages"),
     path("packages/<uuid:upload_id>", package_views.PackageDetailView.as_view(), name="api-package"),
+    path("turns/bulk", views.BulkDecisionView.as_view(), name="api-turns-bulk"),
     path(f"{T}/decision", views.DecisionView.as_view(), name="api-turn-decision"),
     path(f"{T}/claim", views.ClaimView.as_view(), name="api-turn-claim"),
     path(f"{T}/release", views.ReleaseView.as_view(), name="api-turn-release"),

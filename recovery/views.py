@@ -19,6 +19,8 @@ from recovery.serializers import (
     AssessmentSerializer,
     AssessmentSummarySerializer,
     BlockRequestSerializer,
+    BulkRequestSerializer,
+    BulkResultSerializer,
     ClaimRequestSerializer,
     ClaimSerializer,
     EvidenceSerializer,
@@ -27,13 +29,17 @@ from recovery.serializers import (
     GateSerializer,
 )
 from recovery.services import (
+    BULK_MAX,
+    GateError,
     assessment_refresh,
     turn_approve,
     turn_block,
     turn_claim,
     turn_decision,
     turn_release,
+    turns_bulk_decide,
 )
+from recovery.state import bulk_candidates
 
 _CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Refused by the gate's state.")}
 
@@ -175,3 +181,35 @@ class GateDecisionListView(LoopxView):
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         return Response(GateDecisionSerializer(gate_decisions_list(turn=turn), many=True).data)
+
+
+class BulkDecisionView(LoopxView):
+    """Approve or block every turn of a filter, as the console's bulk page does (operators only)."""
+
+    serializer_class = BulkResultSerializer
+    permission_classes = [CanOperate]
+
+    @extend_schema(
+        operation_id="turns_bulk",
+        request=BulkRequestSerializer,
+        responses={200: BulkResultSerializer, **_ERRORS, **_CONFLICT},
+    )
+    def post(self, request: Request) -> Response:
+        body = BulkRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        filters = body.filters()
+        if not filters:
+            # A bulk decision over every turn of every run is never what an operator means.
+            raise GateError(400, "filter_required", "name at least one filter: a bulk decision applies to a filter")
+        action = body.validated_data["action"]
+        candidates = bulk_candidates(filters=filters, action=action).order_by("effective__since", "id")
+        count = candidates.order_by()[: BULK_MAX + 1].count()
+        if count > BULK_MAX:
+            raise GateError(400, "too_many", f"the filter holds more than {BULK_MAX} turns: narrow it", count=count)
+        expected = body.validated_data.get("expected")
+        if expected is not None and expected != count:
+            raise GateError(409, "filter_changed", "the filter's turns changed since you counted them", count=count)
+        outcome = turns_bulk_decide(
+            turns=candidates, action=action, actor=request.user, reason=body.validated_data["reason"]
+        )
+        return Response(BulkResultSerializer(outcome).data)

@@ -37,6 +37,34 @@ def decision_badge(decision: str | None, reason: str | None = None) -> str:
     return format_html('<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span>', key, icon, word)
 
 
+@register.simple_tag
+def state_badge(state: Any) -> str:
+    """The effective state's badge (recovery.state.StateValue), the same markup the list rows use."""
+    from console.rows import state_badge as badge
+
+    return badge(state)
+
+
+@register.filter
+def state_label(state: Any) -> str:
+    from console.rows import state_label as label
+
+    return label(state)
+
+
+@register.filter
+def state_name(key: str | None) -> str:
+    """The words of a state's key ("held_effect" -> "held: effect unconfirmed")."""
+    from console.selectors import STATE_LABELS
+
+    return STATE_LABELS.get(key or "unassessed", (key or "").replace("_", " "))
+
+
+@register.filter
+def state_words(state: Any) -> str:
+    return vocabulary.state_words(str(state.state) if state is not None else None)
+
+
 @register.filter
 def reason_words(code: str | None) -> str:
     return vocabulary.reason_words(code)

@@ -8,8 +8,9 @@ assessment.
 
 Events and their keyword arguments (all JSON-safe; payloads are redacted before they leave):
 
-``turn_blocked``       a turn's decision became ``blocked`` (it was not blocked before): ``run_id``,
-                       ``turn_id``, ``reason``, optional ``reason_line``, ``assessment_id``.
+``turn_blocked``       a turn became held (its effective state holds it at the gate and did not before,
+                       recovery/state.py): ``run_id``, ``turn_id``, ``reason``, ``state``, optional
+                       ``reason_line``, ``assessment_id``.
 ``finding_opened``     a finding was opened: ``finding_id``, ``kind``, optional ``run_id``, ``turn_id``,
                        ``summary``.
 ``crash_loop_parked``  the gate parked a turn that kept crashing: ``run_id``, ``turn_id``, ``attempts``,
@@ -103,27 +104,3 @@ def instrument_assessment(func: Callable[P, R]) -> Callable[P, R]:
         return result
 
     return wrapper
-
-
-def blocked_turn_pks(run: Any) -> set[int]:
-    """The run's turns that are blocked right now (read before an assessment projects new decisions)."""
-    from journals.models import Turn
-
-    return set(Turn.objects.filter(run=run, decision="blocked").values_list("pk", flat=True))
-
-
-def announce_newly_blocked(run_id: str, decisions: Any, blocked_before: set[int], assessment_id: int | None) -> None:
-    """``turn_blocked`` for every (Turn, TurnDecision) now blocked that was not blocked before.
-
-    Called inside the assessment's transaction: webhook deliveries commit with it (notifications).
-    """
-    for turn, decision in decisions:
-        if turn.decision == "blocked" and turn.pk not in blocked_before:
-            emit(
-                turn_blocked,
-                run_id=run_id,
-                turn_id=turn.turn_id,
-                reason=turn.reason,
-                reason_line=getattr(decision, "reason_line", None),
-                assessment_id=assessment_id,
-            )

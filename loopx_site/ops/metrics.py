@@ -190,21 +190,25 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _turns() -> Iterable[Metric]:
-        from journals.models import DECISIONS, Turn
+        from journals.models import DECISIONS, Turn, TurnEffective
 
         family = GaugeMetricFamily(
             "loopx_turns",
-            "Turns by the latest decision and blocking reason ('unassessed' before the first assessment).",
-            labels=["decision", "reason"],
+            "Turns by effective state, with the decision and reason the recovery gate answers "
+            "('unassessed' before the first assessment).",
+            labels=["state", "decision", "reason"],
         )
         seen: set[str] = set()
-        for row in Turn.objects.order_by().values("decision", "reason").annotate(n=Count("id")):
-            decision = row["decision"] or "unassessed"
-            seen.add(decision)
-            family.add_metric([decision, row["reason"] or ""], row["n"])
-        for decision in (*DECISIONS, "unassessed"):
+        assessed = 0
+        rows = TurnEffective.objects.order_by().values("state", "decision", "reason").annotate(n=Count("turn_id"))
+        for row in rows:
+            seen.add(row["decision"])
+            assessed += row["n"]
+            family.add_metric([row["state"], row["decision"], row["reason"] or ""], row["n"])
+        family.add_metric(["unassessed", "unassessed", ""], max(0, Turn.objects.count() - assessed))
+        for decision in DECISIONS:
             if decision not in seen:
-                family.add_metric([decision, ""], 0)
+                family.add_metric(["", decision, ""], 0)
         yield family
 
     @staticmethod

@@ -138,6 +138,7 @@ _DELETED_HERE = frozenset(
         ("recovery", "turnclaim"),
         ("journals", "phase"),
         ("journals", "intent"),
+        ("journals", "turneffective"),
         ("journals", "turn"),
         ("journals", "checkpoint"),
         ("journals", "journalrecord"),
@@ -256,7 +257,7 @@ def _forbid_journal_delete() -> None:
 def _delete_run_rows(run: Any) -> dict[str, int]:
     """Delete every row of the run, children first. The caller holds the transaction and the run's lock."""
     from audits.models import ChainCursor
-    from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn
+    from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn, TurnEffective
     from recovery.models import Assessment, TurnAssessment, TurnClaim
     from recovery.pending import PendingAssessment
 
@@ -273,6 +274,7 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
     remove("claims", TurnClaim.objects.filter(turn__run=run))
     remove("phases", Phase.objects.filter(turn__run=run))
     remove("intents", Intent.objects.filter(turn__run=run))
+    remove("turn_states", TurnEffective.objects.filter(run=run))
     remove("turns", Turn.objects.filter(run=run))
     remove("checkpoints", Checkpoint.objects.filter(run=run))
     _allow_journal_delete()

@@ -22,16 +22,16 @@ def test_operator_filters_reads_the_reason_and_approves_with_evidence(live_serve
     login(page, base, "olivia")
 
     page.get_by_role("link", name="Turns", exact=True).click()
-    page.get_by_label("Decision").select_option("blocked")
+    page.get_by_label("State", exact=True).select_option("waiting")
     page.get_by_role("button", name="Apply").click()
-    page.wait_for_url("**/turns/?*decision=blocked*")
+    page.wait_for_url("**/turns/?*state=waiting*")
     rows = page.locator("#turns-table tbody tr")
     assert rows.count() == 2  # t-charge and t-skip
     shot(page, "turns-filtered-blocked")
 
     page.get_by_role("link", name="t-charge", exact=True).click()
     reason = page.locator("#blocking-reason")
-    assert "Blocked: effect indeterminate" in reason.inner_text()
+    assert "The engine blocks it: effect indeterminate" in reason.inner_text()
     assert "a person must say whether it happened" in reason.inner_text()
     assert "intent_dispatched" in reason.inner_text()
     assert SECRET not in page.content()
@@ -47,8 +47,9 @@ def test_operator_filters_reads_the_reason_and_approves_with_evidence(live_serve
     history = page.locator("#history")
     assert "turn approve" in history.inner_text()
     assert "The bank shows no charge" in history.inner_text()
-    # The operator's evidence turned the effect into a replay: the engine now resumes the turn.
-    assert "resume" in page.locator("h1 .badge").inner_text()
+    # The operator's evidence turned the effect into a replay: the engine resumes the turn, approved.
+    assert "approved by olivia" in page.locator("h1 .badge").inner_text()
+    assert "proceeds (resume" in page.locator("#gate-effect").inner_text()
     assert "Evidence: not happened" in page.locator("#intents-h + div").inner_text().replace("\n", " ")
     shot(page, "turn-approved-with-evidence")
 

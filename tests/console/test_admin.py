@@ -75,7 +75,7 @@ def test_editing_a_blocked_turn_is_recorded_with_the_diff(staff_admin, pay):
         {
             "lineage_repair": "job-10-repaired",
             "notes": "called the team",
-            "block_reason": "",
+            "block_turn": "",
             "change_reason": "the writer lost the lineage",
         },
     )
@@ -91,23 +91,41 @@ def test_editing_a_blocked_turn_is_recorded_with_the_diff(staff_admin, pay):
     # A second edit records only what changed.
     staff_admin.post(
         url,
-        {
-            "lineage_repair": "job-10-repaired",
-            "notes": "called the team",
-            "block_reason": "vendor",
-            "change_reason": "x1",
-        },
+        {"lineage_repair": "job-10-repaired", "notes": "called the ETL owner", "change_reason": "x1"},
     )
     second = OperatorAction.objects.filter(turn=turn, kind="turn_edit").order_by("-id").first()
-    assert second.before == {"engine_lineage": "job-10", "block_reason": ""}
-    assert second.after == {"engine_lineage": "job-10", "block_reason": "vendor"}
+    assert second.before == {"engine_lineage": "job-10", "notes": "called the team"}
+    assert second.after == {"engine_lineage": "job-10", "notes": "called the ETL owner"}
     # And the console shows both the annotation and the history entry.
     html = staff_admin.get(reverse("console:turn", args=[turn.pk])).content.decode()
-    assert "job-10-repaired" in html and "turn edit" in html and "Held because:" in html
+    assert "job-10-repaired" in html and "turn edit" in html
 
 
-def test_a_turn_that_is_not_blocked_cannot_be_edited(staff_admin, pay):
-    url = reverse("admin:journals_turn_change", args=[pay.turns["t-resume"].pk])
+def test_blocking_from_the_admin_is_the_operators_block(staff_admin, pay, operator_client):
+    """The admin's block is recovery.services.turn_block: the gate holds the turn, the state says who."""
+    turn = pay.turns["t-resume"]
+    url = reverse("admin:journals_turn_change", args=[turn.pk])
+    before = _gate(operator_client, turn)
+    assert before["state"] == "proceed"
+    response = staff_admin.post(
+        url, {"lineage_repair": "", "notes": "", "block_turn": "Hold until ETL owner confirms", "change_reason": "x"}
+    )
+    assert response.status_code == 302
+    action = OperatorAction.objects.get(turn=turn, kind="turn_block")
+    assert action.actor_name == "ada-staff" and action.reason == "Hold until ETL owner confirms"
+    after = _gate(operator_client, turn)
+    assert (after["state"], after["reason"]) == ("hold", "operator_blocked")
+    html = staff_admin.get(reverse("console:turn", args=[turn.pk])).content.decode()
+    assert 'data-state="blocked_operator"' in html and "blocked by ada-staff" in html
+    assert "proceeds" not in html.split('id="gate-effect"')[1].split("</p>")[0]
+
+
+def _gate(client, turn):
+    return client.get(f"/api/v1/runs/{turn.run.run_id}/turns/{turn.turn_id}/decision").json()
+
+
+def test_a_finished_turn_cannot_be_edited(staff_admin, pay):
+    url = reverse("admin:journals_turn_change", args=[pay.turns["t-complete"].pk])
     response = staff_admin.post(url, {"notes": "x", "change_reason": "y"})
     assert response.status_code == 403
     assert not OperatorAction.objects.filter(kind="turn_edit").exists()

@@ -63,7 +63,8 @@ def test_block_holds_a_resumable_turn(op_pages, pay):
     assert response.status_code == 302 and response["Location"] == "/turns/?decision=resume"
     assert GateDecision.objects.get(turn=turn).kind == "block"
     html = op_pages.get(reverse("console:turn", args=[turn.pk])).content.decode()
-    assert "blocked by operator" in html and "holds the turn" in html
+    assert 'data-state="blocked_operator"' in html and "blocked by olivia-operator" in html
+    assert "holds the turn" in html
 
 
 def test_a_refused_approval_says_why(op_pages, torn):
@@ -117,7 +118,8 @@ def test_bulk_block_confirms_the_count_then_blocks_each_turn(op_pages, operator,
     response = op_pages.post(
         reverse("console:bulk"), {"decision": "blocked", "action": "block", "expected": "8", "reason": "freeze"}
     )
-    assert response.status_code == 302 and response["Location"] == "/turns/?decision=blocked"
+    assert response.status_code == 200
+    assert "Blocked 8 turns" in response.content.decode()
     assert GateDecision.objects.filter(kind="block").count() == 8
     assert OperatorAction.objects.filter(kind="turn_block", actor=operator).count() == 8
 
@@ -135,15 +137,21 @@ def test_bulk_asks_again_when_the_filter_changed(op_pages, db):
 def test_bulk_approve_leaves_what_needs_evidence_alone(op_pages, db):
     many_runs(4, 1)  # two phase-prefix turns (approvable), two indeterminate ones (need evidence)
     html = op_pages.get(reverse("console:bulk") + "?decision=blocked&action=approve").content.decode()
-    assert '<span class="big" id="bulk-count">2</span>' in html
+    assert '<span class="big" id="bulk-count">4</span>' in html  # every held turn goes to the service
+    assert "2 will stay held: they need evidence for an unconfirmed effect." in html
     response = op_pages.post(
-        reverse("console:bulk"), {"decision": "blocked", "action": "approve", "expected": "2", "reason": "reviewed"}
+        reverse("console:bulk"), {"decision": "blocked", "action": "approve", "expected": "4", "reason": "reviewed"}
     )
-    assert response.status_code == 302
+    assert response.status_code == 200
     approved = set(GateDecision.objects.filter(kind="approve").values_list("turn__reason", flat=True))
     assert approved == {"phase_prefix_violation"}
     assert Turn.objects.filter(reason="effect_indeterminate").count() == 2
     assert not GateDecision.objects.filter(turn__reason="effect_indeterminate").exists()
+    # The turns it left alone are listed, each linked to its page where the evidence is given.
+    result = response.content.decode()
+    assert "Approved 2 turns" in result and result.count('data-code="evidence_required"') == 2
+    for turn in Turn.objects.filter(reason="effect_indeterminate"):
+        assert f'href="{reverse("console:turn", args=[turn.pk])}#decide"' in result
 
 
 def test_bulk_needs_a_filter(op_pages, db):

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audits.heartbeat import heartbeat_record
-from journals.models import Run, Turn
-from tests.console.test_queries import LISTS
+from journals.models import Run, Turn, TurnEffective
+from tests.console.test_queries import COUNTING, LISTS
 
 pytestmark = pytest.mark.django_db
 
@@ -81,6 +81,13 @@ def hostile(db) -> tuple[Run, Turn, Turn]:
     resume = Turn.objects.create(
         run=run, turn_id=TURN_RESUME, lineage=LINEAGE, decision="resume", resume_from=RESUME_FROM, plan=["plan"]
     )
+    # Their effective states, with the same hostile values (no engine writes such a reason: stored directly).
+    TurnEffective.objects.create(
+        turn=blocked, run=run, state="held_review", gate="hold", decision="blocked", reason=REASON
+    )
+    TurnEffective.objects.create(
+        turn=resume, run=run, state="resuming", gate="proceed", decision="resume", resume_from=RESUME_FROM
+    )
     heartbeat_record(role="worker", name=WORKER)
     return run, blocked, resume
 
@@ -118,7 +125,7 @@ def test_the_turns_list_escapes_every_value_and_keeps_its_rows(op_pages, hostile
     assert set(rows) == {TURN_BLOCKED, TURN_RESUME}  # the text the browser shows is the value itself
     for turn in (blocked, resume):
         row = rows[turn.turn_id]
-        assert len(row["cells"]) == 8  # turn, run, decision, step, status, gate, updated, decide (operator)
+        assert len(row["cells"]) == 8  # turn, run, state, step, status, operator, updated, decide (operator)
         assert row["cells"][1] == RUN_ID
         detail, run_link = urlsplit(row["hrefs"][0]), urlsplit(row["hrefs"][1])
         assert detail.path == reverse("console:turn", args=[turn.pk])
@@ -157,18 +164,19 @@ def test_the_overview_and_its_blocked_queue_escape_every_value(op_pages, hostile
     html, queries = _get(op_pages, url)
     assert queries == LISTS[url]  # counting the turns (no count cached yet)
     cached, queries = _get(op_pages, url)
-    assert queries == LISTS[url] - 2 and cached.count("<tr") == html.count("<tr")  # the counts cached
+    assert queries == LISTS[url] - COUNTING and cached.count("<tr") == html.count("<tr")  # the counts cached
     _escaped_only(html, TURN_BLOCKED, WORKER)
     page = parse(html)
     _no_injected_markup(page, html)
     queue = [r for r in page.rows if r["hrefs"] == [reverse("console:turn", args=[blocked.pk])]]
     assert len(queue) == 1
-    assert queue[0]["cells"][1:4] == [TURN_BLOCKED, RUN_ID, f"✖ {REASON}"]  # (the reason has no "_" to space)
+    assert queue[0]["cells"][1:3] == [TURN_BLOCKED, RUN_ID]
+    assert queue[0]["cells"][3] == f"✖ held for review {REASON}"  # the state's words, the reason as text
     assert WORKER in [r["cells"][0] for r in page.rows]  # the heartbeats' process name, as text
     # The live refresh renders the same rows.
     partial, queries = _get(op_pages, reverse("console:blocked_queue"))
     assert queries == LISTS[reverse("console:blocked_queue")]
     _escaped_only(partial, TURN_BLOCKED, RUN_ID, REASON)
     rows = parse(partial).rows
-    assert [r["cells"][1:4] for r in rows] == [[TURN_BLOCKED, RUN_ID, f"✖ {REASON}"]]
+    assert [r["cells"][1:4] for r in rows] == [[TURN_BLOCKED, RUN_ID, f"✖ held for review {REASON}"]]
     assert "script" not in parse(partial).tags

@@ -65,13 +65,14 @@ def test_workload_shows_in_metrics(runtime, operator):
     assert delta("loopx_ingest_records_total", outcome="duplicate") == len(ok.lines)
     assert delta("loopx_assessment_duration_seconds_count") == 2
     assert delta("loopx_assessment_duration_seconds_bucket", le="+Inf") == 2
-    assert delta("loopx_events_total", event="turn_blocked") == 1
+    # t9 held by the engine, t2 held by the operator's block: each became held once.
+    assert delta("loopx_events_total", event="turn_blocked") == 2
     assert delta("loopx_events_total", event="finding_opened") == 1
 
     # Scrape-time gauges: exact, from this test's database.
-    assert value(after, "loopx_turns", decision="complete", reason="") == 1
-    assert value(after, "loopx_turns", decision="resume", reason="") == 1
-    assert value(after, "loopx_turns", decision="blocked", reason="lineage_missing") == 1
+    assert value(after, "loopx_turns", state="complete", decision="complete", reason="") == 1
+    assert value(after, "loopx_turns", state="blocked_operator", decision="blocked", reason="operator_blocked") == 1
+    assert value(after, "loopx_turns", state="held_review", decision="blocked", reason="lineage_missing") == 1
     assert value(after, "loopx_findings_open", kind="lost_turn") == 1
     assert value(after, "loopx_findings_open", kind="chain_broken") == 0
     assert value(after, "loopx_operator_actions_total", kind="turn_block") == 1
@@ -202,4 +203,4 @@ def test_a_scrape_costs_a_few_queries(client, runtime, django_assert_max_num_que
     assessment_refresh(run=Run.objects.get(run_id="volume"))
     with django_assert_max_num_queries(10):
         samples = scrape(client, HTTP_AUTHORIZATION=f"Bearer {runtime.raw}")
-    assert value(samples, "loopx_turns", decision="complete", reason="") == 30
+    assert value(samples, "loopx_turns", state="complete", decision="complete", reason="") == 30

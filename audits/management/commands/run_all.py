@@ -84,17 +84,15 @@ class Command(BaseCommand):
         return run_ids
 
     def _demo_audits(self) -> None:
-        """Ask the worker for one pass of the audits a few seconds after start, with thresholds of zero, so
-        that the demo shows findings at once (the schedules use the real thresholds afterwards)."""
+        """Ask the worker for one pass of the audits a few seconds after start, with their real thresholds:
+        the chain verification finds the demo's tampered run at once; a turn is escalated or called lost
+        only once it has really waited that long, as in production, so nothing on the first screen is a
+        finding that clears itself minutes later."""
         from audits import tasks
 
-        for task, kwargs in (
-            (tasks.audit_chain_verification, {}),
-            (tasks.audit_unclaimed_blocked_turns, {"older_than_seconds": 0}),
-            (tasks.audit_stale_turns, {"idle_seconds": 0}),
-        ):
+        for task in (tasks.audit_chain_verification, tasks.audit_unclaimed_blocked_turns, tasks.audit_stale_turns):
             # The assessments were published first; the countdown lets them land before the audits read them.
-            task.apply_async(kwargs=kwargs, countdown=5)
+            task.apply_async(countdown=5)
 
     def _demo_users(self) -> list[tuple[str, str, bool]]:
         """(username, role, created). Existing users keep their passwords."""

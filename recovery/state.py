@@ -1,0 +1,463 @@
+"""A turn's effective state: the one place it is decided, and its one writer.
+
+The engine decides each turn from the committed prefix; operators decide on top (approve, block), the gate
+parks crash loops, and an integrity finding of the chain verification holds a whole run. What a person or
+a runtime sees is the combination, and it is combined here only:
+
+- ``turn_state_compute`` is the rule, a function of its inputs alone. The recovery gate calls it on every
+  answer (recovery/selectors.py) and ``turn_states_refresh`` calls it to store the result.
+- ``turn_states_refresh`` writes ``TurnEffective`` (journals/models.py): every page, API answer, count,
+  queue, filter, finding, webhook and metric reads the state from there, so they cannot disagree.
+
+Fail closed: a live intent whose outcome nobody knows holds the turn whatever the engine's reason and
+whatever an approval said, until an operator gives a finding for it (the engine then settles the intent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
+from loopx_site.ops.events import emit, turn_blocked
+from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
+from recovery.models import Assessment, GateDecision, TurnAssessment
+
+PROCEED, HOLD, DONE = "proceed", "hold", "done"
+OPERATOR_BLOCKED = "operator_blocked"
+RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
+RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
+
+# States that wait for a person (the blocked queue, the unclaimed-turn finding): an operator's own block
+# is held too, but someone already owns it.
+WAITING = frozenset(
+    {TurnState.HELD_EFFECT, TurnState.HELD_REVIEW, TurnState.HELD_JOURNAL, TurnState.HELD_INTEGRITY, TurnState.PARKED}
+)
+HELD = WAITING | {TurnState.BLOCKED_OPERATOR}
+# Held states an approval may lift (the service still checks each turn: evidence, coverage).
+APPROVABLE = frozenset({TurnState.HELD_REVIEW, TurnState.BLOCKED_OPERATOR, TurnState.PARKED})
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """The engine's decision for one turn (from a stored TurnAssessment or the engine's TurnDecision)."""
+
+    decision: str
+    reason: str | None
+    resume_from: str | None
+    completed: int  # phases committed on the live timeline
+    reason_line: int | None = None  # the journal line of the engine's reason, when it names one
+
+
+@dataclass(frozen=True)
+class StateValue:
+    state: TurnState
+    gate: str
+    decision: str
+    reason: str | None
+    resume_from: str | None
+    approved: bool = False
+    actor_name: str = ""
+    decided_at: datetime | None = None
+    note: str = ""
+    needs_evidence: tuple[str, ...] = ()
+    engine: EngineRow | None = None
+    since: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        return str(TurnState(self.state).label)
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape every API answer carries as ``state`` (and OperatorAction before/after)."""
+        return {
+            "state": str(self.state),
+            "label": self.label,
+            "gate": self.gate,
+            "decision": self.decision,
+            "reason": self.reason,
+            "resume_from": self.resume_from,
+            "operator": self.actor_name or None,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            "note": self.note or None,
+            "needs_evidence": list(self.needs_evidence),
+            "since": self.since.isoformat() if self.since else None,
+        }
+
+
+def engine_row(row: Any) -> EngineRow:
+    """A TurnAssessment (or anything with its fields) as the rule reads it."""
+    decision = getattr(row.decision, "value", row.decision)
+    return EngineRow(
+        decision=str(decision),
+        reason=row.reason,
+        resume_from=row.resume_from,
+        completed=len(row.completed_phases),
+    )
+
+
+def turn_state_compute(
+    *,
+    plan: Sequence[str],
+    engine: EngineRow,
+    operator: GateDecision | None,
+    covered: bool,
+    indeterminate: Sequence[str],
+    integrity: str | None,
+) -> StateValue:
+    """The effective state of one turn. ``covered``: the operator decision in force is an approval of the
+    engine's current blocking facts (same reason, same violations: recovery.selectors.approval_covers).
+    ``indeterminate``: the turn's live intents whose outcome is unknown. ``integrity``: the kind of an
+    unresolved finding that holds the whole run."""
+    who: dict[str, Any] = {}
+    if operator is not None:
+        who = {"actor_name": operator.actor_name, "decided_at": operator.created_at, "note": operator.reason}
+    evidence = tuple(indeterminate)
+    base = {"engine": engine, "needs_evidence": evidence, **who}
+
+    if operator is not None and operator.kind == "block":
+        value = StateValue(TurnState.BLOCKED_OPERATOR, HOLD, "blocked", OPERATOR_BLOCKED, None, **base)
+    elif operator is not None and operator.kind == "park":
+        value = StateValue(TurnState.PARKED, HOLD, "blocked", RECOVERY_ATTEMPTS_EXCEEDED, None, **base)
+    elif engine.decision == "complete":
+        return StateValue(TurnState.COMPLETE, DONE, "complete", engine.reason, None, **base)
+    elif engine.decision == "discarded":
+        return StateValue(TurnState.DISCARDED, DONE, "discarded", engine.reason, None, **base)
+    elif engine.decision == "blocked" and engine.reason in RUN_LEVEL_CODES:
+        value = StateValue(TurnState.HELD_JOURNAL, HOLD, "blocked", engine.reason, None, **base)
+    elif evidence:
+        # Whatever the engine's reason (an indeterminate effect, an unsafe redispatch, ...) and whatever an
+        # approval said: nobody knows whether the effect happened, so nothing goes on without a finding.
+        reason = engine.reason or "effect_indeterminate"
+        value = StateValue(TurnState.HELD_EFFECT, HOLD, "blocked", reason, None, **base)
+    elif engine.decision == "blocked" and covered:
+        # The approved fact stays visible as the reason; the turn goes on after its committed phases.
+        if engine.completed >= len(plan):
+            value = StateValue(TurnState.APPROVED, PROCEED, "finalize", engine.reason, None, approved=True, **base)
+        else:
+            value = StateValue(
+                TurnState.APPROVED, PROCEED, "resume", engine.reason, str(plan[engine.completed]), approved=True, **base
+            )
+    elif engine.decision == "blocked":
+        value = StateValue(TurnState.HELD_REVIEW, HOLD, "blocked", engine.reason, None, **base)
+    else:
+        approved = operator is not None and operator.kind == "approve"
+        state = TurnState.APPROVED if approved else (
+            TurnState.FINALIZING if engine.decision == "finalize" else TurnState.RESUMING
+        )
+        value = StateValue(
+            state, PROCEED, engine.decision, engine.reason, engine.resume_from, approved=approved, **base
+        )
+    if integrity is not None:
+        # Stored records no longer match what was received: no decision of anyone's covers that.
+        return StateValue(TurnState.HELD_INTEGRITY, HOLD, "blocked", integrity, None, **base)
+    return value
+
+
+# --- Reading the inputs ----------------------------------------------------------------------------
+
+
+def run_integrity_hold(*, run_id: int) -> str | None:
+    """The kind of the oldest unresolved finding that holds the whole run (chain_broken, ...), or None."""
+    from audits.finding_selectors import run_integrity_finding  # findings are the run's evidence of tampering
+
+    return run_integrity_finding(run_id=run_id)
+
+
+def turn_facts_of(violations: Iterable[Any], turn_id: str) -> list[list[Any]]:
+    """The turn's violations as (code, branch, lsn): what an approval covers."""
+    return [
+        [v.get("code"), v.get("branch"), v.get("lsn")]
+        for v in violations
+        if isinstance(v, dict) and v.get("turn") == turn_id
+    ]
+
+
+def covers(operator: GateDecision | None, engine: EngineRow, facts: list[list[Any]]) -> bool:
+    """Whether the operator decision in force is an approval of exactly the engine's current blocking facts."""
+    if operator is None or operator.kind != "approve" or engine.reason in RUN_LEVEL_CODES:
+        return False
+    return operator.engine_reason == engine.reason and operator.engine_facts == facts
+
+
+# --- The writer -------------------------------------------------------------------------------------
+
+
+def _projected_assessment(run: Run) -> Assessment | None:
+    """The assessment the run's projections show: the newest one of the projected prefix."""
+    if run.assessed_seq is None:
+        return None
+    return (
+        Assessment.objects.filter(run=run, prefix_last_seq=run.assessed_seq)
+        .defer("output")
+        .order_by("-id")
+        .first()
+    )
+
+
+def turn_states_refresh(
+    *,
+    run: Run,
+    turn_pks: Iterable[int] | None = None,
+    assessment: Assessment | None = None,
+    violations: list[Any] | None = None,
+) -> dict[int, StateValue]:
+    """Recompute and store the effective state of the run's turns (all of them, or ``turn_pks``) under
+    ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
+    row keeps its ``since`` while its state and reason stay the same. Returns turn pk -> state."""
+    assessment = assessment or _projected_assessment(run)
+    if assessment is None:
+        return {}
+    rows = TurnAssessment.objects.filter(assessment=assessment)
+    turns = Turn.objects.filter(run=run)
+    decisions = GateDecision.objects.filter(run=run)
+    intents = Intent.objects.filter(turn__run=run, live=True, resolution="indeterminate")
+    stored = TurnEffective.objects.filter(run=run)
+    if turn_pks is not None:
+        wanted = list(turn_pks)
+        rows, turns, decisions = rows.filter(turn_id__in=wanted), turns.filter(pk__in=wanted), decisions.filter(
+            turn_id__in=wanted
+        )
+        intents, stored = intents.filter(turn_id__in=wanted), stored.filter(turn_id__in=wanted)
+    engine_of = {
+        pk: EngineRow(decision, reason, resume_from, len(completed), line)
+        for pk, decision, reason, resume_from, completed, line in rows.values_list(
+            "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
+        ).iterator(chunk_size=5000)
+    }
+    if not engine_of:
+        return {}
+    operator_of: dict[int, GateDecision] = {}
+    for decision in decisions.order_by("id").iterator(chunk_size=2000):
+        operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
+    unknown: dict[int, list[str]] = {}
+    for turn_pk, intent_id in intents.order_by("turn_id", "position").values_list("turn_id", "intent_id"):
+        unknown.setdefault(turn_pk, []).append(intent_id)
+    if violations is None and any(d.kind == "approve" for d in operator_of.values()):
+        from recovery.selectors import assessment_violations
+
+        violations = assessment_violations(assessment)
+    integrity = run_integrity_hold(run_id=run.pk)
+    existing = {e.turn_id: e for e in stored.iterator(chunk_size=5000)}
+    now = timezone.now()
+    create: list[TurnEffective] = []
+    update: list[TurnEffective] = []
+    found: dict[int, StateValue] = {}
+    newly_held: list[tuple[str, StateValue]] = []
+    for pk, turn_id, plan in turns.values_list("pk", "turn_id", "plan").iterator(chunk_size=5000):
+        engine = engine_of.get(pk)
+        if engine is None:
+            continue
+        operator = operator_of.get(pk)
+        covered = covers(operator, engine, turn_facts_of(violations or [], turn_id)) if operator else False
+        value = turn_state_compute(
+            plan=list(plan) if isinstance(plan, list) else [],
+            engine=engine,
+            operator=operator,
+            covered=covered,
+            indeterminate=unknown.get(pk, ()),
+            integrity=integrity,
+        )
+        fields = _fields(value)
+        row = existing.get(pk)
+        if value.gate == HOLD and (row is None or row.gate != HOLD):
+            newly_held.append((turn_id, value))
+        if row is None:
+            create.append(TurnEffective(turn_id=pk, run_id=run.pk, since=now, updated_at=now, **fields))
+            found[pk] = _with_since(value, now)
+            continue
+        same_state = (row.state, row.reason) == (fields["state"], fields["reason"])
+        if any(getattr(row, k) != v for k, v in fields.items()):
+            for k, v in fields.items():
+                setattr(row, k, v)
+            if not same_state:
+                row.since = now
+            row.updated_at = now
+            update.append(row)
+        found[pk] = _with_since(value, row.since)
+    with transaction.atomic():
+        if create:
+            TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
+        if update:
+            TurnEffective.objects.bulk_update(update, [*_FIELDS, "since", "updated_at"], batch_size=2000)
+        # `turn_blocked` (webhooks, metrics) for each turn this refresh newly holds, whoever held it; sent in
+        # the transaction, so that deliveries commit with the state.
+        for turn_id, value in newly_held:
+            emit(
+                turn_blocked,
+                run_id=run.run_id,
+                turn_id=turn_id,
+                reason=value.reason,
+                reason_line=value.engine.reason_line if value.engine else None,
+                assessment_id=assessment.pk,
+                state=str(value.state),
+            )
+    return found
+
+
+_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "note", "needs_evidence")
+
+
+def _fields(value: StateValue) -> dict[str, Any]:
+    return {
+        "state": str(value.state),
+        "gate": value.gate,
+        "decision": value.decision,
+        "reason": value.reason,
+        "resume_from": value.resume_from,
+        "actor_name": value.actor_name[:150],
+        "decided_at": value.decided_at,
+        "note": value.note,
+        "needs_evidence": list(value.needs_evidence),
+    }
+
+
+def _with_since(value: StateValue, since: datetime) -> StateValue:
+    return StateValue(**{**value.__dict__, "since": since})
+
+
+def state_of(effective: TurnEffective | None) -> StateValue | None:
+    """The stored state as the value pages render (None: not yet assessed)."""
+    if effective is None:
+        return None
+    return StateValue(
+        state=TurnState(effective.state),
+        gate=effective.gate,
+        decision=effective.decision,
+        reason=effective.reason,
+        resume_from=effective.resume_from,
+        approved=effective.state == TurnState.APPROVED,
+        actor_name=effective.actor_name,
+        decided_at=effective.decided_at,
+        note=effective.note,
+        needs_evidence=tuple(effective.needs_evidence or ()),
+        since=effective.since,
+    )
+
+
+def states_by_turn(turn_pks: Iterable[int]) -> Mapping[int, StateValue]:
+    """Stored states of some turns, one query (a page of a list)."""
+    return {
+        e.turn_id: value
+        for e in TurnEffective.objects.filter(turn_id__in=list(turn_pks))
+        if (value := state_of(e)) is not None
+    }
+
+
+# --- Reading many turns by state ---------------------------------------------------------------------
+
+UNASSESSED = "unassessed"
+# The filter names a list, a bulk decision and the bulk API share (console.forms.TurnFilterForm,
+# recovery.serializers.BulkRequestSerializer): the same names select the same turns everywhere.
+FILTER_NAMES = ("q", "state", "decision", "reason", "status", "run", "age")
+# Groups of states a filter may name beside a single state.
+STATE_GROUPS: dict[str, frozenset[str]] = {
+    "held": frozenset(str(s) for s in HELD),
+    "waiting": frozenset(str(s) for s in WAITING),
+    "proceeding": frozenset({TurnState.RESUMING, TurnState.FINALIZING, TurnState.APPROVED}),
+}
+AGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+# The values each filter name takes, with their words (what a form shows).
+FILTER_CHOICES: dict[str, list[tuple[str, str]]] = {
+    "state": [("held", "held (any reason)"), ("waiting", "waiting for a person")]
+    + [(str(s), str(s.label)) for s in TurnState]
+    + [("proceeding", "the gate lets it go on"), (UNASSESSED, "not yet assessed")],
+    "decision": [(d, d) for d in DECISIONS] + [(UNASSESSED, "not yet assessed")],
+    "reason": sorted(
+        [(c.value, c.value.replace("_", " ")) for c in Code]
+        + [
+            (EFFECT_INDETERMINATE, "effect indeterminate"),
+            (OPERATOR_BLOCKED, "operator blocked"),
+            (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
+        ]
+    ),
+    "status": [(s, s) for s in TURN_STATUSES],
+    # Age of the turn's latest change. "Newer than" finds what just happened, "older than" what is stuck.
+    "age": [
+        ("lt1h", "changed in the last hour"),
+        ("lt24h", "changed in the last 24 hours"),
+        ("lt7d", "changed in the last 7 days"),
+        ("gt1h", "unchanged for over an hour"),
+        ("gt24h", "unchanged for over 24 hours"),
+        ("gt7d", "unchanged for over 7 days"),
+    ],
+}
+
+
+# The schema's names for the filter's value sets (settings.SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES).
+STATE_FILTER_VALUES = [value for value, _ in FILTER_CHOICES["state"]]
+DECISION_FILTER_VALUES = [value for value, _ in FILTER_CHOICES["decision"]]
+
+
+def age_q(age: str, field_name: str) -> Q:
+    delta = AGES.get(age[2:])
+    if delta is None:
+        return Q()
+    cutoff = timezone.now() - delta
+    return Q(**{f"{field_name}__gte": cutoff}) if age.startswith("lt") else Q(**{f"{field_name}__lt": cutoff})
+
+
+def turns_matching(*, filters: Mapping[str, Any]) -> QuerySet[Turn]:
+    """The turns a filter names (values already validated by the caller's form), with their run and their
+    effective state joined. ``state``: a TurnState, a group (held, waiting, proceeding) or unassessed;
+    ``decision`` and ``reason``: the effective ones, as the gate answers."""
+    turns = Turn.objects.select_related("run", "effective")
+    q = filters.get("q")
+    if q:
+        turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
+    state = filters.get("state")
+    if state == UNASSESSED:
+        turns = turns.filter(effective__isnull=True)
+    elif state in STATE_GROUPS:
+        turns = turns.filter(effective__state__in=sorted(STATE_GROUPS[state]))
+    elif state:
+        turns = turns.filter(effective__state=state)
+    decision = filters.get("decision")
+    if decision == UNASSESSED:
+        turns = turns.filter(effective__isnull=True)
+    elif decision:
+        turns = turns.filter(effective__decision=decision)
+    if filters.get("reason"):
+        turns = turns.filter(effective__reason=filters["reason"])
+    if filters.get("status"):
+        turns = turns.filter(status=filters["status"])
+    if filters.get("run"):
+        turns = turns.filter(run__run_id=filters["run"])
+    if filters.get("age"):
+        turns = turns.filter(age_q(filters["age"], "updated_at"))
+    return turns
+
+
+def bulk_candidates(*, filters: Mapping[str, Any], action: str) -> QuerySet[Turn]:
+    """The turns of a filter a bulk decision hands to the service: every held turn for an approval (the
+    service refuses, one by one, those that need evidence or a repair), every turn not done and not already
+    blocked by an operator for a block."""
+    turns = turns_matching(filters=filters)
+    if action == "approve":
+        return turns.filter(effective__gate=HOLD)
+    open_turn = ~Q(effective__gate=DONE) & ~Q(effective__state=TurnState.BLOCKED_OPERATOR)
+    return turns.filter(Q(effective__isnull=True) | open_turn)
+
+
+def state_counts(*, runs: Iterable[int] | None = None) -> dict[str, int]:
+    """Turns by effective state (one grouped query), over every run or some; not-yet-assessed turns are
+    the turns with no state."""
+    states = TurnEffective.objects.order_by()
+    turns = Turn.objects.order_by()
+    if runs is not None:
+        wanted = list(runs)
+        states, turns = states.filter(run_id__in=wanted), turns.filter(run_id__in=wanted)
+    counts = {s: n for s, n in states.values_list("state").annotate(n=Count("turn_id")).values_list("state", "n")}
+    counts[UNASSESSED] = max(0, turns.count() - sum(counts.values()))
+    return counts
