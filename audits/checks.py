@@ -1,4 +1,4 @@
-"""The scheduled audits (issue 4). Each is a service called by a thin task in audits/tasks.py, bounded per
+"""The scheduled audits. Each is a service called by a thin task in audits/tasks.py, bounded per
 pass (``limit``) so that one pass never outgrows its task's time limit, and idempotent: running one twice
 opens nothing twice (findings are unique per unresolved fact) and repairs nothing silently.
 

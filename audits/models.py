@@ -29,12 +29,12 @@ OPERATOR_ACTION_KINDS = (
     "evidence_record",
     "api_token_create",
     "api_token_revoke",
-    # Issue 4: an operator acknowledging or resolving a finding of the scheduled audits.
+    # An operator acknowledging or resolving a finding of the scheduled audits.
     "finding_acknowledge",
     "finding_resolve",
-    # Issue 6: an admin's edit of a blocked turn's annotations (lineage repair, notes, block reason).
+    # An admin's edit of a blocked turn's annotations (lineage repair, notes, block reason).
     "turn_edit",
-    # Issue 8: retention removed a completed run after exporting it to a verified package (system actor).
+    # Retention removed a completed run after exporting it to a verified package (system actor).
     "retention_remove",
     # The rest of the trail: every state-changing act of a person or a token (docs/trail.md).
     "run_export",
@@ -190,7 +190,7 @@ class RecoveryAuditClosure(AppendOnlyModel):
         ordering = ["-closed_at"]
 
 
-# Findings of the scheduled audits, the chain cursor and the heartbeats (issue 4, background work) live in
+# Findings of the scheduled audits, the chain cursor and the workers' heartbeats live in
 # their own modules; imported here so that Django registers them with this app.
 from audits.background import ChainCursor, Heartbeat  # noqa: E402, F401
 from audits.findings import Finding  # noqa: E402, F401

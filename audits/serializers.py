@@ -34,15 +34,6 @@ class DivergenceSerializer(serializers.ModelSerializer):
         fields = ["code", "kind", "target", "action", "detail", "created_at"]
 
 
-class PlannedStatusSerializer(serializers.Serializer):
-    kind = serializers.CharField()
-    target = serializers.CharField()
-    resolution = serializers.CharField(required=False)
-    effect_class = serializers.CharField(required=False)
-    idempotency_key = serializers.CharField(required=False, allow_null=True)
-    reported = serializers.BooleanField(help_text="An actual action matched this planned one.")
-
-
 class RecoveryAuditSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.run_id")
     turn = serializers.CharField(source="turn.turn_id")

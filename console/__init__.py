@@ -1,1 +1,1 @@
-"""The operator console: server-rendered pages to review, approve and block recoveries (issue 6)."""
+"""The operator console: server-rendered pages to review, approve and block recoveries."""

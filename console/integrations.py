@@ -1,4 +1,4 @@
-"""Reads from the background side (issue 4: heartbeats, findings) shaped for the overview."""
+"""Reads from the background side (heartbeats, findings) shaped for the overview."""
 
 from __future__ import annotations
 

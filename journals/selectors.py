@@ -90,12 +90,6 @@ def runs_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Run]:
     return Run.objects.filter(scope.q("run_id")).order_by("-updated_at", "-id")
 
 
-def turn_find(*, run: Run, turn_id: str) -> Turn | None:
-    if not _usable_key(turn_id):
-        return None
-    return Turn.objects.filter(run=run, turn_id=turn_id).select_related("run").first()
-
-
 def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | None:
     """A turn by its run's id and its own, in one query (joined), with its timeline prefetched when asked."""
     if not (_usable_key(run_id) and _usable_key(turn_id)):

@@ -222,12 +222,6 @@ class TurnSerializer(serializers.ModelSerializer):
         fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "state", "created_at", "updated_at"]
 
 
-class RecordRefSerializer(serializers.Serializer):
-    seq = serializers.IntegerField()
-    branch = serializers.IntegerField()
-    lsn = serializers.IntegerField()
-
-
 class PhaseSerializer(serializers.ModelSerializer):
     record = serializers.SerializerMethodField()
 

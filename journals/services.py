@@ -37,6 +37,7 @@ from journals.storable import is_storable, storable
 from loopx_site.errors import ServiceError
 from loopx_site.failpoints import failpoint
 from loopx_site.ops.events import instrument_ingest
+from recovery.engine import is_int as _is_int
 from recovery.engine import offset_mismatches, parse_canonical_batch, proven_canonical
 from recovery.engine.canonical import canonical_bytes, parse_line
 from recovery.engine.types import DEFAULT_PHASES
@@ -140,10 +141,6 @@ class IngestResult:
     first_seq: int | None
     last_seq: int
     branches: list[Branch] = field(default_factory=list)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _split(body: bytes, content_type: str) -> list[bytes]:
@@ -510,7 +507,7 @@ def _batch_turns(records: Iterable[_Prepared]) -> set[str]:
     return {rec.turn for rec in records if rec.turn is not None}
 
 
-# Issue 8: one `ingest_finished` event per batch (accepted, conflict or refused by code) for the metrics.
+# One `ingest_finished` event per batch (accepted, conflict or refused by code) for the metrics.
 @instrument_ingest
 def records_ingest(
     *,
@@ -604,7 +601,7 @@ def _project(
 
 def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
     """After the rows: the projection written, the pending-assessment flag, the checkpoints."""
-    # Issue 4: the run's pending-assessment flag is raised in this transaction; the batch that raises it
+    # The run's pending-assessment flag is raised in this transaction; the batch that raises it
     # publishes `assess_run` on commit (recovery/background.py). On PostgreSQL the flag's upsert rides in
     # the projection's statement (one round trip less per batch).
     from recovery.background import assessment_request, assessment_requested

@@ -166,11 +166,6 @@ def runtime_token(request: Request) -> ApiToken | None:
     return auth if isinstance(auth, ApiToken) else None
 
 
-def token_allows_run(request: Request, run_id: str) -> bool:
-    token = runtime_token(request)
-    return token is None or token.allows_run(run_id)
-
-
 class CanView(BasePermission):
     """Reads: a viewer (or higher), or a runtime token."""
 

@@ -46,9 +46,9 @@ INSTALLED_APPS = [
     "journals",
     "recovery",
     "audits",
-    # Webhooks, and the wiring of loopx_site/ops (metrics, JSON logs, retention): issue 8.
+    # Webhooks, and the wiring of loopx_site/ops (metrics, JSON logs, retention).
     "notifications",
-    # The operator console (issue 6): pages, template tags and the admin registrations.
+    # The operator console: pages, template tags and the admin registrations.
     "console",
 ]
 
@@ -276,11 +276,11 @@ LOOPX_PACKAGE_MAX_RATIO = env_int("LOOPX_PACKAGE_MAX_RATIO", 200)
 LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages")))
 # An uploaded history of another runtime (docs/imports.md): Temporal caps a history at 50 MB.
 LOOPX_IMPORT_MAX_BYTES = env_int("LOOPX_IMPORT_MAX_BYTES", 64 * 1024 * 1024)
-# Background work and the scheduled audits (issue 4, docs/celery.md). Per pass, each audit handles at
+# Background work and the scheduled audits (docs/celery.md). Per pass, each audit handles at
 # most LOOPX_AUDIT_BATCH runs or turns so that a pass stays well inside its task's time limit.
 LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
 LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
-# validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal (issue 5).
+# validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal.
 LOOPX_PACKAGE_TIME_LIMIT = env_int("LOOPX_PACKAGE_TIME_LIMIT", 1800)
 # The package sweep (docs/package-import.md): an upload still `received` this long after its latest publish
 # is published again; a file under uploads/ that no upload names is removed once this old.

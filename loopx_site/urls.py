@@ -18,11 +18,11 @@ urlpatterns = [
     path("api/v1/", include("loopx_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
-    # Operability (issue 8): /healthz, /readyz, /metrics at the root; webhooks under the API.
+    # Operability: /healthz, /readyz, /metrics at the root; webhooks under the API.
     path("", include("loopx_site.ops.urls")),
     path("api/v1/", include("notifications.urls")),
     path("api/v1/", include("console.api")),
-    # The operator console owns the root (issue 6); mounted last so that the paths above win.
+    # The operator console owns the root; mounted last so that the paths above win.
     path("", include("console.urls")),
 ]
 

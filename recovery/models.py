@@ -149,8 +149,8 @@ class GateDecision(AppendOnlyModel):
         constraints = [models.CheckConstraint(condition=_in("kind", GATE_KINDS), name="gatedecision_kind_valid")]
 
 
-# The assessment queue's per-run flag (issue 4, background work) and the uploaded recovery packages (issue 5,
-# the dashboard's import) live in their own modules; imported here so that Django registers them with this app.
+# The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
+# modules; imported here so that Django registers them with this app.
 from recovery.import_models import (  # noqa: E402, F401
     EffectMap,
     EffectMapAttachment,

@@ -1,4 +1,4 @@
-"""Uploaded recovery packages and what became of them (issue 5, "In the dashboard").
+"""Recovery packages uploaded from the console, and what became of them.
 
 A model module of the `recovery` app (imported by recovery/models.py). An upload's bytes are stored under
 ``LOOPX_PACKAGE_DIR/uploads`` through the atomic-write helper and never unpacked there; this row is the truth

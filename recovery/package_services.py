@@ -336,7 +336,7 @@ def _checked(
             finished_at=now,
             updated_at=now,
         ):
-            # Issue 8: a rejected package is an operational event (webhooks, metrics). Only the transition's
+            # A rejected package is an operational event (webhooks, metrics). Only the transition's
             # winner announces it; the upload id names the package, never the uploader's file name.
             emit(package_rejected, code=findings[0]["code"], package=str(upload.pk), detail=f"{len(findings)} findings")
     upload.refresh_from_db()

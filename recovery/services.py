@@ -43,7 +43,7 @@ from recovery.selectors import (
 )
 from recovery.state import turn_states_refresh
 
-# Issue 8: the engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
+# The engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
@@ -100,7 +100,7 @@ def _lines_through(run_pk: int, last_seq: int, tail: Iterable[bytes] = ()) -> It
 
 
 class PrefixSuperseded(Exception):
-    """Issue 4: a newer batch was committed while the engine ran (``assessment_refresh(newest_only=True)``)."""
+    """A newer batch was committed while the engine ran (``assessment_refresh(newest_only=True)``)."""
 
 
 def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
@@ -135,14 +135,14 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
         result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair_input.py)
     blocked = result.run_blocked
-    failpoint("assessment.before_store")  # issue 4's fault tests park (and kill) a worker here
+    failpoint("assessment.before_store")  # the fault tests park (and kill) a worker here, before it stores
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
             or _corrupt_kept(run) != kept
             or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
         ):
-            # Issue 4: compared under the run's row lock, which ingest holds until it commits. A package
+            # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
@@ -666,7 +666,7 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
         before=view.summary(),
         after={**view.summary(), "state": HOLD, "operator": "park"},
     )
-    # Issue 8: a parked crash loop is an operational event (webhooks, metrics).
+    # A parked crash loop is an operational event (webhooks, metrics).
     emit(
         crash_loop_parked, run_id=turn.run.run_id, turn_id=turn.turn_id, attempts=view.attempts, reason=reason,
         decision_id=decision.pk,

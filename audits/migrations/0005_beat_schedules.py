@@ -1,4 +1,4 @@
-# The scheduled audits of issue 4 as django-celery-beat rows, so that an administrator can change their
+# The scheduled audits as django-celery-beat rows, so that an administrator can change their
 # interval, pause them or run one now from the admin; beat (DatabaseScheduler) reads them from here.
 # Also gives the roles of 0003_roles their permissions on the new models (viewers see findings and
 # heartbeats; administrators also manage the schedules).

@@ -1,4 +1,4 @@
-# Issue 6 (console): the admin's edits of a blocked turn are recorded as OperatorAction kind `turn_edit`.
+# The console's admin edits of a blocked turn are recorded as OperatorAction kind `turn_edit`.
 from django.db import migrations, models
 
 KINDS = (

@@ -1,5 +1,5 @@
 """Reads of other engineers' models that operability needs, in one place so that a rename there is one
-edit here: findings and heartbeats (audits, issue 4)."""
+edit here: the scheduled audits' findings and heartbeats (audits)."""
 
 from __future__ import annotations
 

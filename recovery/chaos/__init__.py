@@ -1,4 +1,4 @@
-"""The composition gate (issue 7): a reference runtime crashed by SIGKILL at every transition of a
+"""The composition gate: a reference runtime crashed by SIGKILL at every transition of a
 compound workload, an external side-effect ledger, and the rig that checks recovery after every restart.
 
 Nothing here imports Django: the runtime is started as a child process many hundred times per run, and

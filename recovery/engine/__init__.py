@@ -2,7 +2,7 @@
 
 Records in, typed dataclasses out. Public API (docs/engine.md):
 
-- ``parse_line(bytes) -> ParsedLine``; ``canonical_bytes(obj)``; ``digest(obj)``
+- ``parse_line(bytes) -> ParsedLine``; ``canonical_bytes(obj)``; ``digest(obj)``; ``is_int(value)``
 - ``assess(source, *, expect=None, evidence=None) -> Assessment`` where ``source`` is a re-iterable of
   lines (bytes, without newline) or a path; ``assess_path(path, ...)``
 - ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
@@ -10,7 +10,7 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``redact(obj)``: section 8's public-safety projection
 """
 
-from .canonical import ParsedLine, canonical_bytes, digest, parse_line
+from .canonical import ParsedLine, canonical_bytes, digest, is_int, parse_line
 from .secrets import REDACTED, is_secret_field, redact
 from .types import (
     DEFAULT_PHASES,
@@ -46,6 +46,7 @@ __all__ = [
     "Violation",
     "canonical_bytes",
     "digest",
+    "is_int",
     "is_secret_field",
     "parse_line",
     "redact",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
 from .canonical import _HAVE_ORJSON, _strict, digest, digest_no_float
+from .canonical import is_int as _is_int
 from .fold import DigestCache, IntentEntry, TurnState, View, merge_outcome, next_generation
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
@@ -168,10 +169,6 @@ class JournalUnreadable(Exception):
     """The journal cannot be read at all (missing file, a directory, no permission)."""
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return type(value) is int
-
-
 def _nonempty_str(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
 
@@ -288,17 +285,6 @@ class _Reader:
         if self.path is not None:
             return _prescan_file(self.path)
         return _prescan_lines(line for batch in self.batches() for line in batch)
-
-
-def iter_lines(source: Source) -> Callable[[], Iterator[bytes]]:
-    """A re-openable line iterator: each call starts from the first line again."""
-    reader = _Reader(source)
-
-    def lines() -> Iterator[bytes]:
-        for batch in reader.batches():
-            yield from batch
-
-    return lines
 
 
 # -- state ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 try:  # orjson is a dependency of the project; the engine still works (slower) without it.
     import orjson
@@ -28,6 +28,11 @@ except ImportError:  # pragma: no cover - exercised only on installs without orj
 
 STORAGE_CORRUPTION = "storage_corruption"
 RECORD_INVALID = "record_invalid"
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer as parsed: an int, never a bool (which Python counts as one)."""
+    return type(value) is int
 
 
 def canonical_bytes(obj: Any) -> bytes:

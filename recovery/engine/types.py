@@ -87,12 +87,6 @@ class Evidence(StrEnum):
     NOT_HAPPENED = "not_happened"
 
 
-class Outcome(StrEnum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
-
-
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 KINDS = frozenset(
     {"turn_planned", "phase_committed", "intent_dispatched", "effect_observed", "turn_terminal", "fork", "checkpoint"}

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from recovery.engine import is_int as _is_int
+
 from .paths import check_path, collision_key
 
 FORMAT = "loopx-recovery-package"
@@ -53,10 +55,6 @@ def _no_float(text: str) -> Any:
 
 def _no_constant(text: str) -> Any:
     raise _Bad("a non-finite number")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def parse_manifest(data: bytes, max_entries: int) -> tuple[Manifest | None, list[str]]:

@@ -1,4 +1,4 @@
-"""The console in a real browser: an operator reviews and decides, a viewer only reads (issue 6)."""
+"""The console in a real browser: an operator reviews and decides, a viewer only reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The P2 composition gate (issue 7): SIGKILL the reference runtime at every transition of the compound
+"""The composition gate: SIGKILL the reference runtime at every transition of the compound
 workload and check recovery jointly after every restart (recovery/chaos/rig.py lists the properties).
 
 The sample is two full rounds of crash points (seeds 0..2T-1): every point once without and once with a

@@ -1,4 +1,4 @@
-"""Who may see and do what on the console's pages: anonymous, outsider, viewer, operator (issue 6)."""
+"""Who may see and do what on the console's pages: anonymous, outsider, viewer, operator."""
 
 from __future__ import annotations
 
