@@ -59,6 +59,13 @@ OPERATOR_ACTION_KINDS = (
     "effect_map_create",
     "effect_map_update",
     "effect_map_attach",
+    # A history of another runtime uploaded, and its conversion queued again (imports).
+    "history_upload",
+    "history_requeue",
+    # A team (its members and run prefixes: who sees which runs) added, changed or removed in the admin.
+    "team_create",
+    "team_change",
+    "team_delete",
 )
 # How the act reached the service (loopx_site/via.py): a filter of the audit log, and part of the row's digest.
 # The digest the first row of the trail chains from.

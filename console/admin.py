@@ -154,8 +154,9 @@ _register_the_rest()
 
 
 def _audit_the_admins() -> None:
-    """Beat's schedules (django-celery-beat's admin), users and roles (django.contrib.auth's admin) are edited
-    in their apps' own admin pages; each is re-registered here with the trail's mixin so that every add,
+    """Beat's schedules (django-celery-beat's admin), users and roles (django.contrib.auth's admin) and teams
+    (who sees which runs) are edited in their apps' own admin pages; each is re-registered here with the
+    trail's mixin so that every add,
     change and delete is an OperatorAction (audits/admin_trail.py)."""
     from django.contrib.auth.models import Group, User
     from django_celery_beat.models import (
@@ -166,8 +167,10 @@ def _audit_the_admins() -> None:
         SolarSchedule,
     )
 
+    from teams.models import Team
+
     families = {PeriodicTask: "schedule", IntervalSchedule: "schedule", CrontabSchedule: "schedule",
-                SolarSchedule: "schedule", ClockedSchedule: "schedule", User: "user", Group: "role"}
+                SolarSchedule: "schedule", ClockedSchedule: "schedule", User: "user", Group: "role", Team: "team"}
     for model, family in families.items():
         current = admin.site._registry.get(model)
         if current is None or isinstance(current, AuditedAdminMixin):

@@ -20,14 +20,12 @@ from .services import EDITABLE, MAX_TEXT, turn_annotate
 class AnnotationSerializer(serializers.Serializer):
     lineage_repair = serializers.CharField(allow_blank=True)
     notes = serializers.CharField(allow_blank=True)
-    block_reason = serializers.CharField(allow_blank=True)
     updated_at = serializers.DateTimeField(allow_null=True)
 
 
 class AnnotateSerializer(serializers.Serializer):
     lineage_repair = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT)
     notes = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT)
-    block_reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT)
     reason = serializers.CharField(max_length=4000)
 
 

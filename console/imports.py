@@ -33,10 +33,10 @@ from recovery.import_models import (
 )
 from recovery.import_services import (
     ImportServiceError,
-    conversion_enqueue,
     effect_map_attach,
     effect_map_create,
     effect_map_update,
+    history_requeue,
     history_upload_receive,
 )
 
@@ -180,12 +180,15 @@ def import_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 def import_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the conversion again (a broker outage lost it). Safe: each step is a compare-and-set."""
     upload = _import(pk)
-    if upload.state in IMPORT_FINAL_STATES:
-        messages.error(request, "This import is finished; there is nothing to queue.")
-    elif conversion_enqueue(import_id=upload.pk):
-        messages.success(request, "Queued again.")
+    try:
+        published = history_requeue(upload=upload, actor=request.user)
+    except ImportServiceError as err:
+        messages.error(request, f"{err.detail[:1].upper()}{err.detail[1:]}.")
     else:
-        messages.error(request, "The task queue is unreachable; try again shortly.")
+        if published:
+            messages.success(request, "Queued again.")
+        else:
+            messages.error(request, "The task queue is unreachable; try again shortly.")
     return HttpResponseRedirect(reverse("console:import", args=[upload.pk]))
 
 

@@ -51,6 +51,7 @@ from recovery.import_models import (
     BY_RULE,
     CONVERTING,
     FAILED,
+    IMPORT_FINAL_STATES,
     IMPORT_SYSTEMS,
     IMPORTED,
     RECEIVED,
@@ -325,6 +326,14 @@ def history_upload_receive(
             for imported in result.runs:
                 ImportedRun.objects.create(history_import=upload, run_base=imported.run, run_ident=imported.run)
             upload_id = upload.pk
+            from audits.services import operator_action_record  # the trail is written with the upload
+
+            operator_action_record(
+                actor=actor,
+                kind="history_upload",
+                reason=f"{source} history uploaded ({len(data)} bytes)",
+                after={"import": str(upload_id), "sha256": sha, "runs": [r.run for r in result.runs]},
+            )
             transaction.on_commit(lambda: conversion_enqueue(import_id=upload_id))
     except IntegrityError:
         # A twin upload committed first: the same bytes find it; other bytes for its run are a conflict.
@@ -356,6 +365,21 @@ def _refuse_conflict(run_id: str, sha: str) -> None:
             "the run exists and was not imported from this file",
             run=run_id,
         )
+
+
+def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
+    """A person publishes an unfinished import's conversion again (a broker outage lost it), recorded on the
+    trail; True when the broker took it. Refused (409) for a finished import."""
+    from audits.services import operator_action_record
+
+    if upload.state in IMPORT_FINAL_STATES:
+        raise ImportServiceError(409, "import_finished", "this import is finished; there is nothing to queue")
+    with transaction.atomic():
+        operator_action_record(
+            actor=actor, kind="history_requeue", reason="history conversion queued again",
+            after={"import": str(upload.pk)},
+        )
+    return conversion_enqueue(import_id=upload.pk)
 
 
 def conversion_enqueue(*, import_id: uuid.UUID | str) -> bool:

@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ("journals", "0006_turn_effective"),
         ("recovery", "0008_history_imports_effect_maps"),
-        ("audits", "0009_operatoraction_effect_maps"),
+        ("audits", "0010_operatoraction_history_team"),
     ]
 
     operations = [migrations.RunPython(fill, migrations.RunPython.noop)]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 from drf_spectacular.generators import SchemaGenerator
@@ -30,6 +31,7 @@ from recovery.repair_models import JournalRepair
 from recovery.services import assessment_refresh
 from tests.gate.test_repair import RUN as BROKEN
 from tests.gate.test_repair import _break_seq, _broken
+from tests.imports.charge_history import history_bytes
 from tests.journal_builder import JournalBuilder
 
 pytestmark = pytest.mark.django_db
@@ -49,14 +51,20 @@ EXEMPT_OPERATIONS = {
 # Console paths that change state (or hand out raw bytes) and are scenarios; the rest are read-only pages.
 EXEMPT_URLS = {
     "console:preferences": "the operator's own session (time zone), no shared state",
-    "console:bulk": "built by the bulk decisions work; each decision is turn_approve / turn_block (one row each)",
+    "console:bulk": "each decision is turn_approve / turn_block, one row per turn (tests/api/test_bulk.py counts "
+    "them; the API's turns_bulk is a scenario here)",
+    "console:effect_map_propose": "opens the map editor pre-filled; stores nothing",
     "login": "Django's sign-in", "logout": "Django's sign-out",
+    "oidc_authentication_init": "the company's sign-in (OpenID Connect), a person's own session",
+    "oidc_authentication_callback": "the company's sign-in (OpenID Connect), a person's own session",
     "password_change": "a person's own password, through Django's auth views",
     "password_reset": "Django's reset mail", "password_reset_confirm": "Django's reset",
 }
 READ_ONLY_URLS = {
     "console:overview", "console:blocked_queue", "console:runs", "console:run", "console:turns", "console:turn",
     "console:findings", "console:packages", "console:package", "console:package_status", "console:audit_log",
+    "console:imports", "console:import", "console:import_status", "console:effect_maps", "console:effect_map",
+    "console:records", "console:record", "favicon",
     "password_change_done", "password_reset_done", "password_reset_complete", "healthz", "readyz", "metrics",
     "api-schema", "api-schema-ui",
 }
@@ -89,9 +97,17 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
     from recovery.services import turn_block
 
     turn_block(turn=Turn.objects.get(run=run, turn_id="t1"), actor=operator, reason="held first")
+    from recovery.import_services import effect_map_create, history_upload_receive
+
+    effect_map_create(name="fx", entries={"SendReceipt": "idempotent"}, actor=operator, reason="the first map")
+    imported, _ = history_upload_receive(
+        file=SimpleUploadedFile("h.json", history_bytes(), content_type="application/json"),
+        source="temporal",
+        actor=operator,
+    )
     return {"run": run, "broken": Run.objects.get(run_id=BROKEN), "finding": finding, "token": token,
-            "hook": hook, "delivery": WebhookDelivery.objects.get(), "upload": upload,
-            "turn": Turn.objects.get(run=run, turn_id="t1")}
+            "hook": hook, "delivery": WebhookDelivery.objects.order_by("id").first(), "upload": upload,
+            "turn": Turn.objects.get(run=run, turn_id="t1"), "import": imported}
 
 
 def _ok(answer: Any) -> Any:
@@ -130,6 +146,12 @@ SCENARIOS: dict[str, Scenario] = {
     "packages_upload": ("operator", lambda c, w: c.post("/api/v1/packages", b"not yet checked",
                                                         content_type="application/octet-stream")),
     "repairs_apply": ("operator", _repair_api),
+    # One turn is held in the world (t1, blocked by an operator): a bulk approval of it is one decision, one row.
+    "turns_bulk": ("operator", lambda c, w: c.post("/api/v1/turns/bulk", {
+        "action": "approve", "reason": "reviewed", "filter": {"run": "run-ok", "state": "held"}}, format="json")),
+    "imports_upload": ("operator", lambda c, w: c.post("/api/v1/imports", {
+        "file": SimpleUploadedFile("other.json", history_bytes(run_id="trail-other"), content_type="application/json"),
+        "source": "temporal", "run": "trail-other"}, format="multipart")),
     "schedules_change": ("admin", lambda c, w: c.patch(f"/api/v1/schedules/{_schedule()}", {
         "enabled": False, "reason": "paused for the upgrade"}, format="json")),
     "turn_annotations_update": ("operator", lambda c, w: c.post(f"/api/v1/runs/{BROKEN}/turns/t1/annotations", {
@@ -158,6 +180,16 @@ SCENARIOS: dict[str, Scenario] = {
     "console:package_upload": ("operator", lambda c, w: c.post(
         "/packages/upload/", {"package": _file(b"bytes of a package")})),
     "console:package_requeue": ("operator", lambda c, w: c.post(f"/packages/{w['upload'].pk}/requeue/")),
+    "console:import_upload": ("operator", lambda c, w: c.post("/imports/upload/", {
+        "file": SimpleUploadedFile("other.json", history_bytes(run_id="trail-other"), content_type="application/json"),
+        "source": "temporal", "run": "trail-other"})),
+    "console:import_requeue": ("operator", lambda c, w: c.post(f"/imports/{w['import'].pk}/requeue/")),
+    "console:effect_map_new": ("operator", lambda c, w: c.post("/effect-maps/new/", {
+        "name": "fx-2", "entries": "LookupOrder = safe", "default": "unsafe", "reason": "a second map"})),
+    "console:effect_map_save": ("operator", lambda c, w: c.post("/effect-maps/fx/save/", {
+        "entries": "LookupOrder = safe", "default": "unsafe", "reason": "the order lookup reads only"})),
+    "console:effect_map_attach": ("operator", lambda c, w: c.post("/effect-maps/fx/attach/", {
+        "system": "temporal", "key": "*", "reason": "every namespace"})),
     "console:run_repair": ("operator", _repair_console),
     "console:run_export": ("operator", lambda c, w: c.get(f"/runs/{w['run'].pk}/export/")),
     "console:audit_log_export": ("operator", lambda c, w: c.get("/audit/export/?format=jsonl")),
