@@ -253,10 +253,10 @@ class _FindingTransition(LoopxView):
     transition = staticmethod(finding_resolve)
 
     def post(self, request: Request, finding_id: int) -> Response:
+        finding = _finding(finding_id, self.run_scope())  # first: another team's finding is 404, whatever the body
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        done = type(self).transition(finding=_finding(finding_id, self.run_scope()), actor=request.user,
-                                     reason=body.validated_data["reason"])
+        done = type(self).transition(finding=finding, actor=request.user, reason=body.validated_data["reason"])
         return Response(FindingSerializer(Finding.objects.select_related("run", "turn").get(pk=done.pk)).data)
 
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from journals.models import EFFECT_CLASSES
+from loopx_site import access
 from recovery.import_models import (
     ANY_KEY,
     IMPORT_FINAL_STATES,
@@ -38,6 +39,7 @@ from recovery.import_services import (
     effect_map_update,
     history_requeue,
     history_upload_receive,
+    imports_visible,
 )
 
 from .permissions import operator_required, viewer_required
@@ -107,11 +109,7 @@ def _role(request: HttpRequest) -> dict[str, object]:
 
 @viewer_required
 def imports(request: HttpRequest) -> HttpResponse:
-    recent = list(
-        HistoryImport.objects.select_related("source", "map_version__map")
-        .defer("source__data")
-        .order_by("-created_at")[:RECENT]
-    )
+    recent = list(imports_visible(scope=access.run_scope(user=request.user)).order_by("-created_at")[:RECENT])
     return render(
         request, "console/imports.html", {"nav": "imports", "form": ImportForm(), "recent": recent, **_role(request)}
     )
@@ -154,15 +152,15 @@ def _status_context(upload: HistoryImport) -> dict[str, object]:
     }
 
 
-def _import(pk: uuid.UUID) -> HistoryImport:
-    return get_object_or_404(
-        HistoryImport.objects.select_related("source", "map_version__map", "supersedes").defer("source__data"), pk=pk
-    )
+def _import(request: HttpRequest, pk: uuid.UUID) -> HistoryImport:
+    """The import, if every run of it is the reader's team's (else 404, as a missing one)."""
+    visible = imports_visible(scope=access.run_scope(user=request.user)).select_related("supersedes")
+    return get_object_or_404(visible, pk=pk)
 
 
 @viewer_required
 def import_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    upload = _import(pk)
+    upload = _import(request, pk)
     return render(
         request, "console/import_detail.html", {"nav": "imports", **_status_context(upload), **_role(request)}
     )
@@ -171,7 +169,7 @@ def import_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @viewer_required
 def import_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The partial the import's page polls while it converts."""
-    upload = _import(pk)
+    upload = _import(request, pk)
     return render(request, "console/_import_status.html", {**_status_context(upload), **_role(request)})
 
 
@@ -179,7 +177,7 @@ def import_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @require_POST
 def import_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the conversion again (a broker outage lost it). Safe: each step is a compare-and-set."""
-    upload = _import(pk)
+    upload = _import(request, pk)
     try:
         published = history_requeue(upload=upload, actor=request.user)
     except ImportServiceError as err:

@@ -123,7 +123,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @viewer_required
 def run_records(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
     form = RecordFilterForm(request.GET)
     history = runs_pages.history(run, form.cleaned(), _page_number(request))
     context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
@@ -132,7 +132,7 @@ def run_records(request: HttpRequest, pk: int) -> HttpResponse:
 
 @viewer_required
 def run_record(request: HttpRequest, pk: int, branch: int, lsn: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
     try:
         page = runs_pages.record_page(run, branch, lsn)
     except JournalRecord.DoesNotExist:

@@ -38,11 +38,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, Run
 from journals.services import IngestError
+from loopx_site.access import RunScope
 from loopx_site.errors import ServiceError
 from recovery.import_models import (
     ANY_KEY,
@@ -609,3 +610,13 @@ def history_reimport(*, import_id: str, map_version_id: int) -> HistoryImport | 
     history_process(import_id=str(made.pk))
     made.refresh_from_db()
     return made
+
+
+def imports_visible(*, scope: RunScope) -> QuerySet[HistoryImport]:
+    """The imports whose every run is in ``scope`` (loopx_site.access): another team's import, or one that
+    also wrote another team's run, answers as a missing one does."""
+    imports = HistoryImport.objects.select_related("source", "map_version__map").defer("source__data")
+    if scope.everything:
+        return imports
+    outside = ImportedRun.objects.exclude(scope.q("run_ident")).values("history_import_id")
+    return imports.filter(scope.q("runs__run_ident")).exclude(pk__in=outside).distinct()

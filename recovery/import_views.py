@@ -25,7 +25,7 @@ from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.import_models import HistoryImport
 from recovery.import_selectors import imported_run_of, intent_class_sources
 from recovery.import_serializers import HistoryImportSerializer, ImportUploadSerializer, IntentClassSerializer
-from recovery.import_services import ImportServiceError, history_upload_receive
+from recovery.import_services import ImportServiceError, history_upload_receive, imports_visible
 
 _UPLOAD_ERRORS = {code: _ERRORS[code] for code in (401, 403)}
 
@@ -100,7 +100,7 @@ class ImportDetailView(LoopxView):
         },
     )
     def get(self, request: Request, import_id: uuid.UUID) -> Response:
-        upload = import_queryset().filter(pk=import_id).first()  # type: ignore[attr-defined]
+        upload = imports_visible(scope=self.run_scope()).filter(pk=import_id).first()
         token = runtime_token(request)
         if upload is None or (token is not None and upload.token_id != token.pk):
             raise NotFound("No such import.")

@@ -26,6 +26,7 @@ from loopx_site.access import NO_RUN, run_scope
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
 from recovery.package_models import PackageUpload
 from recovery.services import turn_approve, turn_claim
+from tests.console.conftest import page_client
 from tests.console.scenarios import payments_run
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +38,17 @@ NOT_RUN_DATA = {
     "password_reset_confirm": "a password reset link: no run data",
     "api-webhook": "a webhook's configuration: admin role only (403 to anyone else, whatever the id)",
     "api-webhook-delivery-resend": "tests/ops/test_webhooks.py: deliveries of another team's runs answer 404",
+    "api-schedule": "a beat schedule: admin role only, no run's data",
+    "api-token-revoke": "a runtime token: admin role only, no run's data",
+    "console:effect_map": "an effect map: shared configuration of the imports, no run's data",
+    "console:effect_map_save": "an effect map: shared configuration of the imports, no run's data",
+    "console:effect_map_attach": "an effect map: shared configuration of the imports, no run's data",
+    "api-run-import": "the run is found by get_run, as api-run is (walked); the blue run has no import, so it "
+    "answers 404 to its own team too",
+    "api-import": "test_an_import_of_another_teams_run_is_404 (an import is found by its uuid, not by a run)",
+    "console:import": "test_an_import_of_another_teams_run_is_404",
+    "console:import_status": "test_an_import_of_another_teams_run_is_404",
+    "console:import_requeue": "test_an_import_of_another_teams_run_is_404",
 }
 
 
@@ -96,15 +108,24 @@ def _owned(blue: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "console:package": {"pk": blue["upload"].pk},
         "console:package_status": {"pk": blue["upload"].pk},
         "console:package_requeue": {"pk": blue["upload"].pk},
+        "console:records": {"pk": run.pk},
+        "console:record": {"pk": run.pk, "branch": 0, "lsn": 0},
+        "console:run_repair": {"pk": run.pk},
+        "api-finding": {"finding_id": blue["finding"].pk},
+        "api-finding-ack": {"finding_id": blue["finding"].pk},
+        "api-finding-resolve": {"finding_id": blue["finding"].pk},
         "api-package": {"upload_id": blue["upload"].pk},
         "api-assessment": {**of_run, "assessment_id": blue["assessment"].pk},
     }
-    for name in ("api-run", "api-records", "api-branches", "api-run-turns", "api-assessments", "api-run-export"):
+    for name in (
+        "api-run", "api-records", "api-branches", "api-run-turns", "api-assessments", "api-run-export",
+        "api-repairs", "api-repair-preview",
+    ):  # fmt: skip
         owned[name] = of_run
     for name in (
         "api-turn", "api-turn-intents", "api-turn-records", "api-turn-decision", "api-turn-claim",
         "api-turn-release", "api-turn-approve", "api-turn-block", "api-turn-evidence", "api-turn-gate-decisions",
-        "api-turn-recovery",
+        "api-turn-recovery", "api-turn-intent-classes", "api-turn-annotations",
     ):  # fmt: skip
         owned[name] = of_turn
     for name in ("api-recovery-audit", "api-recovery-actions", "api-recovery-close"):
@@ -222,3 +243,29 @@ def test_a_token_outside_its_prefix_is_still_refused_403(blue):
     red_token = make_runtime("red-runtime", run_prefix="red-")
     assert red_token.client.get(f"/api/v1/runs/{BLUE_RUN}").status_code == 403
     assert red_token.client.get(f"/api/v1/runs/{uuid.uuid4()}").status_code == 403
+
+
+def test_an_import_of_another_teams_run_is_404(red_operator, operator):
+    """An import is found by its uuid: one that wrote another team's run answers as a missing one, in the
+    console and the API, and is in no list."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from recovery.import_services import history_upload_receive
+    from tests.imports.charge_history import history_bytes
+
+    upload, _ = history_upload_receive(
+        file=SimpleUploadedFile("h.json", history_bytes(run_id="blue-imported"), content_type="application/json"),
+        source="temporal", run="blue-imported", actor=operator,
+    )  # fmt: skip
+    red_pages = page_client(red_operator)
+    for url in (f"/imports/{upload.pk}/", f"/imports/{upload.pk}/status/"):
+        assert red_pages.get(url).status_code == 404, url
+    assert red_pages.post(f"/imports/{upload.pk}/requeue/").status_code == 404
+    assert str(upload.pk) not in red_pages.get("/imports/").content.decode()
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_login(red_operator)
+    assert api.get(f"/api/v1/imports/{upload.pk}").status_code == 404
+    seen = page_client(operator)  # the all-runs team (docs/access.md) sees it
+    assert seen.get(f"/imports/{upload.pk}/").status_code == 200
