@@ -91,7 +91,7 @@ def test_overview_run_history_record_turn_and_back(live_server, chromium, shot, 
                 page.goto(base + path)
                 _no_horizontal_scroll(page, path)
             page.goto(base + "/turns/")
-            decision = page.locator("#turns-table th", has_text="Decision")
+            decision = page.locator("#turns-table th", has_text="State")
             assert decision.is_visible() and decision.bounding_box()["x"] + 20 < width
         assert foreign == [], foreign
         assert errors == [], errors

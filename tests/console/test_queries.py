@@ -41,10 +41,10 @@ LISTS = {
 # The overview's counting queries, which a cached count saves.
 COUNTING = 3
 QUIET_TURN_PAGE_QUERIES = 14  # with the turn's records for the timeline (console/timeline.py)
-TURN_PAGE_QUERIES = 15  # + the decision in force and the history
+TURN_PAGE_QUERIES = 16  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
 # evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
-BUSY_TURN_PAGE_QUERIES = 21
+BUSY_TURN_PAGE_QUERIES = 22
 
 
 def _rows(n: int, operator) -> None:
