@@ -76,6 +76,7 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
     from recovery.engine.canonical import canonical_bytes
 
     now = timezone.now()
+    TurnEffective = _effective_model()
     per_run_turns = max(1, turns // runs)
     per_run_records = max(1, records // runs)
     decisions = [
@@ -112,6 +113,15 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
                         created_at=now - timedelta(days=1, seconds=r * per_run_turns + i),
                     )
                     for i in range(per_run_turns)
+                ],
+                batch_size=2000,
+            )
+            # Each turn's effective state, as recovery.state.turn_states_refresh stores it for these decisions
+            # (no operator decision): the lists, counts and queue read it.
+            TurnEffective.objects.bulk_create(
+                [
+                    TurnEffective(turn_id=pk, run=run, since=now, updated_at=now, **_effective(decision, reason))
+                    for pk, decision, reason in Turn.objects.filter(run=run).values_list("pk", "decision", "reason")
                 ],
                 batch_size=2000,
             )
@@ -259,3 +269,26 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _effective_model() -> Any:
+    from journals.models import TurnEffective
+
+    return TurnEffective
+
+
+# The effective state of an engine decision with no operator decision on top (recovery/state.py's rule).
+_STATES = {
+    ("blocked", "phase_prefix_violation"): ("held_review", "hold"),
+    ("blocked", "effect_indeterminate"): ("held_effect", "hold"),
+    ("resume", None): ("resuming", "proceed"),
+    ("finalize", None): ("finalizing", "proceed"),
+    ("complete", None): ("complete", "done"),
+    ("discarded", None): ("discarded", "done"),
+}
+
+
+def _effective(decision: str, reason: str | None) -> dict[str, Any]:
+    state, gate = _STATES[(decision, reason)]
+    return {"state": state, "gate": gate, "decision": decision, "reason": reason,
+            "resume_from": "execute" if decision == "resume" else None}
