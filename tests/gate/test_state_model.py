@@ -90,6 +90,9 @@ class OneTruth(RuleBasedStateMachine):
         operators = Group.objects.get(name="operator")
         self.operator = User.objects.create_user(username=f"olga-{n}", password="pw")
         self.operator.groups.add(operators)
+        from teams.services import team_ensure, team_members_add
+
+        team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[self.operator])  # sees every run
         self.admin = User.objects.create_user(username=f"adam-{n}", password="pw", is_staff=True, is_superuser=True)
         self.api = APIClient()
         self.api.force_login(self.operator)
