@@ -318,7 +318,173 @@ class DeliveryBusy(Conflict):
     pass
 
 
+# Refusals of the operator-side API (bulk decisions, repairs, imports, effect maps, tokens, schedules).
+class EffectMapExists(Conflict):
+    pass
+
+
+class EffectMapInvalid(BadRequest):
+    pass
+
+
+class EffectMapNameInvalid(BadRequest):
+    pass
+
+
+class EffectMapUnchanged(BadRequest):
+    pass
+
+
+class EffectMapUnknown(BadRequest):
+    pass
+
+
+class FilterChanged(Conflict):
+    pass
+
+
+class FilterInvalid(BadRequest):
+    pass
+
+
+class FilterRequired(BadRequest):
+    pass
+
+
+class HistoryTooLarge(PayloadTooLarge):
+    pass
+
+
+class ImportFinished(Conflict):
+    pass
+
+
+class ImportInvalid(BadRequest):
+    pass
+
+
+class IntegrityHold(Conflict):
+    pass
+
+
+class IntervalInvalid(BadRequest):
+    pass
+
+
+class JournalInvalid(BadRequest):
+    pass
+
+
+class JournalRequired(BadRequest):
+    pass
+
+
+class JournalTooLarge(PayloadTooLarge):
+    pass
+
+
+class JournalUnchanged(Conflict):
+    pass
+
+
+class NotAnInterval(Conflict):
+    pass
+
+
+class NothingToChange(BadRequest):
+    pass
+
+
+class PreviewRequired(BadRequest):
+    pass
+
+
+class PreviewStale(Conflict):
+    pass
+
+
+class RepairInvalid(BadRequest):
+    pass
+
+
+class RepairKindInvalid(BadRequest):
+    pass
+
+
+class RepairNotVerified(Conflict):
+    pass
+
+
+class RepairQuarantined(Conflict):
+    pass
+
+
+class RunNotBroken(Conflict):
+    pass
+
+
+class SourceInvalid(BadRequest):
+    pass
+
+
+class SourceKeyInvalid(BadRequest):
+    pass
+
+
+class ThroughSeqInvalid(BadRequest):
+    pass
+
+
+class TokenNameTaken(Conflict):
+    pass
+
+
+class TokenRevoked(Conflict):
+    pass
+
+
+class TooMany(BadRequest):
+    pass
+
+
+class UploadFinished(Conflict):
+    pass
+
+
 BY_CODE: dict[str, type[ApiError]] = {
+    "effect_map_exists": EffectMapExists,
+    "effect_map_invalid": EffectMapInvalid,
+    "effect_map_name_invalid": EffectMapNameInvalid,
+    "effect_map_unchanged": EffectMapUnchanged,
+    "effect_map_unknown": EffectMapUnknown,
+    "filter_changed": FilterChanged,
+    "filter_invalid": FilterInvalid,
+    "filter_required": FilterRequired,
+    "history_too_large": HistoryTooLarge,
+    "import_finished": ImportFinished,
+    "import_invalid": ImportInvalid,
+    "integrity_hold": IntegrityHold,
+    "interval_invalid": IntervalInvalid,
+    "journal_invalid": JournalInvalid,
+    "journal_required": JournalRequired,
+    "journal_too_large": JournalTooLarge,
+    "journal_unchanged": JournalUnchanged,
+    "not_an_interval": NotAnInterval,
+    "nothing_to_change": NothingToChange,
+    "preview_required": PreviewRequired,
+    "preview_stale": PreviewStale,
+    "repair_invalid": RepairInvalid,
+    "repair_kind_invalid": RepairKindInvalid,
+    "repair_not_verified": RepairNotVerified,
+    "repair_quarantined": RepairQuarantined,
+    "run_not_broken": RunNotBroken,
+    "source_invalid": SourceInvalid,
+    "source_key_invalid": SourceKeyInvalid,
+    "through_seq_invalid": ThroughSeqInvalid,
+    "token_name_taken": TokenNameTaken,
+    "token_revoked": TokenRevoked,
+    "too_many": TooMany,
+    "upload_finished": UploadFinished,
     "not_json": NotJson,
     "envelope_invalid": EnvelopeInvalid,
     "run_mismatch": RunMismatch,
