@@ -41,7 +41,7 @@ from recovery.selectors import (
     gate_view,
     turn_facts,
 )
-from recovery.state import turn_states_refresh
+from recovery.state import EngineRow, turn_states_refresh
 
 # The engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -187,7 +187,18 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             locked.blocked_reason = stored.blocked_reason
             locked.assessed_seq = last_seq
             locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
-            turn_states_refresh(run=locked, assessment=stored)
+            turn_states_refresh(
+                run=locked,
+                assessment=stored,
+                engine_rows={
+                    turns[td.turn].pk: EngineRow(
+                        td.decision.value, td.reason, storable(td.resume_from), len(td.completed_phases),
+                        td.reason_line,
+                    )
+                    for td in result.turns
+                    if td.turn in turns
+                },
+            )
     return stored
 
 

@@ -216,6 +216,7 @@ def turn_states_refresh(
     turn_pks: Iterable[int] | None = None,
     assessment: Assessment | None = None,
     violations: list[Any] | None = None,
+    engine_rows: Mapping[int, EngineRow] | None = None,
 ) -> dict[int, StateValue]:
     """Recompute and store the effective state of the run's turns (all of them, or ``turn_pks``) under
     ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
@@ -234,7 +235,8 @@ def turn_states_refresh(
             turn_id__in=wanted
         )
         intents, stored = intents.filter(turn_id__in=wanted), stored.filter(turn_id__in=wanted)
-    engine_of = {
+    # The assessment that just stored its rows hands them over: they are not read back.
+    engine_of = dict(engine_rows) if engine_rows is not None else {
         pk: EngineRow(decision, reason, resume_from, len(completed), line)
         for pk, decision, reason, resume_from, completed, line in rows.values_list(
             "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
