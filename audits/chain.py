@@ -31,8 +31,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audits.background import ChainCursor
+from engine.canonical import parse_line
 from journals.models import EMPTY_PREFIX_DIGEST, JournalRecord, Run
-from recovery.engine.canonical import parse_line
 
 CHUNK = 2000
 

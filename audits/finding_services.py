@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from audits.findings import ACKNOWLEDGED, BLOCKING_KINDS, FINDING_KINDS, KINDS, OPEN, RESOLVED, UNRESOLVED, Finding
 from audits.services import operator_action_record
+from engine.secrets import redact
 from journals.models import Run, Turn
 from journals.storable import storable
-from loopx_site.errors import ServiceError
-from loopx_site.ops import events
-from loopx_site.ops.events import emit
-from recovery.engine.secrets import redact
+from kernel import events
+from kernel.errors import ServiceError
+from kernel.events import emit
 from recovery.state import turn_states_refresh
 
 
@@ -69,7 +69,7 @@ def finding_open_or_touch(
                     )
                 if created.blocks_run:
                     turn_states_refresh(run=run)  # every unfinished turn of the run is now held
-                # Metrics and webhooks listen (loopx_site/ops/events.py); a failing receiver never fails us.
+                # Metrics and webhooks listen (kernel/events.py); a failing receiver never fails us.
                 emit(
                     events.finding_opened,
                     sender=Finding,

@@ -13,8 +13,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from journals.models import ID_MAX, Run, Turn
-from loopx_site.appendonly import AppendOnlyModel
-from loopx_site.via import VIA
+from kernel.appendonly import AppendOnlyModel
+from kernel.via import VIA
 from recovery.models import Assessment, TurnClaim
 
 
@@ -67,7 +67,7 @@ OPERATOR_ACTION_KINDS = (
     "team_change",
     "team_delete",
 )
-# How the act reached the service (loopx_site/via.py): a filter of the audit log, and part of the row's digest.
+# How the act reached the service (kernel/via.py): a filter of the audit log, and part of the row's digest.
 # The digest the first row of the trail chains from.
 TRAIL_GENESIS = "0" * 64
 

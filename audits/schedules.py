@@ -10,7 +10,7 @@ from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
 
 from audits.services import operator_action_record
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 
 
 class ScheduleError(ServiceError):

@@ -21,9 +21,9 @@ from audits.models import (
     RecoveryAuditClosure,
     RecoveryDivergence,
 )
+from engine.secrets import redact
 from journals.models import Run, Turn
 from journals.storable import storable
-from recovery.engine.secrets import redact
 from recovery.selectors import DONE, HOLD
 from recovery.services import GateError, claim_require, gate_locked, turn_park
 

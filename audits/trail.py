@@ -24,8 +24,8 @@ from typing import Any
 from django.db import transaction
 
 from audits.models import TRAIL_GENESIS, OperatorAction, TrailHead
-from loopx_site.via import current_via
-from recovery.engine.canonical import canonical_bytes
+from engine.canonical import canonical_bytes
+from kernel.via import current_via
 
 
 def _when(value: datetime) -> str:

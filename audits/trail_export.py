@@ -18,8 +18,8 @@ from django.utils.dateparse import parse_datetime
 
 from audits.models import OPERATOR_ACTION_KINDS, VIA, OperatorAction
 from audits.services import operator_action_record
-from loopx_site.access import RunScope, run_scope
-from loopx_site.errors import ServiceError
+from journals.access import RunScope, run_scope
+from kernel.errors import ServiceError
 
 EXPORT_FORMATS = ("jsonl", "csv")
 FILTERS = ("kind", "actor", "run", "via", "since", "until")

@@ -30,12 +30,12 @@ from audits.serializers import (
 )
 from audits.services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
 from audits.trail_export import EXPORT_FORMATS, FILTERS, trail_export
+from journals.access import CanOperate, CanRunRecovery, RunScope, can_administer, runtime_token
+from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
 from journals.services import api_token_create, api_token_revoke
 from journals.views import _ERRORS
-from loopx_site.access import CanOperate, CanRunRecovery, RunScope, can_administer, runtime_token
-from loopx_site.api import ErrorSerializer, LoopxView
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 
 _CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Stale fencing token, or refused by the gate.")}
 

@@ -15,7 +15,7 @@ alternating rounds (floor, engine, floor, ...; the best of each side is kept, ea
 - floor: the same lines read the way the engine reads them (64 KiB blocks split at newlines), each parsed
   with orjson (the fastest JSON parser the project uses) and hashed with sha256 (hex digest, the form the
   chain compares): the work no assessment can avoid;
-- assess: ``recovery.engine.assess(path)``, the whole thing (pre-scan, fold, checks, decisions).
+- assess: ``engine.assess(path)``, the whole thing (pre-scan, fold, checks, decisions).
 
 Printed: records/s of each, the ratio of the two times (CPU, which other load on the machine disturbs
 least, and wall), peak RSS. Targets: within 3x of the floor in CPU time, peak RSS under 300 MB.
@@ -46,7 +46,7 @@ SHORT_PLAN = ["plan", "act", "report"]
 
 def _turn(w: object, i: int) -> None:
     """One turn; the mix averages about ten records per turn."""
-    from recovery.engine.writer import JournalWriter
+    from engine.writer import JournalWriter
 
     assert isinstance(w, JournalWriter)
     name = f"turn-{i:07d}"
@@ -102,7 +102,7 @@ def generate(path: Path, records: int) -> int:
     """Write a journal of about `records` records to `path`; returns the number of turns."""
     from datetime import UTC, datetime, timedelta
 
-    from recovery.engine.writer import JournalWriter, fixed_clock
+    from engine.writer import JournalWriter, fixed_clock
 
     tmp = path.with_suffix(".tmp")
     turns = max(1, records // 10)
@@ -179,7 +179,7 @@ def floor(path: Path) -> dict[str, float]:
 
 
 def engine(path: Path) -> dict[str, float]:
-    from recovery.engine import assess
+    from engine import assess
 
     result = assess(path)
     decisions: dict[str, int] = {}
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         f"wall {base['wall']:.2f} s  cpu {base['cpu']:.2f} s  peak RSS {base['rss_mb']:.0f} MB"
     )
     print(
-        f"  assess (recovery.engine): {n / run['wall']:>10,.0f} records/s  "
+        f"  assess (engine): {n / run['wall']:>10,.0f} records/s  "
         f"wall {run['wall']:.2f} s  cpu {run['cpu']:.2f} s  peak RSS {run['rss_mb']:.0f} MB"
     )
     # Judged on CPU time: on a shared machine the wall clock of either side is at the mercy of the others.

@@ -44,7 +44,7 @@ TARGET = 0.5
 def journal_lines(run: str, records: int) -> list[bytes]:
     """A conforming journal (chained v2 records): turns of 10 records each on branch 0."""
     sys.path.insert(0, str(REPO))
-    from recovery.engine.canonical import canonical_bytes, digest
+    from engine.canonical import canonical_bytes, digest
 
     phases = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"]
     lines: list[bytes] = []

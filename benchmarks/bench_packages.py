@@ -60,7 +60,7 @@ def member_name(index: int) -> str:
 
 
 def _journal(records: int = 200) -> bytes:
-    from recovery.engine.canonical import canonical_bytes
+    from engine.canonical import canonical_bytes
 
     return b"".join(
         canonical_bytes({"v": 2, "run": "bench", "branch": 0, "lsn": n, "kind": "note", "at": "2026-01-01T00:00:00Z"})

@@ -72,8 +72,8 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
     from django.db import transaction
     from django.utils import timezone
 
+    from engine.canonical import canonical_bytes
     from journals.models import JournalRecord, Run, Turn
-    from recovery.engine.canonical import canonical_bytes
 
     now = timezone.now()
     TurnEffective = _effective_model()
@@ -158,9 +158,9 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
 
 def _real_turn(records: int) -> int:
     """A real run (writer -> ingest -> assessment) with a blocked turn: the turn page's subject."""
+    from engine.writer import JournalWriter
     from journals.models import Turn
     from journals.services import records_ingest
-    from recovery.engine.writer import JournalWriter
     from recovery.services import assessment_refresh
 
     w = JournalWriter("bench-real")

@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
+from journals import access
 from journals.models import Intent, Turn
-from loopx_site import access
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 from recovery import services
 from recovery.state import state_of
 

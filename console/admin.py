@@ -23,7 +23,7 @@ from audits.admin_trail import AuditedAdminMixin
 from audits.services import operator_action_record
 from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
 from journals.selectors import record_public
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 from recovery.services import turn_block
 from recovery.state import DONE
 

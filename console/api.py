@@ -9,9 +9,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanOperate
+from journals.api import LoopxView
 from journals.views import _ERRORS
-from loopx_site.access import CanOperate
-from loopx_site.api import LoopxView
 
 from .models import TurnAnnotation
 from .services import EDITABLE, MAX_TEXT, turn_annotate

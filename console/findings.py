@@ -14,8 +14,8 @@ from django.views.decorators.http import require_POST
 
 from audits import finding_services
 from audits.findings import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
-from loopx_site import access
-from loopx_site.errors import ServiceError
+from journals import access
+from kernel.errors import ServiceError
 
 from . import selectors
 from .forms import ReasonForm

@@ -20,8 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from journals import access
 from journals.models import EFFECT_CLASSES
-from loopx_site import access
 from recovery.import_models import (
     ANY_KEY,
     IMPORT_FINAL_STATES,

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from audits.background import Heartbeat
 from audits.findings import UNRESOLVED, Finding
-from loopx_site.access import RunScope
+from journals.access import RunScope
 
 # A process that has not beaten for this long is shown as silent (workers beat every minute or so).
 STALE_AFTER = timedelta(seconds=getattr(settings, "LOOPX_HEARTBEAT_STALE_SECONDS", 180))

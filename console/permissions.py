@@ -1,4 +1,4 @@
-"""Page-level guards on top of loopx_site.access (the one place roles are decided).
+"""Page-level guards on top of journals.access (the one place roles are decided).
 
 Anonymous visitors are sent to the login page; a signed-in person without the role gets a 403 (never a
 login loop, never a silent no-op), so a forged POST from a viewer changes nothing and says so.
@@ -14,7 +14,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
-from loopx_site import access
+from journals import access
 
 View = Callable[..., HttpResponse]
 

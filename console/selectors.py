@@ -1,6 +1,6 @@
 """Reads the console needs beyond the store's selectors: list filters, capped counts, overview figures.
 
-Every read takes the reader's ``scope`` (loopx_site.access.run_scope: the runs of their teams) and keeps
+Every read takes the reader's ``scope`` (journals.access.run_scope: the runs of their teams) and keeps
 to it, counts included. Every list is a fixed number of queries whatever its length (select_related, one
 aggregate per page), and every count is capped so that a page over a million rows costs what a page over
 a thousand does (tests/console assert both).
@@ -17,8 +17,8 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from audits.models import OperatorAction
+from journals.access import RunScope
 from journals.models import Run, Turn, TurnEffective, TurnState
-from loopx_site.access import RunScope
 from recovery import services
 from recovery.state import HOLD, STATE_GROUPS, UNASSESSED, state_counts, turns_matching
 from recovery.state import age_q as age_q

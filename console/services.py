@@ -10,7 +10,7 @@ from django.utils import timezone
 from audits.services import operator_action_record
 from journals.models import Turn, TurnEffective
 from journals.storable import storable
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 from recovery.state import DONE
 
 from .models import TurnAnnotation

@@ -13,9 +13,9 @@ from django.views.decorators.http import require_http_methods
 
 from audits.models import OPERATOR_ACTION_KINDS, VIA
 from audits.trail_export import TrailQueryError, trail_export, trail_filters, trail_rows
+from journals import access
 from journals.models import Run
-from loopx_site import access
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 from recovery.repair import journal_repair_apply, journal_repair_preview, repairs_list
 from recovery.repair_models import REPAIR_KINDS
 

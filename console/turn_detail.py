@@ -13,10 +13,10 @@ from typing import Any
 from django.db.models import Exists, F
 
 from audits.models import OperatorAction, RecoveryAudit
+from engine.canonical import STORAGE_CORRUPTION
+from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from journals.models import Branch, Checkpoint, JournalRecord, Turn, TurnState
 from journals.selectors import record_public, turn_with_timeline
-from recovery.engine.canonical import STORAGE_CORRUPTION
-from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
 from recovery.selectors import GateView, claim_current, gate_view

@@ -1,6 +1,6 @@
 """The console's pages. Thin: parse the request, call a selector or a service, render.
 
-Reads need the viewer role, decisions the operator role (console.permissions, on loopx_site.access), and
+Reads need the viewer role, decisions the operator role (console.permissions, on journals.access), and
 every read keeps to the runs of the reader's teams (``_scope``): another team's run, turn or count is
 absent, and its page a 404, the answer of a missing one.
 """
@@ -17,8 +17,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_http_methods
 
+from journals import access
 from journals.models import JournalRecord, Run, Turn
-from loopx_site import access
 from recovery.selectors import RUN_LEVEL_CODES
 
 from . import integrations, selectors
@@ -39,7 +39,7 @@ def _page_number(request: HttpRequest) -> int:
 
 
 def _scope(request: HttpRequest) -> access.RunScope:
-    """The runs the signed-in person sees and acts on (loopx_site.access decides)."""
+    """The runs the signed-in person sees and acts on (journals.access decides)."""
     return access.run_scope(user=request.user)
 
 

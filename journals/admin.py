@@ -13,9 +13,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from journals.access import can_administer
 from journals.models import ApiToken
 from journals.services import api_token_create, api_token_revoke
-from loopx_site.access import can_administer
 
 
 class ApiTokenForm(forms.ModelForm):

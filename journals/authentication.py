@@ -16,7 +16,7 @@ from journals.services import api_token_touch
 
 
 class RuntimePrincipal:
-    """`request.user` for a runtime token: authenticated, but no person and no role (loopx_site.access)."""
+    """`request.user` for a runtime token: authenticated, but no person and no role (journals.access)."""
 
     is_authenticated = True
     is_anonymous = False

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from loopx_site.appendonly import AppendOnlyModel
+from kernel.appendonly import AppendOnlyModel
 
 EMPTY_PREFIX_DIGEST = hashlib.sha256(b"").hexdigest()
 

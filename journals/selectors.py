@@ -14,6 +14,9 @@ from django.db import connection
 from django.db.models import CharField, F, Prefetch, QuerySet, Subquery, TextField, Value
 from django.db.models.functions import Cast
 
+from engine.canonical import parse_line
+from engine.secrets import redact
+from journals.access import EVERY_RUN, RunScope
 from journals.models import (
     STATE_ROW_FIELDS,
     TURN_ASSESSED_FIELDS,
@@ -27,9 +30,6 @@ from journals.models import (
 )
 from journals.serializers import TurnDetailSerializer, iso, state_row
 from journals.storable import is_storable, storable
-from loopx_site.access import EVERY_RUN, RunScope
-from recovery.engine.canonical import parse_line
-from recovery.engine.secrets import redact
 
 # psycopg's own loader for timestamptz (its C one where psycopg-binary is installed). Django registers a
 # pure-Python subclass of psycopg's Python loader that only relabels each value with the connection's zone,
@@ -86,7 +86,7 @@ def run_find(*, run_id: str) -> Run | None:
 
 
 def runs_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Run]:
-    """Runs in ``scope`` (loopx_site.access: a token's prefix, a person's teams), newest change first."""
+    """Runs in ``scope`` (journals.access: a token's prefix, a person's teams), newest change first."""
     return Run.objects.filter(scope.q("run_id")).order_by("-updated_at", "-id")
 
 
@@ -147,7 +147,7 @@ def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> Quer
 
 class TurnPageQuery:
     """A turn list's page on PostgreSQL as one written statement: the rows of ``turn_rows`` (same keys, same
-    values), filtered by the scope's run prefixes (loopx_site.access), a run and exact column values (a
+    values), filtered by the scope's run prefixes (journals.access), a run and exact column values (a
     valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
     does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
 

@@ -24,6 +24,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.copy import LibpqWriter
 
+from engine import is_int as _is_int
+from engine import offset_mismatches, parse_canonical_batch, proven_canonical
+from engine.canonical import canonical_bytes, parse_line
+from engine.types import DEFAULT_PHASES
 from journals.models import (
     ID_MAX,
     ApiToken,
@@ -34,13 +38,9 @@ from journals.models import (
     Turn,
 )
 from journals.storable import is_storable, storable
-from loopx_site.errors import ServiceError
-from loopx_site.failpoints import failpoint
-from loopx_site.ops.events import instrument_ingest
-from recovery.engine import is_int as _is_int
-from recovery.engine import offset_mismatches, parse_canonical_batch, proven_canonical
-from recovery.engine.canonical import canonical_bytes, parse_line
-from recovery.engine.types import DEFAULT_PHASES
+from kernel.errors import ServiceError
+from kernel.events import instrument_ingest
+from kernel.failpoints import failpoint
 
 TOKEN_PREFIX = "lxr_"
 _MAX_BRANCH = 2**31 - 1
@@ -612,7 +612,7 @@ def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
         _write_projection(run, projected.touched, projected.turns)
         assessment_request(run=run)
     _store_checkpoints(run, new, run.last_seq - len(new) + 1)
-    # Test-only (loopx_site/failpoints.py): the composition gate kills the web process here, with the
+    # Test-only (kernel/failpoints.py): the composition gate kills the web process here, with the
     # whole batch written but not committed, and checks that none of it survives.
     failpoint("records_ingest.before_commit")
 

@@ -18,6 +18,8 @@ from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanRunRecovery, runtime_token
+from journals.api import ErrorSerializer, LoopxView
 from journals.filters import TurnFilter
 from journals.models import DECISIONS, TURN_STATUSES, Branch, Intent, JournalRecord, Run, Turn, TurnEffective, TurnState
 from journals.renderers import FastJSONRenderer
@@ -43,8 +45,6 @@ from journals.serializers import (
     TurnSerializer,
 )
 from journals.services import IngestError, fencing_parse, high_water_parse, records_ingest
-from loopx_site.access import CanRunRecovery, runtime_token
-from loopx_site.api import ErrorSerializer, LoopxView
 
 
 class _RawBatchParser(BaseParser):

@@ -1,4 +1,4 @@
-"""The Django admin, opened to the `admin` role (loopx_site/access.py) as well as to staff.
+"""The Django admin, opened to the `admin` role (journals/access.py) as well as to staff.
 
 Django's stock site asks for ``is_staff``; roles here are groups, so without this an admin-role user
 could not open the admin at all. Model-level permissions still apply (audits/roles.py keeps the admin
@@ -17,7 +17,7 @@ class LoopxAdminSite(AdminSite):
     site_title = "LoopX admin"
 
     def has_permission(self, request: HttpRequest) -> bool:
-        from loopx_site.access import can_administer  # imports models: not at app-registry time
+        from journals.access import can_administer  # imports models: not at app-registry time
 
         user = request.user
         return bool(user.is_active and (user.is_staff or can_administer(user)))

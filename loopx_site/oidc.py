@@ -5,7 +5,7 @@ then the login page offers "Sign in with <provider>" beside the local accounts. 
 with PKCE; the id_token's signature (RS256 against the provider's JWKS, or HS256 with the client secret),
 nonce, expiry, audience and issuer are checked. At each sign-in the person's account is made or brought up
 to date from the provider's claims: their role from the groups claim (``LOOPX_OIDC_GROUPS_VIEWER`` /
-``_OPERATOR`` / ``_ADMIN``, decided by loopx_site.access.role_from_groups), and their membership of every
+``_OPERATOR`` / ``_ADMIN``, decided by journals.access.role_from_groups), and their membership of every
 team that names a provider group (teams.models.Team.oidc_group).
 
 A local account (one with a password) is never taken over by a provider's user of the same name.
@@ -27,7 +27,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from loopx_site import access
+from journals import access
 from teams.services import team_memberships_sync
 
 logger = logging.getLogger("loopx.oidc")

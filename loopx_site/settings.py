@@ -11,8 +11,8 @@ from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_str
-from .ops.logconfig import json_logging
+from kernel.env import env_bool, env_int, env_list, env_str
+from ops.logconfig import json_logging
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOPX_VAR_DIR", str(BASE_DIR / "var")))
@@ -46,15 +46,15 @@ INSTALLED_APPS = [
     "journals",
     "recovery",
     "audits",
-    # Webhooks, and the wiring of loopx_site/ops (metrics, JSON logs, retention).
+    # Webhooks, and the wiring of ops (metrics, JSON logs, retention).
     "notifications",
     # The operator console: pages, template tags and the admin registrations.
     "console",
 ]
 
 MIDDLEWARE = [
-    # First, so that every later log line carries the request id (loopx_site/ops/middleware.py).
-    "loopx_site.ops.middleware.RequestIdMiddleware",
+    # First, so that every later log line carries the request id (ops/middleware.py).
+    "ops.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -65,8 +65,8 @@ MIDDLEWARE = [
     "console.middleware.OperatorTimezoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Each trail row says whether the act came through the API, the admin or the console (loopx_site/via.py).
-    "loopx_site.via.TrailViaMiddleware",
+    # Each trail row says whether the act came through the API, the admin or the console (kernel/via.py).
+    "kernel.via.TrailViaMiddleware",
     # Under DEBUG, a missing page is still the friendly one, never Django's list of URL patterns.
     "console.errors.FriendlyErrorsMiddleware",
 ]
@@ -296,7 +296,7 @@ LOOPX_CHAIN_FULL_PASS_RUNS = env_int("LOOPX_CHAIN_FULL_PASS_RUNS", 20)
 LOOPX_CHAIN_FULL_PASS_MIN_AGE_SECONDS = env_int("LOOPX_CHAIN_FULL_PASS_MIN_AGE_SECONDS", 24 * 3600)
 LOOPX_HEARTBEAT_SECONDS = env_int("LOOPX_HEARTBEAT_SECONDS", 15)
 
-# --- Operability (loopx_site/ops, notifications; docs/deployment.md) ---
+# --- Operability (ops, notifications; docs/deployment.md) ---
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOW_IPS = env_list("METRICS_ALLOW_IPS", [])
 LOOPX_READYZ_REQUIRE_BEAT = env_bool("LOOPX_READYZ_REQUIRE_BEAT", True)
@@ -310,7 +310,7 @@ LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retenti
 # Celery keeps its hands off the root logger, so the worker and beat log JSON through LOGGING too.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# JSON lines on stderr, secrets scrubbed (loopx_site/ops/logging.py).
+# JSON lines on stderr, secrets scrubbed (ops/logging.py).
 LOGGING = json_logging(
     # Django's own default handlers would print a second, plain and unscrubbed copy: replace them.
     loggers={

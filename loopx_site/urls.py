@@ -19,7 +19,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
     # Operability: /healthz, /readyz, /metrics at the root; webhooks under the API.
-    path("", include("loopx_site.ops.urls")),
+    path("", include("ops.urls")),
     path("api/v1/", include("notifications.urls")),
     path("api/v1/", include("console.api")),
     # The operator console owns the root; mounted last so that the paths above win.

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 
 from audits.admin_trail import snapshot
 from audits.services import operator_action_record
-from loopx_site.access import can_administer, can_operate, can_view, runs_visible
+from journals.access import can_administer, can_operate, can_view, runs_visible
 
 from . import delivery
 from .admin import url_without_credentials

@@ -7,9 +7,9 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # loopx_site.ops has no app of its own: its receivers are connected here, once per process, in the
+        # ops has no app of its own: its receivers are connected here, once per process, in the
         # web server and the Celery worker alike (both load INSTALLED_APPS).
-        from loopx_site.ops import celery_signals, metrics
+        from ops import celery_signals, metrics
 
         from . import receivers
 

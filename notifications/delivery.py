@@ -30,10 +30,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from loopx_site.access import RunScope
-from loopx_site.ops import context
-from loopx_site.ops.logging import scrub
-from recovery.engine.secrets import redact
+from engine.secrets import redact
+from journals.access import RunScope
+from kernel import context
+from ops.logging import scrub
 
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -117,7 +117,7 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
 
 
 def _destined(hook: Webhook, run: str | None) -> bool:
-    """A team's webhook is told about its team's runs only (the access rule: loopx_site.access.RunScope)."""
+    """A team's webhook is told about its team's runs only (the access rule: journals.access.RunScope)."""
     if hook.team is None:
         return True
     return run is not None and RunScope.of(p.prefix for p in hook.team.prefixes.all()).allows(run)
@@ -230,7 +230,7 @@ def attempt(delivery_id: int) -> str:
         # outcome wins and ours is only the attempt row above.
         mine = WebhookDelivery.objects.filter(pk=delivery_id, status="delivering", attempts=number)
         done = timezone.now()
-        from loopx_site.ops.metrics import WEBHOOK_ATTEMPTS
+        from ops.metrics import WEBHOOK_ATTEMPTS
 
         WEBHOOK_ATTEMPTS.labels("delivered" if result.ok else "failed").inc()
         if result.ok:

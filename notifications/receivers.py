@@ -1,4 +1,4 @@
-"""Operational events (loopx_site.ops.events) → webhook deliveries.
+"""Operational events (kernel.events) → webhook deliveries.
 
 Each receiver names the event's subject (what makes two sends of the signal the same event) and the
 payload. Payloads carry identifiers, codes and counts; anything that came from a record goes through the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopx_site.ops import events
+from kernel import events
 
 from . import delivery
 

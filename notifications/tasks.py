@@ -1,4 +1,4 @@
-"""Celery tasks of the notifications app (and retention, which is loopx_site.ops's but needs a task)."""
+"""Celery tasks of the notifications app (and retention, which is ops's but needs a task)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,6 @@ def deliver_due() -> int:
 @shared_task(name="ops.retention_sweep", acks_late=True, ignore_result=True)
 def retention_sweep() -> dict[str, Any]:
     """Beat task: export and remove old completed runs. Does nothing unless LOOPX_RETENTION_DAYS is set."""
-    from loopx_site.ops import retention
+    from ops import retention
 
     return retention.sweep().as_dict()

@@ -31,7 +31,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from journals.models import Run
-from loopx_site.failpoints import failpoint
+from kernel.failpoints import failpoint
 from recovery.models import Assessment
 from recovery.pending import PendingAssessment
 from recovery.services import PrefixSuperseded, assessment_refresh

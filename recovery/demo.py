@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.engine.types import DEFAULT_PHASES
-from recovery.engine.writer import JournalWriter
+from engine.types import DEFAULT_PHASES
+from engine.writer import JournalWriter
 
 PHASES = list(DEFAULT_PHASES)
 

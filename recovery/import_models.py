@@ -27,7 +27,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from journals.models import EFFECT_CLASSES, ID_MAX
-from loopx_site.appendonly import AppendOnlyModel
+from kernel.appendonly import AppendOnlyModel
 from recovery.package_models import progress_percent
 
 # The sources an upload may name (recovery/importers SOURCES; spelled out so that the schema does not move

@@ -41,10 +41,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from journals.access import RunScope
 from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, Run
 from journals.services import IngestError
-from loopx_site.access import RunScope
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 from recovery.import_models import (
     ANY_KEY,
     BY_DEFAULT,
@@ -613,7 +613,7 @@ def history_reimport(*, import_id: str, map_version_id: int) -> HistoryImport | 
 
 
 def imports_visible(*, scope: RunScope) -> QuerySet[HistoryImport]:
-    """The imports whose every run is in ``scope`` (loopx_site.access): another team's import, or one that
+    """The imports whose every run is in ``scope`` (journals.access): another team's import, or one that
     also wrote another team's run, answers as a missing one does."""
     imports = HistoryImport.objects.select_related("source", "map_version__map").defer("source__data")
     if scope.everything:

@@ -19,9 +19,9 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanRunRecovery, CanView, runtime_token
+from journals.api import ErrorSerializer, LoopxView
 from journals.views import _ERRORS
-from loopx_site.access import CanRunRecovery, CanView, runtime_token
-from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.import_models import HistoryImport
 from recovery.import_selectors import imported_run_of, intent_class_sources
 from recovery.import_serializers import HistoryImportSerializer, ImportUploadSerializer, IntentClassSerializer

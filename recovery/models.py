@@ -1,7 +1,7 @@
 """Recovery state: stored assessments, per-turn decisions, claims (leases with fencing tokens), operator
 evidence and the operator's approvals and blocks (and the gate's own parking of crash loops).
 
-The engine (recovery/engine/) is pure; these models remember what it said about which prefix, and what
+The engine (engine/) is pure; these models remember what it said about which prefix, and what
 people decided about it.
 """
 
@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from journals.models import DECISIONS, ID_MAX, Run, Turn
-from loopx_site.appendonly import AppendOnlyModel
+from kernel.appendonly import AppendOnlyModel
 
 
 def _in(field: str, values: tuple[str, ...], *, null: bool = False) -> Q:

@@ -11,7 +11,7 @@ States (recovery/package_services.py holds the transitions, each a compare-and-s
                           \\-> rejected
 
 A rejected upload keeps its findings and nothing else: no run, no records, and its bytes are removed.
-The run is named by its id, not by a foreign key: retention may remove a run (loopx_site/ops/retention.py,
+The run is named by its id, not by a foreign key: retention may remove a run (ops/retention.py,
 raw deletes in a fixed order) and the upload's history must outlive it without holding it back.
 """
 
@@ -25,7 +25,7 @@ from django.db.models import BooleanField, Case, F, Q, Value, When
 from django.utils import timezone
 
 from journals.models import ID_MAX, ApiToken, Run
-from loopx_site.appendonly import AppendOnlyModel, AppendOnlyQuerySet
+from kernel.appendonly import AppendOnlyModel, AppendOnlyQuerySet
 
 RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED = (
     "received",

@@ -1,4 +1,4 @@
-"""Reads of package uploads for people: which uploads a person may see (loopx_site.access decides the runs)."""
+"""Reads of package uploads for people: which uploads a person may see (journals.access decides the runs)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from loopx_site.access import run_scope
+from journals.access import run_scope
 from recovery.package_models import PackageUpload
 
 

@@ -46,13 +46,13 @@ from django.db import transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from journals import access
 from journals.models import ApiToken, JournalRecord, Run
 from journals.selectors import journal_bytes
 from journals.services import IngestError, complete_record, records_ingest
-from loopx_site import access
-from loopx_site.errors import ServiceError
-from loopx_site.failpoints import failpoint
-from loopx_site.ops.events import emit, package_rejected
+from kernel.errors import ServiceError
+from kernel.events import emit, package_rejected
+from kernel.failpoints import failpoint
 from recovery.atomic import RESTORE_KIND, atomic_write, clean_stale_temporaries, temporary_sibling
 from recovery.models import Assessment
 from recovery.package_models import (
@@ -158,7 +158,7 @@ def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
                 )
             digest.update(chunk)
             fh.write(chunk)
-    # Test-only (loopx_site/failpoints.py): a process killed here leaves a file no row names, which the
+    # Test-only (kernel/failpoints.py): a process killed here leaves a file no row names, which the
     # package sweep removes once it is older than its grace period.
     failpoint("package_receive.written")
     try:

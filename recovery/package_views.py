@@ -28,10 +28,10 @@ from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanExportRaw, CanRunRecovery, CanView, runtime_token
+from journals.api import ErrorSerializer, LoopxView
 from journals.models import Run
 from journals.views import _ERRORS
-from loopx_site.access import CanExportRaw, CanRunRecovery, CanView, runtime_token
-from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.package_models import PackageUpload
 from recovery.package_selectors import package_upload_visible
 from recovery.package_serializers import PackageUploadSerializer

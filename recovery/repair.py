@@ -21,10 +21,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from engine.canonical import canonical_bytes
+from engine.types import Assessment as EngineAssessment
 from journals.models import JournalRecord, Run
-from loopx_site.errors import ServiceError
-from recovery.engine.canonical import canonical_bytes
-from recovery.engine.types import Assessment as EngineAssessment
+from kernel.errors import ServiceError
 from recovery.models import Assessment
 from recovery.repair_input import quarantined_turns, repaired_lines, repaired_result, replacement_lines
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_KINDS, SUPERSEDE, JournalRepair, repair_in_force

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 
+from engine.types import Assessment as EngineAssessment
+from engine.types import Decision, TurnDecision
 from journals.models import JournalRecord
 from journals.storable import storable
-from recovery.engine.types import Assessment as EngineAssessment
-from recovery.engine.types import Decision, TurnDecision
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_QUARANTINED, JournalRepair
 
 CHUNK = 5000

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from journals.models import Run
-from loopx_site.appendonly import AppendOnlyModel
+from kernel.appendonly import AppendOnlyModel
 
 ACCEPT_PREFIX, SUPERSEDE = "accept_prefix", "supersede"
 REPAIR_KINDS = (ACCEPT_PREFIX, SUPERSEDE)

@@ -10,9 +10,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanOperate
+from journals.api import ErrorSerializer, LoopxView
 from journals.views import _ERRORS
-from loopx_site.access import CanOperate
-from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.repair import journal_repair_apply, journal_repair_preview, repairs_list
 from recovery.repair_models import REPAIR_KINDS, JournalRepair
 from recovery.serializers import AssessmentSerializer

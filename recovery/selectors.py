@@ -19,8 +19,8 @@ from django.db.models import QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from engine import OffsetMismatch
 from journals.models import Intent, Run, Turn
-from recovery.engine import OffsetMismatch
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.state import (
     DONE,

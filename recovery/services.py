@@ -17,17 +17,17 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+import engine
+from engine import assess as _engine_assess
+from engine.canonical import canonical_bytes, parse_line
+from engine.secrets import redact
+from engine.types import Assessment as EngineAssessment
+from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn, TurnState
 from journals.storable import storable
-from loopx_site.errors import ServiceError
-from loopx_site.failpoints import failpoint
-from loopx_site.ops.events import crash_loop_parked, emit, instrument_assessment
-from recovery import engine
-from recovery.engine import assess as _engine_assess
-from recovery.engine.canonical import canonical_bytes, parse_line
-from recovery.engine.secrets import redact
-from recovery.engine.types import Assessment as EngineAssessment
-from recovery.engine.types import BranchView, TurnDecision
+from kernel.errors import ServiceError
+from kernel.events import crash_loop_parked, emit, instrument_assessment
+from kernel.failpoints import failpoint
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.package_models import JournalCorruption
 from recovery.repair_input import repaired_lines, repaired_result, stored_lines
@@ -43,7 +43,7 @@ from recovery.selectors import (
 )
 from recovery.state import EngineRow, turn_states_refresh
 
-# The engine's wall time per assessment feeds the latency histogram (loopx_site/ops/metrics.py).
+# The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION

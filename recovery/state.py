@@ -24,10 +24,10 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
+from journals.access import RunScope
 from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
-from loopx_site.access import RunScope
-from loopx_site.ops.events import emit, turn_blocked
-from recovery.engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
+from kernel.events import emit, turn_blocked
 from recovery.models import Assessment, GateDecision, TurnAssessment
 from recovery.repair_models import REPAIR_QUARANTINED
 

@@ -9,11 +9,11 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanOperate, CanRunRecovery
+from journals.api import ErrorSerializer, LoopxView
 from journals.models import Turn
 from journals.services import high_water_parse
 from journals.views import _ERRORS
-from loopx_site.access import CanOperate, CanRunRecovery
-from loopx_site.api import ErrorSerializer, LoopxView
 from recovery.models import Assessment, GateDecision, OperatorEvidence
 from recovery.selectors import assessments_list, evidence_list, gate_decisions_list
 from recovery.serializers import (

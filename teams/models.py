@@ -1,5 +1,5 @@
 """Teams: who sees which runs. A team has run-id prefixes and members; a person sees and acts on the runs
-whose id starts with one of their teams' prefixes (loopx_site/access.py decides, nothing else does).
+whose id starts with one of their teams' prefixes (journals/access.py decides, nothing else does).
 
 The rule is the one a runtime token's ``run_prefix`` follows (journals.models.ApiToken.allows_run): an id
 starts with the prefix, and the empty prefix covers every run. Teams sit below the journal store: they

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from recovery.engine.canonical import canonical_bytes, digest
+from engine.canonical import canonical_bytes, digest
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -95,7 +95,7 @@ class JournalBuilder:
 
     def full_turn(self, turn: str, *, lineage: str = "root") -> None:
         """A turn planned with the default plan, every phase committed, and completed."""
-        from recovery.engine.types import DEFAULT_PHASES
+        from engine.types import DEFAULT_PHASES
 
         self.plan(turn, lineage=lineage)
         self.commit(turn, *DEFAULT_PHASES)

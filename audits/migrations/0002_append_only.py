@@ -1,7 +1,7 @@
-# The audit trail is append-only down to the database (loopx_site/appendonly.py).
+# The audit trail is append-only down to the database (kernel/appendonly.py).
 from django.db import migrations
 
-from loopx_site.appendonly import install_append_only_triggers
+from kernel.appendonly import install_append_only_triggers
 
 
 class Migration(migrations.Migration):

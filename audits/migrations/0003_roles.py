@@ -1,4 +1,4 @@
-# The three roles of loopx_site/access.py as groups. Permissions are created here (they normally appear
+# The three roles of journals/access.py as groups. Permissions are created here (they normally appear
 # only after all migrations, in post_migrate) so that a fresh database gets populated groups at once.
 from django.contrib.auth.management import create_permissions
 from django.db import migrations

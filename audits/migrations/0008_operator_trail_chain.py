@@ -8,7 +8,7 @@ import django.db.models.deletion
 from django.db import migrations, models
 from django.utils import timezone
 
-from loopx_site.appendonly import append_only_trigger_sql
+from kernel.appendonly import append_only_trigger_sql
 
 KINDS = (
     "turn_approve", "turn_block", "turn_park", "evidence_record", "api_token_create", "api_token_revoke",

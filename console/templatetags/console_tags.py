@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from console import vocabulary
-from recovery.engine import redact
+from engine import redact
 from recovery.packages.report import remedy
 
 register = template.Library()

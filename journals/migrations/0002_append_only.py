@@ -1,8 +1,8 @@
 # Append-only evidence: on PostgreSQL a trigger refuses UPDATE and DELETE of journal records
-# (loopx_site/appendonly.py explains the layers).
+# (kernel/appendonly.py explains the layers).
 from django.db import migrations
 
-from loopx_site.appendonly import install_append_only_triggers
+from kernel.appendonly import install_append_only_triggers
 
 
 class Migration(migrations.Migration):

@@ -1,4 +1,4 @@
-# Retention (loopx_site/ops/retention.py) is the one sanctioned way journal records leave the database.
+# Retention (ops/retention.py) is the one sanctioned way journal records leave the database.
 # This replaces the append-only trigger of journals_journalrecord (journals/migrations/0002_append_only.py)
 # with one that still refuses every UPDATE, and refuses DELETE unless the transaction has set
 # `loopx.retention` to 'on' (`SELECT set_config('loopx.retention', 'on', true)`: transaction-local, gone
@@ -7,7 +7,7 @@
 #
 # The other append-only tables (audit trail, evidence, gate decisions) keep the strict trigger:
 # retention never deletes them. If a later migration re-installs journals_journalrecord's trigger with
-# loopx_site.appendonly.append_only_trigger_sql, it must come before this one or re-apply FORWARD.
+# kernel.appendonly.append_only_trigger_sql, it must come before this one or re-apply FORWARD.
 from django.db import migrations
 
 FORWARD = """

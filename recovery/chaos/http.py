@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from recovery.engine import canonical_bytes, digest
+from engine import canonical_bytes, digest
 
 from .store import EvidenceRow, GateAnswer
 

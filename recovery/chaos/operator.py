@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.contrib.auth.models import Group, User
 
     from journals.models import Turn
-    from loopx_site.errors import ServiceError
+    from kernel.errors import ServiceError
     from recovery.services import turn_approve
 
     user, created = User.objects.get_or_create(username=args.actor)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recovery.engine import canonical_bytes, digest, fold_state, rebuild_state
+from engine import canonical_bytes, digest, fold_state, rebuild_state
 
 from .http import HttpGateway
 from .ledger import Ledger

@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from recovery.engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
-from recovery.engine.writer import JournalWriter, fixed_clock
+from engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
+from engine.writer import JournalWriter, fixed_clock
 
 from .http import gateway_from_env
 from .ledger import Ledger

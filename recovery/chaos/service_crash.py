@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopx_site.failpoints import ENV, MARK_DIR_ENV
-from recovery.engine.writer import JournalWriter
+from engine.writer import JournalWriter
+from kernel.failpoints import ENV, MARK_DIR_ENV
 
 from .http import HttpError, HttpGateway
 from .server import LiveServer

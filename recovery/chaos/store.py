@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from recovery.engine import Evidence, TurnDecision, assess
-from recovery.engine.types import Assessment
+from engine import Evidence, TurnDecision, assess
+from engine.types import Assessment
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.engine.assess import _has_float as has_float
-from recovery.engine.canonical import canonical_bytes, canonical_bytes_no_float
+from engine.assess import _has_float as has_float
+from engine.canonical import canonical_bytes, canonical_bytes_no_float
 
 EFFECT_CLASSES = ("safe", "idempotent", "unsafe")
 DEFAULT_KEY = "*"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from recovery.engine.assess import _valid_at
+from engine.assess import _valid_at
 
 from ._common import EffectMap, Journal, Progress, refuse, value_digest
 

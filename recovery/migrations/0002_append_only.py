@@ -1,7 +1,7 @@
 # Operator evidence and gate decisions are the record of what people decided: never rewritten.
 from django.db import migrations
 
-from loopx_site.appendonly import install_append_only_triggers
+from kernel.appendonly import install_append_only_triggers
 
 
 class Migration(migrations.Migration):

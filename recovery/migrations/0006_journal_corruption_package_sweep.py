@@ -8,7 +8,7 @@ import django.utils.timezone
 from django.db import migrations, models
 from django.utils import timezone
 
-from loopx_site.appendonly import install_append_only_triggers
+from kernel.appendonly import install_append_only_triggers
 
 # name -> (task, every N seconds, what it does)
 SCHEDULES = {

@@ -9,7 +9,7 @@ import uuid
 from django.conf import settings
 from django.db import migrations, models
 
-from loopx_site.appendonly import install_append_only_triggers
+from kernel.appendonly import install_append_only_triggers
 
 
 class Migration(migrations.Migration):

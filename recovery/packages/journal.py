@@ -11,7 +11,7 @@ import codecs
 import json
 from typing import Any
 
-from recovery.engine.canonical import parse_line
+from engine.canonical import parse_line
 
 
 class JournalCheck:

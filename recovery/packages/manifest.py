@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.engine import is_int as _is_int
+from engine import is_int as _is_int
 
 from .paths import check_path, collision_key
 

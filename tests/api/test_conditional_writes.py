@@ -192,7 +192,7 @@ def test_the_decision_with_a_differing_expected_high_water_holds_the_turn_with_o
 
 def test_the_gate_and_assess_journal_agree_on_the_mismatch(runtime, journal, tmp_path):
     """One comparison (the engine's offset_mismatches) behind both: the same words for the same facts."""
-    from recovery.engine import assess
+    from engine import assess
 
     result = assess(journal.lines, expect={0: 4})
     violation = next(v for v in result.violations if v.code == "offset_mismatch")

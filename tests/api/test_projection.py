@@ -330,8 +330,8 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
     import base64
 
     from journals import views
+    from journals.access import RunScope
     from journals.selectors import TurnPageQuery, turn_rows
-    from loopx_site.access import RunScope
     from tests.personas import make_runtime
 
     _many_turns()

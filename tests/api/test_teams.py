@@ -1,6 +1,6 @@
 """Teams: another team's runs, turns, records, assessments, recoveries, findings and packages answer 404 (the
 answer of a missing one, never a 403 that would confirm them), in pages and API alike, and none of them
-appears in a list, a count, a search or an export (loopx_site.access.run_scope, docs/access.md).
+appears in a list, a count, a search or an export (journals.access.run_scope, docs/access.md).
 
 Every route of the URL resolver is walked: a route that takes a parameter must be named in ``OWNED`` (built
 from the blue team's objects) or ``NOT_RUN_DATA`` (with why), so that a new page cannot slip out unchecked.
@@ -21,8 +21,8 @@ from audits.findings import Finding
 from audits.models import OperatorAction, RecoveryAudit
 from audits.services import recovery_audit_open
 from console.selectors import turn_counts
+from journals.access import NO_RUN, run_scope
 from journals.models import Turn
-from loopx_site.access import NO_RUN, run_scope
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
 from recovery.package_models import PackageUpload
 from recovery.services import turn_approve, turn_claim

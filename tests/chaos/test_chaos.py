@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import canonical_bytes
 from recovery.chaos.ledger import Ledger
 from recovery.chaos.rig import (
     EXPECTED_TRANSITIONS,
@@ -25,7 +26,6 @@ from recovery.chaos.rig import (
     run_seeds,
 )
 from recovery.chaos.runtime import INTENDED_EFFECTS
-from recovery.engine import canonical_bytes
 
 SAMPLE = range(2 * EXPECTED_TRANSITIONS)
 
@@ -107,8 +107,8 @@ def test_ledger_dedupes_idempotent_effects_only(tmp_path: Path) -> None:
 def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path: Path) -> None:
     """Evidence names an intent, not a dispatch. The runtime journals an operator finding as a readback
     citing it; after that, the same finding must not settle a *new* dispatch of the unsafe intent."""
+    from engine.writer import JournalWriter
     from recovery.chaos.store import FileGateway
-    from recovery.engine.writer import JournalWriter
 
     gw = FileGateway(tmp_path, "r")
     w = JournalWriter("r")
@@ -134,7 +134,7 @@ def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path:
     assert not gw.assessment().violations
     # Why the rule: handed to the engine as "latest finding per intent", the old finding binds to the new
     # dispatch and lets the turn resume although the world may have seen that dispatch.
-    from recovery.engine import Evidence, assess
+    from engine import Evidence, assess
 
     stale = assess(gw.lines(), evidence={("t", "u"): Evidence.NOT_HAPPENED})
     assert [t.decision.value for t in stale.turns] == ["resume"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loopx_client import canonical
 
-from recovery.engine import canonical as engine
+from engine import canonical as engine
 
 # JSON values a record may hold: strings over all of Unicode but lone surrogates, integers of any size,
 # booleans, null, lists and objects, nested.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from loopx_client import Journal, JournalCorrupt
 
-from recovery.engine import assess
+from engine import assess
 
 CLIENT = Path(__file__).resolve().parents[2] / "client"
 

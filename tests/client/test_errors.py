@@ -23,7 +23,7 @@ def server_codes() -> dict[str, int]:
                 codes[code] = int(status)
             for code in _ANSWERED.findall(text):
                 codes.setdefault(code, 0)
-    codes["invalid_request"] = 400  # loopx_site/api.py: a body that fails validation
+    codes["invalid_request"] = 400  # journals/api.py: a body that fails validation
     return codes
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from engine import assess
 from recovery.chaos.server import PROJECT_ROOT, LiveServer
-from recovery.engine import assess
 
 EXAMPLE = PROJECT_ROOT / "client" / "examples" / "agent_loop.py"
 sys.path.insert(0, str(EXAMPLE.parent))

@@ -20,7 +20,7 @@ from loopx_client import (
     UnsafeRedispatch,
 )
 
-from recovery.engine import assess, digest, fold_state
+from engine import assess, digest, fold_state
 
 
 def full_turn(journal: Journal, turn: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.writer import JournalWriter
 from journals.models import Run, Turn
 from journals.services import records_ingest
-from recovery.engine.writer import JournalWriter
 from recovery.services import assessment_refresh
 
 SECRET = "sk-live-CONSOLE-SECRET-4711"

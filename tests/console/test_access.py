@@ -120,8 +120,8 @@ def test_export_is_for_operators_only(op_pages, viewer_pages, pay):
 
 
 def test_role_checks_use_the_store_access_helper(monkeypatch, viewer_pages, pay):
-    """Pages defer to loopx_site.access: revoking there revokes here."""
-    from loopx_site import access
+    """Pages defer to journals.access: revoking there revokes here."""
+    from journals import access
 
     monkeypatch.setattr(access, "can_view", lambda user: False)
     assert viewer_pages.get(reverse("console:overview")).status_code == 403

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import User
 from django.test import Client
 
-from loopx_site import access
+from journals import access
 from teams.models import Team, TeamPrefix
 from tests.console.scenarios import payments_run
 

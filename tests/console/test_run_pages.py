@@ -8,9 +8,9 @@ import re
 import pytest
 from django.urls import reverse
 
+from engine.writer import JournalWriter
 from journals.models import JournalRecord, Run
 from journals.services import records_ingest
-from recovery.engine.writer import JournalWriter
 from recovery.services import assessment_refresh
 from tests.console.scenarios import SECRET
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from django.urls import reverse
 
+from engine.writer import JournalWriter
 from journals.models import JournalRecord
-from recovery.engine.writer import JournalWriter
 from tests.console.scenarios import SECRET, ingest
 
 pytestmark = pytest.mark.django_db

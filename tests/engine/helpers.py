@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from recovery.engine import DEFAULT_PHASES, RUN_LEVEL, Assessment, Code, TurnDecision, assess
-from recovery.engine.canonical import canonical_bytes, digest
-from recovery.engine.writer import JournalWriter
+from engine import DEFAULT_PHASES, RUN_LEVEL, Assessment, Code, TurnDecision, assess
+from engine.canonical import canonical_bytes, digest
+from engine.writer import JournalWriter
 
 PHASES: list[str] = list(DEFAULT_PHASES)
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.engine import DEFAULT_PHASES
-from recovery.engine.writer import JournalWriter
+from engine import DEFAULT_PHASES
+from engine.writer import JournalWriter
 
 DEFINITIVE = ("succeeded", "failed")
 

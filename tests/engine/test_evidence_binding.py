@@ -9,8 +9,8 @@ it. Evidence given with its dispatch number never outlives the dispatch it was a
 
 from __future__ import annotations
 
-from recovery.engine import Decision, Evidence, assess
-from recovery.engine.writer import JournalWriter
+from engine import Decision, Evidence, assess
+from engine.writer import JournalWriter
 
 
 def _journal(*, readback_of_first: str | None) -> list[bytes]:

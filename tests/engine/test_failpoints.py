@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.engine import assess
+from engine import assess
 from tests.engine.helpers import to_json, write_journal, writer
 
 

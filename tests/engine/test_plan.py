@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from recovery.engine import DEFAULT_PHASES, Decision
+from engine import DEFAULT_PHASES, Decision
 from tests.engine.helpers import (
     PHASES,
     assert_clean,

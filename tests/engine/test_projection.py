@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from recovery.engine import assess
+from engine import assess
 from recovery.management.commands.assess_journal import Command
 from tests.engine.helpers import PYTHON, REPO_ROOT, full_turn, put, run, to_json, turn, write_journal, writer
 
@@ -222,7 +222,7 @@ def test_exit_2_with_one_line_on_stderr(tmp_path: Path) -> None:
 def test_an_unreadable_file_is_exit_2(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root reads any file: the permission check cannot fail, so test the engine's own guard instead.
-        from recovery.engine import JournalUnreadable
+        from engine import JournalUnreadable
 
         with pytest.raises(JournalUnreadable):
             assess(tmp_path)

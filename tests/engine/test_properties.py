@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from recovery.engine import assess, canonical_bytes, fold_state, rebuild_state
+from engine import assess, canonical_bytes, fold_state, rebuild_state
 from tests.engine.helpers import contract_digest, first_run_level, obj, to_json, write_journal
 from tests.engine.model import JournalModel
 from tests.engine.strategies import json_values, valid_journals
@@ -188,7 +188,7 @@ def test_checkpoint_digests_resumed_from_a_cache_equal_the_contract_digest(
     """The engine hashes a checkpoint's fold incrementally (resuming where the sorted turns first differ
     from the last checkpoint's); whatever the order of the turn ids (growing or not), the changes between
     checkpoints and the hash states it keeps every 256 turns, the digest must be the contract's."""
-    from recovery.engine.writer import JournalWriter
+    from engine.writer import JournalWriter
 
     w = JournalWriter("run-digests")
     marks = iter(every * 100)

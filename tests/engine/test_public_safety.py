@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from recovery.engine import REDACTED, Code, Evidence, digest, fold_state, is_secret_field, redact
-from recovery.engine.writer import JournalWriter
+from engine import REDACTED, Code, Evidence, digest, fold_state, is_secret_field, redact
+from engine.writer import JournalWriter
 from recovery.management.commands.assess_journal import Command
 from tests.engine.helpers import codes, full_turn, line_of, on_branch, put, run, to_json, write_journal, writer
 

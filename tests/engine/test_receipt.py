@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery.engine import Code, Decision, assess, canonical_bytes, digest, parse_line
-from recovery.engine.canonical import _strict
+from engine import Code, Decision, assess, canonical_bytes, digest, parse_line
+from engine.canonical import _strict
 from tests.engine.helpers import (
     PHASES,
     assert_clean,
@@ -775,7 +775,7 @@ _json_values = st.recursive(
 def test_the_batch_proof_of_canonical_bytes_agrees_with_checking_each_line(objs: list[Any], data: Any) -> None:
     """``proven_canonical`` (ingest's streamed path proves a whole batch once, after parsing it in chunks)
     says True exactly when every line is its value's canonical bytes, as the per-line check says."""
-    from recovery.engine import proven_canonical
+    from engine import proven_canonical
 
     lines = [canonical_bytes(o) for o in objs]
     if data.draw(st.booleans()):  # spoil one line: foreign formatting, same value

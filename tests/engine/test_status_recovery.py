@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recovery.engine import Decision, Evidence, digest, fold_state, rebuild_state
+from engine import Decision, Evidence, digest, fold_state, rebuild_state
 from tests.engine.helpers import (
     PHASES,
     assert_clean,
@@ -798,7 +798,7 @@ def test_a_valid_checkpoint_with_and_without_state() -> None:
 def test_the_fold_shape_has_its_own_exported_version() -> None:
     """PROJECTION_VERSION names the canonical fold's shape (docs/engine.md, "Versions"), apart from
     ENGINE_VERSION; the service stores both beside every assessment."""
-    import recovery.engine as engine
+    import engine as engine
 
     assert "PROJECTION_VERSION" in engine.__all__
     assert isinstance(engine.PROJECTION_VERSION, str)

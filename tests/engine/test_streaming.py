@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from recovery.engine import assess
-from recovery.engine.writer import JournalWriter
+from engine import assess
+from engine.writer import JournalWriter
 from tests.engine.helpers import PHASES, to_json
 
 TURNS = 300
@@ -107,7 +107,7 @@ def test_the_pre_scan_finds_every_fork_and_checkpoint_whatever_the_window(tmp_pa
     window or is longer than it (a checkpoint with its state) must be found all the same."""
     import importlib
 
-    engine_assess = importlib.import_module("recovery.engine.assess")
+    engine_assess = importlib.import_module("engine.assess")
     w = JournalWriter("run-windows")
     for i in range(30):
         point = w.mark()

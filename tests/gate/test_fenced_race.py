@@ -41,7 +41,7 @@ def test_the_stale_owner_never_lands_when_racing_the_current_one():
         # for whichever comes second, so without fencing the first would win, stale or not).
         mine = b.commit("t1", f"p{round_no}")[0]
         theirs = dict(mine, note="stale writer")
-        from recovery.engine.canonical import canonical_bytes
+        from engine.canonical import canonical_bytes
 
         outcomes = _race(
             lambda: _ingest(b, [b.lines[-1]], {"t1": current}),

@@ -94,7 +94,7 @@ def test_accept_prefix_previewed_then_applied_names_the_repair_and_keeps_the_byt
     # The gate never lets the quarantined turn proceed, not even on an approval; t1 is done.
     assert operator_client.get(f"/api/v1/runs/{RUN}/turns/t2/decision").json()["state"] == "hold"
     assert operator_client.get(f"/api/v1/runs/{RUN}/turns/t1/decision").json()["state"] == "done"
-    from loopx_site.errors import ServiceError
+    from kernel.errors import ServiceError
     from recovery.services import turn_approve
 
     with contextlib.suppress(ServiceError):  # refusing the approval outright is as good: the turn stays held

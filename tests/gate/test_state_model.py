@@ -27,11 +27,11 @@ from audits.finding_services import finding_open_or_touch, finding_resolve
 from audits.findings import UNRESOLVED, Finding
 from console.selectors import blocked_queue, decorate_runs
 from console.turn_detail import turn_page
+from engine.writer import JournalWriter
+from journals.access import EVERY_RUN
 from journals.models import Intent, Run, Turn, TurnEffective
 from journals.services import records_ingest
-from loopx_site.access import EVERY_RUN
-from loopx_site.errors import ServiceError
-from recovery.engine.writer import JournalWriter
+from kernel.errors import ServiceError
 from recovery.services import (
     assessment_refresh,
     turn_approve,

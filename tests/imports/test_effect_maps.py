@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from audits.models import OperatorAction
 from console.imports import EntriesField, entries_text
 from journals.models import EFFECT_CLASSES, JournalRecord, Run, Turn
-from loopx_site.appendonly import AppendOnlyError
+from kernel.appendonly import AppendOnlyError
 from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedIntent
 from recovery.import_services import (
     ImportServiceError,

@@ -10,7 +10,7 @@ from django.db import OperationalError, connections
 from django.utils import timezone
 
 from audits.models import Heartbeat
-from loopx_site.ops import health
+from ops import health
 
 
 @pytest.fixture(autouse=True)

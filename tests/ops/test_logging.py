@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from journals.models import Run, Turn
-from loopx_site.ops import context
-from loopx_site.ops.logging import JsonFormatter, RedactingFilter, scrub
+from kernel import context
+from ops.logging import JsonFormatter, RedactingFilter, scrub
 from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
 

@@ -147,7 +147,7 @@ _CHILD = """
 import os, sys, django
 os.environ["DJANGO_SETTINGS_MODULE"] = "loopx_site.settings"
 django.setup()
-from loopx_site.ops import metrics
+from ops import metrics
 if sys.argv[1] == "count":
     metrics.on_ingest_finished(outcome="accepted", code="", stored=3, duplicates=1)
     metrics.on_assessment_finished(seconds=0.2)

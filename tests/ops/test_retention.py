@@ -17,7 +17,7 @@ from django.utils import timezone
 from audits.models import OperatorAction
 from journals.models import JournalRecord, Run
 from journals.services import records_ingest
-from loopx_site.ops import retention
+from ops import retention
 from recovery.background import assessment_run
 from recovery.packages import check_package
 from tests.journal_builder import JournalBuilder
@@ -36,7 +36,7 @@ def _store(builder: JournalBuilder, *, days_idle: int = 40, assess: bool = True)
 
 
 def _completed(run_id: str) -> JournalBuilder:
-    from recovery.engine.types import DEFAULT_PHASES
+    from engine.types import DEFAULT_PHASES
 
     b = JournalBuilder(run_id)
     b.full_turn("t1")
@@ -182,7 +182,7 @@ def test_unverified_package_keeps_the_run(retention_dir, monkeypatch, published_
 
 @pytest.fixture
 def published_events():
-    from loopx_site.ops import events
+    from kernel import events
 
     seen: list[tuple[str, str]] = []
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from loopx_site.ops import events
+from kernel import events
 from notifications import delivery
 from notifications.models import Webhook, WebhookAttempt, WebhookDelivery
 from notifications.tasks import deliver_due, deliver_webhook

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.engine.canonical import canonical_bytes
+from engine.canonical import canonical_bytes
 
 FORMATS = ("tar", "tar.gz", "zip")
 RUN = "run-1"

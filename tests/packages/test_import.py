@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from journals.models import Branch, JournalRecord, Run, Turn
 from journals.selectors import journal_bytes
 from journals.services import api_token_create, records_ingest
-from loopx_site.ops import events
+from kernel import events
 from recovery import package_services
 from recovery.models import Assessment, PackageUpload
 from recovery.package_services import package_import, package_upload_receive, package_validate

@@ -18,7 +18,7 @@ from audits.models import OperatorAction
 from journals.models import JournalRecord, Run, Turn
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
-from loopx_site.appendonly import AppendOnlyError
+from kernel.appendonly import AppendOnlyError
 from recovery.models import Assessment, PackageUpload, TurnAssessment
 from recovery.package_models import JournalCorruption
 from recovery.package_services import MAX_CORRUPT_LINES, package_sweep, run_journal_bytes

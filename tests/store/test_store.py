@@ -16,7 +16,7 @@ from audits.services import operator_action_record
 from journals.models import ApiToken, Intent, JournalRecord, Run, Turn
 from journals.selectors import api_token_find, journal_bytes
 from journals.services import records_ingest
-from loopx_site.appendonly import AppendOnlyError
+from kernel.appendonly import AppendOnlyError
 from recovery.models import GateDecision, OperatorEvidence
 from tests.journal_builder import JournalBuilder
 
@@ -301,7 +301,7 @@ def test_every_column_of_a_batch_is_stored_as_received():
 
     from django.utils import timezone
 
-    from recovery.engine.canonical import canonical_bytes, digest, parse_line
+    from engine.canonical import canonical_bytes, digest, parse_line
 
     run_id = "run-cols-\u00e9"
     objs = [

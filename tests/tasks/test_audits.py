@@ -20,13 +20,13 @@ from audits.checks import (
 )
 from audits.finding_services import finding_acknowledge, finding_resolve
 from audits.findings import Finding
+from engine import assess as engine_assess
+from engine.canonical import parse_line
+from engine.writer import JournalWriter
 from journals.models import JournalRecord, Run, Turn
 from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.demo import run_chain_broken, run_effects, run_fork_checkpoint_v1, run_healthy, workload_lines
-from recovery.engine import assess as engine_assess
-from recovery.engine.canonical import parse_line
-from recovery.engine.writer import JournalWriter
 from recovery.models import Assessment
 from recovery.pending import PendingAssessment
 from recovery.selectors import gate_view

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine import assess
 from journals.models import Checkpoint, JournalRecord, Run
 from recovery.background import assessment_run
 from recovery.demo import demo_journals, demo_seed, workload_lines
-from recovery.engine import assess
 from recovery.models import TurnAssessment
 from recovery.pending import PendingAssessment
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, transaction
 
+from engine import assess as engine_assess
 from journals.models import Run
 from recovery import background
 from recovery.background import assessment_request, assessment_run
 from recovery.demo import run_healthy, workload_lines
-from recovery.engine import assess as engine_assess
 from recovery.models import Assessment, TurnAssessment
 from recovery.pending import PendingAssessment
 from recovery.services import ENGINE_VERSION, PrefixSuperseded, assessment_refresh

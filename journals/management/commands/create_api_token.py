@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.models import ApiToken
 from journals.services import api_token_create
-from loopx_site.via import via
+from kernel.via import via
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from loopx_site.ops import retention
+from ops import retention
 
 
 class Command(BaseCommand):

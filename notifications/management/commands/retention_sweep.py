@@ -1,7 +1,7 @@
 """`python manage.py retention_sweep [--days N] [--limit N] [--dry-run] [--json]`
 
 Exports completed runs idle for more than N days (default LOOPX_RETENTION_DAYS; 0 = off) to verified
-packages in LOOPX_RETENTION_DIR, then removes them from the database (loopx_site/ops/retention.py).
+packages in LOOPX_RETENTION_DIR, then removes them from the database (ops/retention.py).
 Exit status 0, or 1 when a run could not be processed (it stays, and the next sweep tries again).
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from loopx_site.ops import retention
-from loopx_site.via import via
+from kernel.via import via
+from ops import retention
 
 
 class Command(BaseCommand):

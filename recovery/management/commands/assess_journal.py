@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from recovery.engine import Evidence, JournalUnreadable, assess
+from engine import Evidence, JournalUnreadable, assess
 
 
 class _UsageError(Exception):

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.selectors import run_find
-from loopx_site.via import via
+from kernel.via import via
 from recovery.package_services import EXPORT_FORMATS, run_export
 
 

@@ -12,11 +12,11 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from journals.access import CanView, RunScope, request_scope, runtime_token
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
 from journals.models import Run, Turn
 from journals.selectors import run_find, turn_lookup
-from loopx_site.access import CanView, RunScope, request_scope, runtime_token
-from loopx_site.errors import ServiceError
+from kernel.errors import ServiceError
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -67,7 +67,7 @@ class LoopxView(GenericAPIView):
         return turn
 
     def run_scope(self) -> RunScope:
-        """The runs this request may see and act on (loopx_site.access.run_scope)."""
+        """The runs this request may see and act on (journals.access.run_scope)."""
         return request_scope(self.request)
 
     def get_serializer_context(self) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""gunicorn settings for production (Procfile: ``gunicorn -c python:loopx_site.ops.gunicorn_conf loopx_site.wsgi``).
+"""gunicorn settings for production (Procfile: ``gunicorn -c python:ops.gunicorn_conf loopx_site.wsgi``).
 
 Environment: PORT (8000), WEB_CONCURRENCY (workers; 2 x cores + 1), GUNICORN_TIMEOUT (60 s),
 FORWARDED_ALLOW_IPS (the proxy's address, so that X-Forwarded-Proto is believed; 127.0.0.1), and
-PROMETHEUS_MULTIPROC_DIR (see loopx_site/ops/metrics.py). gunicorn's own log lines go through the same JSON
+PROMETHEUS_MULTIPROC_DIR (see ops/metrics.py). gunicorn's own log lines go through the same JSON
 formatter and secret filter as the application's; its access log is off because the request-id
 middleware writes one JSON line per request already.
 """
@@ -13,7 +13,7 @@ import multiprocessing
 import os
 from typing import Any
 
-from loopx_site.ops.logconfig import json_logging
+from ops.logconfig import json_logging
 
 bind = f"{os.environ.get('BIND_HOST', '0.0.0.0')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2 + 1))
@@ -38,7 +38,7 @@ logconfig_dict: dict[str, Any] = json_logging(
 
 def post_worker_init(worker: Any) -> None:
     # Read the migration graph once per worker now, so that the first /readyz is as fast as the others.
-    from loopx_site.ops.health import expected_migrations
+    from ops.health import expected_migrations
 
     expected_migrations()
 

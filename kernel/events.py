@@ -1,7 +1,7 @@
 """Operational events: the signals other apps send, and the decorators that send them for a service.
 
 Why signals: the store, the task runner and the package checker must not import the metrics or the
-webhook code (nor wait for it). They send an event; ``loopx_site.ops.metrics`` counts it and
+webhook code (nor wait for it). They send an event; ``ops.metrics`` counts it and
 ``notifications`` turns it into webhook deliveries, enqueued on commit. Receivers run through
 :func:`emit`, which uses ``send_robust``: a failing receiver is logged and never breaks ingest or an
 assessment.

@@ -1,5 +1,5 @@
 """Request-id middleware: every request gets an id, logs carry it, the response returns it, and the
-Celery tasks the request enqueues inherit it (loopx_site.ops.celery_signals)."""
+Celery tasks the request enqueues inherit it (ops.celery_signals)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from . import context
+from kernel import context
 
 logger = logging.getLogger("loopx.request")
 

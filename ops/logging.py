@@ -25,9 +25,8 @@ import traceback
 from datetime import UTC, datetime
 from typing import Any
 
-from recovery.engine.secrets import REDACTED, is_secret_field, redact
-
-from . import context
+from engine.secrets import REDACTED, is_secret_field, redact
+from kernel import context
 
 # The store's token format (journals.services.TOKEN_PREFIX + token_urlsafe): matched wherever it appears.
 _API_TOKEN_RE = re.compile(r"lxr_[A-Za-z0-9_\-]{8,}")
@@ -137,7 +136,7 @@ class RedactingFilter(logging.Filter):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line. Context (run, turn, request id, task id) comes from ``extra`` or, when
-    absent there, from :mod:`loopx_site.ops.context`."""
+    absent there, from :mod:`kernel.context`."""
 
     def format(self, record: logging.LogRecord) -> str:
         try:

@@ -7,14 +7,14 @@ Two kinds of series:
   webhook deliveries by status, and the broker's queue depth and oldest-message age. They are exact
   whichever process answers the scrape. Operator actions and divergences are append-only tables, so
   their counts are true counters (``_total``).
-- **Counters and a histogram fed by events** (loopx_site.ops.events): ingest batches and records by
+- **Counters and a histogram fed by events** (kernel.events): ingest batches and records by
   outcome, assessment latency, webhook attempts, operational events. These live in the memory of the
   process where the event happened. Without ``PROMETHEUS_MULTIPROC_DIR`` each process counts its own,
   so a scrape sees only the process that answered it (fine for one web process; wrong behind several
   gunicorn workers or when assessments run in Celery). With ``PROMETHEUS_MULTIPROC_DIR`` set to an empty
   directory shared by the web and worker processes of a host (set before they start, emptied at deploy),
   prometheus-client writes the values to files there and every scrape adds up all processes
-  (docs/deployment.md; gunicorn's ``child_exit`` hook is in loopx_site/ops/gunicorn_conf.py).
+  (docs/deployment.md; gunicorn's ``child_exit`` hook is in ops/gunicorn_conf.py).
 
 Access (``metrics_allowed``): a client address in ``METRICS_ALLOW_IPS`` (addresses or CIDR networks,
 compared with REMOTE_ADDR, never a forwarded header), or ``Authorization: Bearer`` with
@@ -42,7 +42,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from . import broker, events
+from kernel import events
+
+from . import broker
 
 
 def _counts_by(manager: Any, field: str, known: Iterable[str], count: Any = None) -> dict[str, int]:

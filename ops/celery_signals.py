@@ -13,7 +13,7 @@ from typing import Any
 
 from celery.signals import before_task_publish, task_postrun, task_prerun
 
-from . import context
+from kernel import context
 
 REQUEST_ID_HEADER = "loopx_request_id"
 PUBLISHED_AT_HEADER = "loopx_published_at"

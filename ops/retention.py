@@ -39,7 +39,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import context
+from kernel import context
 
 logger = logging.getLogger("loopx.retention")
 
@@ -227,7 +227,7 @@ def export_run(run: Any, directory: Path | None = None) -> tuple[Path, str]:
     sha = build_package(path, run.run_id, _journal_bytes(run), _state_files(run))
     report = check_package(path)
     if not report.accepted:
-        from .events import emit, package_rejected
+        from kernel.events import emit, package_rejected
 
         codes = report.codes()
         path.unlink(missing_ok=True)  # an unverified package is no copy of anything
