@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test bench chaos lint typecheck migrate clean-venv
 
 $(STAMP): pyproject.toml client/pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# The runtime client (its own distribution, client/): tests/client import it and run its example.
@@ -25,6 +25,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	# The layers import downward only (.importlinter; docs in README's "Where things are").
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
 	# A throwaway var/ per run: tests that commit publish tasks to the filesystem broker, which must not
 	# leak into the var/ that `make run` serves from.
@@ -38,6 +40,7 @@ chaos: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

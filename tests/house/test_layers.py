@@ -1,0 +1,88 @@
+"""The layers contract (.importlinter) holds on the tree, and it fails the moment a lower layer imports a
+higher one. Both are checked on a copy of the packages, so the probe never touches the working tree."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.engine.helpers import PYTHON, REPO_ROOT
+
+LINT_IMPORTS = Path(PYTHON).with_name("lint-imports")
+
+
+def _root_packages() -> list[str]:
+    lines = (REPO_ROOT / ".importlinter").read_text(encoding="utf-8").split("root_packages =", 1)[1].splitlines()
+    names = []
+    for line in lines[1:]:
+        if not line.startswith("    "):
+            break
+        names.append(line.strip())
+    return names
+
+
+def _copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in _root_packages():
+        shutil.copytree(REPO_ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / ".importlinter", tree / ".importlinter")
+    return tree
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture()
+def tree(tmp_path: Path) -> Path:
+    if not LINT_IMPORTS.exists():
+        pytest.fail(f"{LINT_IMPORTS} is missing: import-linter is a dev dependency (pyproject.toml)")
+    return _copy(tmp_path)
+
+
+def test_every_package_of_the_project_is_in_the_contract() -> None:
+    packages = {p.name for p in REPO_ROOT.iterdir() if (p / "__init__.py").exists() and p.name != "tests"}
+    assert packages == set(_root_packages())
+
+
+def test_the_tree_keeps_the_layers(tree: Path) -> None:
+    result = _lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [("engine", "kernel"), ("kernel", "journals"), ("journals", "console"), ("recovery", "ops")],
+)
+def test_an_upward_import_breaks_the_contract(tree: Path, low: str, high: str) -> None:
+    (tree / low / "upward_probe.py").write_text(f"import {high}\n", encoding="utf-8")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert f"{low} is not allowed to import {high}" in result.stdout
+    assert f"{low}.upward_probe -> {high}" in result.stdout
+
+
+def test_an_ignored_import_that_no_longer_exists_must_leave_the_list(tree: Path) -> None:
+    """The ignore list is a ledger of upward imports still to be turned around: it may only shrink."""
+    config = tree / ".importlinter"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(
+            "ignore_imports =\n", "ignore_imports =\n    engine.fold -> journals.models\n"
+        ),
+        encoding="utf-8",
+    )
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "engine.fold -> journals.models" in result.stdout + result.stderr
