@@ -43,6 +43,7 @@ crash_loop_parked = Signal()
 package_rejected = Signal()
 ingest_finished = Signal()
 assessment_finished = Signal()
+webhook_attempted = Signal()  # delivered=bool
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -46,8 +46,10 @@ INSTALLED_APPS = [
     "journals",
     "recovery",
     "audits",
-    # Webhooks, and the wiring of ops (metrics, JSON logs, retention).
+    # Webhooks.
     "notifications",
+    # Operations: metrics, health, retention; it reads every app's tables and nothing imports it.
+    "ops",
     # The operator console: pages, template tags and the admin registrations.
     "console",
 ]
@@ -310,7 +312,7 @@ LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retenti
 # Celery keeps its hands off the root logger, so the worker and beat log JSON through LOGGING too.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# JSON lines on stderr, secrets scrubbed (ops/logging.py).
+# JSON lines on stderr, secrets scrubbed (kernel/logging.py).
 LOGGING = json_logging(
     # Django's own default handlers would print a second, plain and unscrubbed copy: replace them.
     loggers={

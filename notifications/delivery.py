@@ -32,8 +32,8 @@ from django.utils import timezone
 
 from engine.secrets import redact
 from journals.access import RunScope
-from kernel import context
-from ops.logging import scrub
+from kernel import context, events
+from kernel.logging import scrub
 
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -230,9 +230,7 @@ def attempt(delivery_id: int) -> str:
         # outcome wins and ours is only the attempt row above.
         mine = WebhookDelivery.objects.filter(pk=delivery_id, status="delivering", attempts=number)
         done = timezone.now()
-        from ops.metrics import WEBHOOK_ATTEMPTS
-
-        WEBHOOK_ATTEMPTS.labels("delivered" if result.ok else "failed").inc()
+        events.emit(events.webhook_attempted, delivered=result.ok)
         if result.ok:
             mine.update(
                 status="delivered", delivered_at=done, last_status_code=result.status_code, last_error="",

@@ -1,8 +1,6 @@
-"""Celery tasks of the notifications app (and retention, which is ops's but needs a task)."""
+"""Celery tasks of the notifications app."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from celery import shared_task
 
@@ -21,11 +19,3 @@ def deliver_due() -> int:
     ids = delivery.due_deliveries()
     delivery.publish(ids)
     return len(ids)
-
-
-@shared_task(name="ops.retention_sweep", acks_late=True, ignore_result=True)
-def retention_sweep() -> dict[str, Any]:
-    """Beat task: export and remove old completed runs. Does nothing unless LOOPX_RETENTION_DAYS is set."""
-    from ops import retention
-
-    return retention.sweep().as_dict()

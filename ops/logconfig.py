@@ -2,7 +2,7 @@
 
 Imports nothing but the standard library: gunicorn reads its config before Django is set up, and the
 settings module must not import application code. Formatter and filter are named by dotted path
-(ops/logging.py) so dictConfig loads them only when logging starts.
+(kernel/logging.py) so dictConfig loads them only when logging starts.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ def json_logging(*, loggers: dict[str, dict[str, Any]], root_level: str | None =
     config: dict[str, Any] = {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"redact": {"()": "ops.logging.RedactingFilter"}},
-        "formatters": {"json": {"()": "ops.logging.JsonFormatter"}},
+        "filters": {"redact": {"()": "kernel.logging.RedactingFilter"}},
+        "formatters": {"json": {"()": "kernel.logging.JsonFormatter"}},
         "handlers": {
             "console": {
                 "class": "logging.StreamHandler",

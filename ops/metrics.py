@@ -147,7 +147,12 @@ _EVENT_RECEIVERS = {
 }
 
 
+def on_webhook_attempted(delivered: bool = False, **_: Any) -> None:
+    WEBHOOK_ATTEMPTS.labels("delivered" if delivered else "failed").inc()
+
+
 def connect() -> None:
+    events.webhook_attempted.connect(on_webhook_attempted, weak=False, dispatch_uid="loopx-metrics-webhook")
     events.ingest_finished.connect(on_ingest_finished, weak=False, dispatch_uid="loopx-metrics-ingest")
     events.assessment_finished.connect(on_assessment_finished, weak=False, dispatch_uid="loopx-metrics-assess")
     for signal, receiver in _EVENT_RECEIVERS.items():

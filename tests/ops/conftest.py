@@ -131,7 +131,7 @@ class LogStream:
 @pytest.fixture
 def log_stream() -> Iterator[LogStream]:
     """Everything the configured console handler (settings.LOGGING: JSON + redaction) writes."""
-    from ops.logging import JsonFormatter
+    from kernel.logging import JsonFormatter
 
     handlers = [h for h in logging.getLogger().handlers if isinstance(h.formatter, JsonFormatter)]
     assert handlers, "settings.LOGGING must install the JSON console handler on the root logger"

@@ -12,7 +12,7 @@ from django.db import connection
 
 from journals.models import Run, Turn
 from kernel import context
-from ops.logging import JsonFormatter, RedactingFilter, scrub
+from kernel.logging import JsonFormatter, RedactingFilter, scrub
 from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
 

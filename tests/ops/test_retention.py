@@ -206,7 +206,7 @@ def test_off_by_default(retention_dir, settings):
 
 
 def test_beat_task_and_command_follow_the_setting(retention_dir, settings):
-    from notifications.tasks import retention_sweep
+    from ops.tasks import retention_sweep
 
     settings.LOOPX_RETENTION_DAYS = 30
     _store(_completed("a"))

@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class OpsConfig(AppConfig):
+    name = "ops"
+    verbose_name = "Operations"
+
+    def ready(self) -> None:
+        # Metrics and the worker's request context listen to the domain's signals, once per process, in
+        # the web server and the Celery worker alike (both load INSTALLED_APPS).
+        from . import celery_signals, metrics
+
+        celery_signals.connect()
+        metrics.connect()
