@@ -20,6 +20,7 @@ Events and their keyword arguments (all JSON-safe; payloads are redacted before 
 ``ingest_finished``    one ingest batch ended: ``outcome`` (``accepted``, ``conflict``, ``refused``),
                        ``code`` (the refusal code, '' when accepted), ``stored``, ``duplicates``.
 ``assessment_finished`` an assessment ran: ``seconds``, optional ``run_id``.
+``webhook_attempted``  one webhook delivery attempt ended: ``delivered`` (bool).
 
 The ``instrument_*`` decorators let a service opt in with one line instead of threading sends through
 its body.
@@ -43,7 +44,7 @@ crash_loop_parked = Signal()
 package_rejected = Signal()
 ingest_finished = Signal()
 assessment_finished = Signal()
-webhook_attempted = Signal()  # delivered=bool
+webhook_attempted = Signal()
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -1,1 +1,1 @@
-"""Outgoing webhooks for operational events, and the wiring of ops (metrics, logs, retention)."""
+"""Outgoing webhooks for operational events."""

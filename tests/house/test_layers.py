@@ -3,6 +3,7 @@ higher one. Both are checked on a copy of the packages, so the probe never touch
 
 from __future__ import annotations
 
+import configparser
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,13 +16,9 @@ LINT_IMPORTS = Path(PYTHON).with_name("lint-imports")
 
 
 def _root_packages() -> list[str]:
-    lines = (REPO_ROOT / ".importlinter").read_text(encoding="utf-8").split("root_packages =", 1)[1].splitlines()
-    names = []
-    for line in lines[1:]:
-        if not line.startswith("    "):
-            break
-        names.append(line.strip())
-    return names
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / ".importlinter", encoding="utf-8")
+    return config["importlinter"]["root_packages"].split()
 
 
 def _copy(tmp_path: Path) -> Path:

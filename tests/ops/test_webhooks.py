@@ -15,6 +15,7 @@ from kernel import events
 from notifications import delivery
 from notifications.models import Webhook, WebhookAttempt, WebhookDelivery
 from notifications.tasks import deliver_due, deliver_webhook
+from ops import metrics
 
 pytestmark = pytest.mark.django_db
 SECRET = "whsec-0123456789abcdef-PLANTED"
@@ -53,8 +54,13 @@ def _blocked(run: str = "r1", turn: str = "t1", assessment: int = 7) -> None:
     )
 
 
+def _attempts_counted(result: str) -> float:
+    return metrics.REGISTRY.get_sample_value("loopx_webhook_attempts_total", {"result": result}) or 0.0
+
+
 def test_fails_twice_then_succeeds(webhook_receiver, eager_celery, settings, django_capture_on_commit_callbacks):
     settings.LOOPX_WEBHOOK_BACKOFF_SECONDS = 0  # retries at once; the backoff itself is tested below
+    failed, delivered = _attempts_counted("failed"), _attempts_counted("delivered")
     hook = _hook(webhook_receiver.url)
     webhook_receiver.statuses = [500, 503]
     with django_capture_on_commit_callbacks(execute=True):
@@ -65,6 +71,8 @@ def test_fails_twice_then_succeeds(webhook_receiver, eager_celery, settings, dja
     attempts = list(WebhookAttempt.objects.filter(delivery=item).order_by("number"))
     assert [(a.number, a.status_code, a.ok) for a in attempts] == [(1, 500, False), (2, 503, False), (3, 200, True)]
     assert attempts[0].error == "HTTP 500"
+    # Each attempt reaches the metrics through the webhook_attempted signal.
+    assert (_attempts_counted("failed") - failed, _attempts_counted("delivered") - delivered) == (2, 1)
 
     assert [r["status"] for r in webhook_receiver.requests] == [500, 503, 200]
     assert webhook_receiver.accepted_keys == [item.idempotency_key]  # exactly one accepted delivery
