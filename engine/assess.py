@@ -28,9 +28,10 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from itertools import islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
@@ -52,8 +53,6 @@ from .types import (
     Resolution,
     TurnDecision,
     Violation,
-    new_intent_view,
-    new_turn_decision,
 )
 
 if _HAVE_ORJSON:
@@ -186,6 +185,17 @@ def _valid_at(at: Any) -> bool:
     if month == 2 and day == 29:
         return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
     return day <= _MONTH_DAYS[month]
+
+
+def _chain_holds(obj: dict[str, Any], v: Any, expected: str | None) -> bool:
+    """The hash chain (v2 only; a v1 record's prev is ignored): `prev` is the digest of the branch's
+    previous record (`expected`), and absent from the first record of branch 0 (`expected` None)."""
+    if v != 2:
+        return True
+    if expected is None:
+        return _K_PREV not in obj
+    prev: object = obj.get(_K_PREV)
+    return prev == expected
 
 
 def _turn_of(obj: dict[str, Any], error: str | None) -> str | None:
@@ -613,26 +623,18 @@ class _Assessor:
             self._fold_lines(lines[start : start + _PARSE_LINES], check_marks)
 
     def _fold_lines(self, lines: Sequence[bytes], check_marks: bool) -> None:
-        """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float)."""
+        """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float).
+
+        Only the run-level checks are here, as one conjunction over local variables (the classification of
+        a record that fails one is _record's); every record that passes them goes to the same turn rules
+        as any other (_semantics), so a rule of the contract is written once, in its kind's method."""
         dumps_sorted, sha256 = _dumps_sorted, _sha256
         objs, verified = _parse_batch(lines)
-        absent, classes, outcomes, statuses = _ABSENT, _CLASSES, _OUTCOMES, _STATUSES
-        names = self._names.setdefault
-        turns_first = self.turns_first
         branches_get = self.branches.get
         views = self.views
-        world = self.world
         suffixes = self._at_suffixes
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
-        k_args_digest, k_effect_class, k_idempotency_key, k_intent = (
-            _K_ARGS_DIGEST,
-            _K_EFFECT_CLASS,
-            _K_IDEMPOTENCY_KEY,
-            _K_INTENT,
-        )
-        k_lineage, k_outcome, k_phase, k_phases, k_prev = _K_LINEAGE, _K_OUTCOME, _K_PHASE, _K_PHASES, _K_PREV
-        k_stages, k_status, k_turn = _K_STAGES, _K_STATUS, _K_TURN
         run = self.run
         general = self._feed_general
         semantics = self._semantics
@@ -640,11 +642,11 @@ class _Assessor:
         fast = 0
         for line, obj in zip(lines, objs, strict=True):
             n += 1
+            self.line_no = n
             try:
                 at, b, kind, ln, record_run, v = _ENVELOPE(obj)  # None (not JSON): a TypeError
                 canonical = verified or dumps_sorted(obj) == line
             except (KeyError, TypeError):
-                self.line_no = n
                 general(line)
                 run = self.run
                 continue
@@ -665,115 +667,29 @@ class _Assessor:
             ):
                 # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
                 # another type, out of sequence: not the common case.
-                self.line_no = n
                 general(line)
                 run = self.run
                 continue
             if at != last_at:  # a writer's records share their time with the previous one, often
                 if not (at.startswith(prefix) and at[16:] in suffixes):
                     if not self._at_ok(at):
-                        self.line_no = n
                         general(line)
                         continue
                     prefix = self._at_prefix
                 last_at = at
             record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
-            expected = info.last_digest
             view = views[b]
-            if (v == 2 and (obj.get(k_prev) != expected or (expected is None and k_prev in obj))) or (v < view.schema):
-                self.line_no = n
+            if not _chain_holds(obj, v, info.last_digest) or v < view.schema:
                 general(line, record_digest)
                 continue
-            # Every run-level check passed: fold.
+            # Every run-level check passed: the turn rules.
             fast += 1
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
-            if ln in info.points:
-                # A point a later fork or checkpoint needs (rare): folded the general way, then kept.
-                self.line_no = n
-                semantics(obj, v, b, ln, view)
-                self._take_snapshot(b, ln)
-                continue
-            turn = obj.get(k_turn)
-            state = view.turns.get(turn) if turn.__class__ is str else None
-            if state is None:
-                if kind == "turn_planned" and turn.__class__ is str and turn and not view.unplanned:
-                    # A new turn on this timeline, with a lineage and the default or a well-formed plan.
-                    lineage = obj.get(k_lineage)
-                    raw = obj.get(k_phases if v == 2 else k_stages, absent)
-                    phases = _DEFAULT_PHASES if raw is absent else self._plan(raw)
-                    if phases is not None and lineage.__class__ is str and lineage:
-                        lineage = names(lineage, lineage)  # turns of one job share their lineage
-                        if turn not in turns_first:
-                            turns_first[turn] = (n, lineage, b)
-                        view.turns[turn] = TurnState(lineage, phases, b, view.gen)
-                        continue
-            elif state.terminal is not None:
-                pass  # a record after the terminal record: the general rules decide
-            elif kind == "phase_committed":
-                done = state.done
-                if done < len(state.phases) and state.phases[done] == obj.get(k_phase):  # the next phase
-                    if state.gen != view.gen:
-                        state = view.writable(turn)
-                    state.done = done + 1
-                    continue
-            elif kind == "effect_observed":
-                intent = obj.get(k_intent)
-                outcome = obj.get(k_outcome)
-                outcome = outcomes.get(outcome) if outcome.__class__ is str else None
-                entry = world.get((turn, intent)) if intent.__class__ is str and intent else None
-                if entry is not None and entry.count and outcome is not None:
-                    # A readback of the intent's latest dispatch, wherever that was made.
-                    entry.outcome = merge_outcome(entry.outcome, outcome)
-                    mine = state.intents.get(intent) if state.intents is not None else None
-                    if mine is not None:
-                        if state.gen != view.gen:
-                            state = view.writable(turn)
-                        intents: Any = state.intents
-                        intents[intent] = (mine[0], mine[1], mine[2], merge_outcome(mine[3], outcome))
-                    continue
-            elif kind == "intent_dispatched":
-                intent = obj.get(k_intent)
-                effect_class = obj.get(k_effect_class)
-                effect_class = classes.get(effect_class) if effect_class.__class__ is str else None
-                key = obj.get(k_idempotency_key)
-                if (
-                    v == 2
-                    and intent.__class__ is str
-                    and intent
-                    and (turn, intent) not in world
-                    and effect_class is not None
-                    and (key.__class__ is str and key if effect_class == "idempotent" else key is None)
-                    and obj.get(k_args_digest, "").__class__ is str
-                ):
-                    # An intent's first dispatch, well formed: a new fact in the world ledger.
-                    intent = names(intent, intent)  # ids repeat across turns: keep one of each
-                    entry = world[(turn, intent)] = _World(turn, intent, n)
-                    entry.count = 1
-                    entry.first_class = entry.effect_class = effect_class
-                    entry.first_key = entry.key = key
-                    entry.branch, entry.lsn = b, ln
-                    entry.first_branch, entry.first_lsn = b, ln
-                    if state.gen != view.gen:
-                        state = view.writable(turn)
-                    if state.intents is None:
-                        state.intents = {intent: (effect_class, key, 1, None)}
-                    else:
-                        state.intents[intent] = (effect_class, key, 1, None)
-                    continue
-            elif kind == "turn_terminal":
-                status = obj.get(k_status)
-                status = statuses.get(status) if status.__class__ is str else None
-                if status is not None and (status != "completed" or state.done == len(state.phases)):
-                    if state.gen != view.gen:
-                        state = view.writable(turn)
-                    state.terminal = status
-                    continue
-            # Not the common case of its kind: the general rules decide.
-            self.line_no = n
             semantics(obj, v, b, ln, view)
-        self.line_no = n
+            if ln in info.points:
+                self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
         self._last_at = last_at
 
@@ -850,24 +766,7 @@ class _Assessor:
         v = obj.get("v")
         branch = obj.get("branch")
         lsn = obj.get("lsn")
-        kind = obj.get("kind")
-        problem: tuple[str, str] | None = None
-        if not (
-            # The common case, in one expression: a valid envelope of this run and a known kind.
-            error is None
-            and v.__class__ is int
-            and 0 < v < 3
-            and branch.__class__ is int
-            and branch >= 0
-            and lsn.__class__ is int
-            and lsn >= 0
-            and kind.__class__ is str
-            and kind in KINDS
-            and self.run is not None
-            and obj.get("run") == self.run
-            and self._at_ok(obj.get("at"))
-        ):
-            problem = self._envelope_problem(obj, error, detail)
+        problem = self._envelope_problem(obj, error, detail)
         envelope_ok = _is_int(branch) and branch >= 0 and _is_int(lsn) and lsn >= 0
         if problem is not None:
             self._violate(
@@ -900,19 +799,8 @@ class _Assessor:
             self._lsn_gap(obj, info, b, ln, error)
             first_at_lsn = ln > info.next_lsn
             info.next_lsn = max(info.next_lsn, ln + 1)
-        # The hash chain (v2 only; a v1 record's prev is ignored).
-        if v == 2:
-            expected = info.last_digest
-            if expected is None:
-                if "prev" in obj:
-                    self._chain(obj, b, ln, error, "prev present on the first record of branch 0")
-            elif obj.get("prev") != expected:
-                if "prev" not in obj:
-                    self._chain(obj, b, ln, error, "prev missing")
-                else:
-                    self._chain(
-                        obj, b, ln, error, f"prev does not match the digest of the previous record of branch {b}"
-                    )
+        if not _chain_holds(obj, v, info.last_digest):
+            self._chain(obj, info, b, ln, error)
         info.last_digest = record_digest or _INVALID_DIGEST
 
         if problem is None:
@@ -943,13 +831,22 @@ class _Assessor:
             f"line {self.line_no}: lsn {ln} on branch {b}, expected {info.next_lsn}",
         )
 
-    def _chain(self, obj: dict[str, Any], b: int, ln: int, error: str | None, why: str) -> None:
+    def _chain(self, obj: dict[str, Any], info: _Branch, b: int, ln: int, error: str | None) -> None:
+        if info.last_digest is None:
+            why = "prev present on the first record of branch 0"
+        elif "prev" not in obj:
+            why = "prev missing"
+        else:
+            why = f"prev does not match the digest of the previous record of branch {b}"
         self._violate(Code.CHAIN_BROKEN, b, ln, _turn_of(obj, error), f"line {self.line_no}: {why}")
 
     def _invalid(self, b: int, ln: int, turn: str | None, what: str) -> None:
         self._violate(Code.RECORD_INVALID, b, ln, turn, f"line {self.line_no}: {what}")
 
     def _semantics(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
+        """The rules of the record's kind, on the timeline of its branch: every record that passed its
+        run-level checks comes here, from either path, so each rule is written once, in its kind's method
+        (the commonest step of each first)."""
         kind = obj["kind"]
         if kind == "fork":
             self._fork(obj, b, ln)
@@ -957,7 +854,7 @@ class _Assessor:
         if kind == "checkpoint":
             self._checkpoint(obj, b, ln)
             return
-        turn = obj.get("turn")
+        turn = obj.get(_K_TURN)
         if turn.__class__ is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
             return
@@ -972,34 +869,29 @@ class _Assessor:
         else:
             self._terminal(obj, b, ln, view, turn)
 
-    def _after_terminal(self, view: View, turn: str, b: int, ln: int) -> bool:
-        state = view.turns[turn]
-        if state.terminal is not None:
-            self._turn_violation(
-                view,
-                turn,
-                Code.STATUS_PHASE_MISMATCH,
-                b,
-                ln,
-                f"line {self.line_no}: a record names the turn after its terminal record",
-            )
-            return True
-        return False
+    def _after_terminal(self, view: View, turn: str, b: int, ln: int) -> None:
+        """A record names the turn after its terminal record (the caller has seen `terminal` set)."""
+        self._turn_violation(
+            view,
+            turn,
+            Code.STATUS_PHASE_MISMATCH,
+            b,
+            ln,
+            f"line {self.line_no}: a record names the turn after its terminal record",
+        )
 
     def _planned(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
-        plan_field = "stages" if v == 1 else "phases"
-        phases: tuple[str, ...] = _DEFAULT_PHASES
-        if plan_field in obj:
-            plan = self._plan(obj[plan_field])
-            if plan is None:
-                self._invalid(b, ln, turn, f"{plan_field} must be a non-empty list of distinct phase names")
-                return
-            phases = plan
-        lineage_raw = obj.get("lineage")
-        if lineage_raw is not None and type(lineage_raw) is not str:
+        plan_field = _K_STAGES if v == 1 else _K_PHASES
+        raw = obj.get(plan_field, _ABSENT)
+        phases = _DEFAULT_PHASES if raw is _ABSENT else self._plan(raw)
+        if phases is None:
+            self._invalid(b, ln, turn, f"{plan_field} must be a non-empty list of distinct phase names")
+            return
+        lineage_raw = obj.get(_K_LINEAGE)
+        if lineage_raw is not None and lineage_raw.__class__ is not str:
             self._invalid(b, ln, turn, "lineage must be a string")
             return
-        lineage = lineage_raw or None
+        lineage = self._names.setdefault(lineage_raw, lineage_raw) if lineage_raw else None  # turns of a job share it
         n = self.line_no
         if turn not in self.turns_first:
             self.turns_first[turn] = (n, lineage, b)
@@ -1011,7 +903,8 @@ class _Assessor:
             if lineage is None:
                 self._turn_violation(view, turn, Code.LINEAGE_MISSING, b, ln, f"line {n}: the turn has no lineage")
             return
-        if self._after_terminal(view, turn, b, ln):
+        if existing.terminal is not None:
+            self._after_terminal(view, turn, b, ln)
             return
         if lineage is None:
             self._turn_violation(view, turn, Code.LINEAGE_MISSING, b, ln, f"line {n}: re-planned without a lineage")
@@ -1026,7 +919,7 @@ class _Assessor:
             )
 
     def _phase(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
-        phase = obj.get("phase")
+        phase = obj.get(_K_PHASE)
         state = view.turns.get(turn)
         if state is not None and state.terminal is None:
             done = state.done
@@ -1042,7 +935,8 @@ class _Assessor:
         if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a phase of a turn not planned on this timeline")
             return
-        if self._after_terminal(view, turn, b, ln):
+        if state.terminal is not None:
+            self._after_terminal(view, turn, b, ln)
             return
         done = state.done
         expected = state.phases[done] if done < len(state.phases) else None
@@ -1055,15 +949,15 @@ class _Assessor:
         self._turn_violation(view, turn, Code.PHASE_PREFIX_VIOLATION, b, ln, f"line {n}: {why}")
 
     def _dispatched(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
-        intent = obj.get("intent")
+        intent = obj.get(_K_INTENT)
         if intent.__class__ is not str or not intent:
             self._invalid(b, ln, turn, "intent_dispatched needs a non-empty string intent")
             return
-        key = obj.get("idempotency_key")
+        key = obj.get(_K_IDEMPOTENCY_KEY)
         if key is not None and key.__class__ is not str:
             self._invalid(b, ln, turn, "idempotency_key must be a string")
             return
-        if "args_digest" in obj and obj["args_digest"].__class__ is not str:
+        if obj.get(_K_ARGS_DIGEST, "").__class__ is not str:
             self._invalid(b, ln, turn, "args_digest must be a string")
             return
         if v == 1:
@@ -1073,12 +967,13 @@ class _Assessor:
                 return
             effect_class = "unsafe" if unsafe else ("idempotent" if key else "safe")
         else:
-            raw_class = obj.get("effect_class")
+            raw_class = obj.get(_K_EFFECT_CLASS)
             if raw_class.__class__ is not str or raw_class not in _CLASSES:
                 self._invalid(b, ln, turn, "effect_class must be safe, idempotent or unsafe")
                 return
             effect_class = _CLASSES[raw_class]
         key = key or None
+        intent = self._names.setdefault(intent, intent)  # ids repeat across turns: keep one of each
         n = self.line_no
         # The world ledger: every dispatch is a fact, whatever the branch.
         wkey = (turn, intent)
@@ -1090,25 +985,7 @@ class _Assessor:
             world.first_class, world.first_key = effect_class, key
             world.first_branch, world.first_lsn = b, ln
         else:
-            if effect_class != world.first_class or key != world.first_key:
-                self._world_violation(
-                    world, Code.INTENT_CONFLICT, b, ln, f"line {n}: a retry changed the intent's effect class or key"
-                )
-            # The previous dispatch's readbacks are final now (a readback is about the latest dispatch).
-            previous = world.outcome
-            if world.bound is None and previous not in _DEFINITIVE:
-                world.bound = world.count - 1
-            if effect_class == "unsafe" and previous != "failed":
-                # Legal only when evidence says the previous dispatch did not happen, and only when it is
-                # the dispatch the evidence is about (so the evidence allows exactly one new dispatch).
-                found = (
-                    self._evidence_at(turn, intent, world.count - 1, world.bound)
-                    if self.evidence and previous not in _DEFINITIVE
-                    else None
-                )
-                redispatch = found != Evidence.NOT_HAPPENED
-            if b != world.first_branch and b not in world.more_firsts[::2]:
-                world.more_firsts += (b, ln)
+            redispatch = self._retry(world, effect_class, key, b, ln)
         world.count += 1
         world.branch, world.lsn, world.effect_class, world.key, world.outcome = b, ln, effect_class, key, None
         self._timeline_dispatch(view, turn, intent, effect_class, key, b, ln)
@@ -1121,6 +998,34 @@ class _Assessor:
                 f"line {n}: an unsafe intent dispatched again while its previous dispatch may have happened",
             )
 
+    def _retry(self, world: _World, effect_class: str, key: str | None, b: int, ln: int) -> bool:
+        """A dispatch of an intent dispatched before (anywhere): whether it is an unsafe redispatch."""
+        if effect_class != world.first_class or key != world.first_key:
+            self._world_violation(
+                world,
+                Code.INTENT_CONFLICT,
+                b,
+                ln,
+                f"line {self.line_no}: a retry changed the intent's effect class or key",
+            )
+        # The previous dispatch's readbacks are final now (a readback is about the latest dispatch).
+        previous = world.outcome
+        if world.bound is None and previous not in _DEFINITIVE:
+            world.bound = world.count - 1
+        redispatch = False
+        if effect_class == "unsafe" and previous != "failed":
+            # Legal only when evidence says the previous dispatch did not happen, and only when it is
+            # the dispatch the evidence is about (so the evidence allows exactly one new dispatch).
+            found = (
+                self._evidence_at(world.turn, world.intent, world.count - 1, world.bound)
+                if self.evidence and previous not in _DEFINITIVE
+                else None
+            )
+            redispatch = found != Evidence.NOT_HAPPENED
+        if b != world.first_branch and b not in world.more_firsts[::2]:
+            world.more_firsts += (b, ln)
+        return redispatch
+
     def _timeline_dispatch(
         self, view: View, turn: str, intent: str, effect_class: str, key: str | None, b: int, ln: int
     ) -> None:
@@ -1129,7 +1034,8 @@ class _Assessor:
         if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: an intent of a turn not planned on this timeline")
             return
-        if self._after_terminal(view, turn, b, ln):
+        if state.terminal is not None:
+            self._after_terminal(view, turn, b, ln)
             return
         if state.gen != view.gen:
             state = view.writable(turn)
@@ -1153,7 +1059,7 @@ class _Assessor:
             intents[intent] = (entry[0], entry[1], entry[2] + 1, None)
 
     def _observed(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
-        intent, outcome = obj.get("intent"), obj.get("outcome")
+        intent, outcome = obj.get(_K_INTENT), obj.get(_K_OUTCOME)
         if intent.__class__ is not str or not intent:
             self._invalid(b, ln, turn, "effect_observed needs a non-empty string intent")
             return
@@ -1176,27 +1082,32 @@ class _Assessor:
         if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a readback for a turn not planned on this timeline")
             return
-        if self._after_terminal(view, turn, b, ln):
+        if state.terminal is not None:
+            self._after_terminal(view, turn, b, ln)
             return
         entry: IntentEntry | None = state.intents.get(intent) if state.intents is not None else None
         if entry is not None:
-            state = view.writable(turn)
-            assert state.intents is not None
-            state.intents[intent] = (entry[0], entry[1], entry[2], merge_outcome(entry[3], outcome))
+            if state.gen != view.gen:
+                state = view.writable(turn)
+            intents: Any = state.intents
+            intents[intent] = (entry[0], entry[1], entry[2], merge_outcome(entry[3], outcome))
 
     def _terminal(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
-        status = obj.get("status")
+        status = obj.get(_K_STATUS)
         if status.__class__ is not str or status not in _STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
             return
         status = _STATUSES[status]
         n = self.line_no
-        if turn not in view.turns:
+        state = view.turns.get(turn)
+        if state is None:
             self._unknown_turn(view, turn, b, ln, f"line {n}: a terminal record for a turn not planned")
             return
-        if self._after_terminal(view, turn, b, ln):
+        if state.terminal is not None:
+            self._after_terminal(view, turn, b, ln)
             return
-        state = view.writable(turn)
+        if state.gen != view.gen:
+            state = view.writable(turn)
         state.terminal = status
         if status == "completed" and state.done != len(state.phases):
             self._turn_violation(
@@ -1279,40 +1190,67 @@ class _Assessor:
         return found if bound == index else None
 
     def finish(self, expect: Mapping[int, int]) -> Assessment:
+        """The assessment: the offsets checked, the run's reason found, each intent resolved and each turn
+        decided (section 6), in that order."""
+        self._check_offsets(expect)
+        self.violations.sort(key=_line_of)  # stable: file order, ties in order found
+        run_level = self._run_level()
+        intents_of, blocking, undetermined = self._intent_views()
+        decide = self._decide
+        live_turns_get = self.views[self.live].turns.get
+        # turns_first is in order of first planning (insertion order is file order).
+        decisions = tuple(
+            [
+                decide(
+                    turn,
+                    first,
+                    live_turns_get(turn),
+                    intents_of.get(turn, ()),
+                    blocking.get(turn),
+                    run_level,
+                    turn in undetermined,
+                )
+                for turn, first in self.turns_first.items()
+            ]
+        )
+        return Assessment(
+            self.run,
+            self.live,
+            self.records,
+            tuple(self.violations),
+            decisions,
+            self._branch_views(),
+            tuple(self.checkpoints),
+        )
+
+    def _check_offsets(self, expect: Mapping[int, int]) -> None:
+        """`offset_mismatch`: the expected high-waters the journal does not hold, after its last line."""
         end_line = self.line_no + 1
         held = {number: info.next_lsn - 1 for number, info in self.branches.items()}
         for mismatch in offset_mismatches(held, expect):
+            stored = mismatch.stored if mismatch.stored >= 0 else None
             self.violations.append(
-                Violation(
-                    Code.OFFSET_MISMATCH,
-                    mismatch.branch,
-                    mismatch.stored if mismatch.stored >= 0 else None,
-                    None,
-                    mismatch.detail,
-                    end_line,
-                )
+                Violation(Code.OFFSET_MISMATCH, mismatch.branch, stored, None, mismatch.detail, end_line)
             )
 
-        live_cut = self._live_cut()
-        self.violations.sort(key=lambda x: x.line)  # stable: file order, ties in order found
-        run_level = next((x for x in self.violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
-        if run_level is None:
-            run_level = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
+    def _run_level(self) -> Violation | None:
+        """The run's reason (rule 1): its first run-level violation in file order, an offset mismatch only
+        when there is no other (the violations are sorted)."""
+        first = next((x for x in self.violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
+        if first is None:
+            first = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
+        return first
 
-        # A turn's intents, in order of first dispatch (the ledger's insertion order is file order). This
-        # and the loop below run once per intent and turn of the journal: the common case is inline.
+    def _intent_views(self) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
+        """Each turn's intents, in order of first dispatch (the ledger's insertion order is file order), each
+        resolved; the world-ledger violations of each turn; and the turns with a live intent that is
+        indeterminate (rule 4)."""
         intents_of: dict[str, tuple[IntentView, ...]] = {}
-        blocking: dict[str, list[tuple[int, str]]] = {}  # world-ledger violations per turn
-        undetermined: set[str] = set()  # turns with a live, unsafe, unresolved intent (rule 4)
-        evidence = self.evidence
+        blocking: dict[str, list[tuple[int, str]]] = {}
+        undetermined: set[str] = set()
         resolve = self._resolve
-        settled, replay, reissue, indeterminate = (
-            Resolution.SETTLED,
-            Resolution.REPLAY,
-            Resolution.REISSUE,
-            Resolution.INDETERMINATE,
-        )
-        live_get = live_cut.get
+        indeterminate = Resolution.INDETERMINATE
+        live_get = self._live_cut().get
         for w in self.world.values():
             turn = w.turn
             if w.violations:
@@ -1323,62 +1261,16 @@ class _Assessor:
             if not live and w.more_firsts:
                 more = w.more_firsts
                 live = any(more[i + 1] <= live_get(more[i], -1) for i in range(0, len(more), 2))
-            outcome = w.outcome
-            resolution: str
-            if outcome == "succeeded" or outcome == "failed":
-                resolution = settled
-            elif evidence:
-                resolution = resolve(w)
-            elif w.effect_class == "safe":
-                resolution = replay
-            elif w.effect_class == "idempotent":
-                resolution = reissue
-            else:
-                resolution = indeterminate
+            resolution = resolve(w)
             if live and resolution is indeterminate:
                 undetermined.add(turn)
-            iv = new_intent_view(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, outcome)
+            iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
             mine = intents_of.get(turn)
             intents_of[turn] = (iv,) if mine is None else (*mine, iv)
+        return intents_of, blocking, undetermined
 
-        live_turns_get = self.views[self.live].turns.get
-        decide = self._decide
-        blocked, complete, finalize, resume = Decision.BLOCKED, Decision.COMPLETE, Decision.FINALIZE, Decision.RESUME
-        decisions: list[TurnDecision] = []
-        append = decisions.append
-        # turns_first is in order of first planning (insertion order is file order).
-        for turn, first in self.turns_first.items():
-            state = live_turns_get(turn)
-            intents = intents_of.get(turn, ())
-            if state is None or run_level is not None or state.violations or turn in blocking:
-                append(decide(turn, first, state, intents, blocking.get(turn), run_level))
-                continue
-            resume_from: str | None = None
-            reason: str | None = None
-            if turn in undetermined:
-                decision, reason = blocked, EFFECT_INDETERMINATE
-            elif state.terminal is not None:
-                decision = complete
-            elif state.done == len(state.phases):
-                decision = finalize
-            else:
-                decision, resume_from = resume, state.phases[state.done]
-            append(
-                new_turn_decision(
-                    turn,
-                    state.lineage,
-                    state.plan_branch,
-                    decision,
-                    resume_from,
-                    reason,
-                    state.phases[: state.done],
-                    intents,
-                    state.phases,
-                    state.terminal,
-                    None,
-                )
-            )
-        branch_views = tuple(
+    def _branch_views(self) -> tuple[BranchView, ...]:
+        return tuple(
             BranchView(
                 branch=i.branch,
                 parent=i.parent,
@@ -1389,15 +1281,6 @@ class _Assessor:
                 discarded_from=None if i.branch == self.live else i.discarded_from,
             )
             for i in sorted(self.branches.values(), key=lambda i: i.branch)
-        )
-        return Assessment(
-            self.run,
-            self.live,
-            self.records,
-            tuple(self.violations),
-            tuple(decisions),
-            branch_views,
-            tuple(self.checkpoints),
         )
 
     def _live_cut(self) -> dict[int, float]:
@@ -1410,18 +1293,21 @@ class _Assessor:
             info = self.branches[info.parent]
         return cut
 
-    def _resolve(self, w: _World) -> str:
-        if w.outcome in _DEFINITIVE:
+    def _resolve(self, w: _World) -> Resolution:
+        """What recovery may do about an intent's latest dispatch (section 6, the resolution ladder)."""
+        outcome = w.outcome
+        if outcome == "succeeded" or outcome == "failed":
             return Resolution.SETTLED
-        found = self._evidence_at(w.turn, w.intent, w.count - 1, w.evidence_bound()) if self.evidence else None
-        if found is not None:
+        if self.evidence:
+            found = self._evidence_at(w.turn, w.intent, w.count - 1, w.evidence_bound())
             if found == Evidence.HAPPENED:
                 return Resolution.SETTLED
             if found == Evidence.NOT_HAPPENED:
                 return Resolution.REPLAY
-        if w.effect_class == "safe":
+        effect_class = w.effect_class
+        if effect_class == "safe":
             return Resolution.REPLAY
-        if w.effect_class == "idempotent":
+        if effect_class == "idempotent":
             return Resolution.REISSUE
         return Resolution.INDETERMINATE
 
@@ -1430,44 +1316,15 @@ class _Assessor:
         turn: str,
         first: tuple[int, str | None, int],
         state: TurnState | None,
-        intents: Sequence[IntentView],
+        intents: tuple[IntentView, ...],
         world_violations: list[tuple[int, str]] | None,
         run_level: Violation | None,
+        indeterminate: bool,
     ) -> TurnDecision:
-        """The first rule of section 6 that applies to the turn (`state`: its fold on the live timeline)."""
+        """The first rule of section 6 that applies to the turn (`state`: its fold on the live timeline;
+        `indeterminate`: it has a live intent that is indeterminate)."""
         if state is None:
-            # Planned only on a discarded suffix: evidence, never resumed (rule 2 unless the run is blocked).
-            _, first_lineage, first_branch = first
-            home = self.views[first_branch].turns.get(turn)
-            completed = home.committed if home else ()
-            phases = home.phases if home else ()
-            if run_level is not None:
-                return new_turn_decision(
-                    turn,
-                    first_lineage,
-                    first_branch,
-                    Decision.BLOCKED,
-                    None,
-                    run_level.code,
-                    completed,
-                    tuple(intents),
-                    phases,
-                    None,
-                    run_level.line,
-                )
-            return new_turn_decision(
-                turn,
-                first_lineage,
-                first_branch,
-                Decision.DISCARDED,
-                None,
-                None,
-                completed,
-                tuple(intents),
-                phases,
-                home.terminal if home else None,
-                None,
-            )
+            return self._decide_discarded(turn, first, intents, run_level)
         decision = Decision.RESUME
         resume_from: str | None = None
         reason: str | None = None
@@ -1477,9 +1334,9 @@ class _Assessor:
         elif state.violations or world_violations:
             turn_level = [(at, code) for code, _b, _l, at in state.violations]
             turn_level.extend(world_violations or ())
-            line, reason = min(turn_level, key=lambda item: item[0])
+            line, reason = min(turn_level, key=_line_of_pair)
             decision = Decision.BLOCKED
-        elif intents and _indeterminate(intents):
+        elif indeterminate:
             decision, reason = Decision.BLOCKED, EFFECT_INDETERMINATE
         elif state.terminal is not None:
             decision = Decision.COMPLETE
@@ -1487,7 +1344,7 @@ class _Assessor:
             decision = Decision.FINALIZE
         else:
             resume_from = state.phases[state.done]
-        return new_turn_decision(
+        return TurnDecision(
             turn,
             state.lineage,
             state.plan_branch,
@@ -1495,19 +1352,56 @@ class _Assessor:
             resume_from,
             reason,
             state.committed,
-            tuple(intents),
+            intents,
             state.phases,
             state.terminal,
             line,
         )
 
+    def _decide_discarded(
+        self,
+        turn: str,
+        first: tuple[int, str | None, int],
+        intents: tuple[IntentView, ...],
+        run_level: Violation | None,
+    ) -> TurnDecision:
+        """A turn planned only on a discarded suffix: evidence, never resumed (rule 2 unless the run is
+        blocked). Its lineage and branch are those of its first planning, its phases those of that timeline."""
+        _, first_lineage, first_branch = first
+        home = self.views[first_branch].turns.get(turn)
+        completed = home.committed if home else ()
+        phases = home.phases if home else ()
+        if run_level is not None:
+            return TurnDecision(
+                turn,
+                first_lineage,
+                first_branch,
+                Decision.BLOCKED,
+                None,
+                run_level.code,
+                completed,
+                intents,
+                phases,
+                None,
+                run_level.line,
+            )
+        return TurnDecision(
+            turn,
+            first_lineage,
+            first_branch,
+            Decision.DISCARDED,
+            None,
+            None,
+            completed,
+            intents,
+            phases,
+            home.terminal if home else None,
+            None,
+        )
 
-def _indeterminate(intents: Sequence[IntentView]) -> bool:
-    """Rule 4: a live intent whose latest dispatch is unsafe and unresolved."""
-    for iv in intents:
-        if iv.live and iv.resolution == Resolution.INDETERMINATE:
-            return True
-    return False
+
+_line_of = attrgetter("line")
+_line_of_pair = itemgetter(0)
 
 
 def _finding(value: Any) -> str:
@@ -1533,17 +1427,19 @@ def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
     return out
 
 
-class _NoCycleCollection:
-    """The fold allocates millions of small objects that never form cycles; the cyclic garbage collector
-    would walk all of them again and again (a third of the run time on large journals) to find nothing.
-    Reference counting frees everything as usual; the collector is re-enabled (if it was on) afterwards."""
+@contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while an assessment runs, and restored (if it was on) after.
 
-    def __enter__(self) -> None:
-        self.was_enabled = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.was_enabled:
+    The fold allocates millions of small objects that never form cycles, and reference counting frees
+    them as usual; the collector would walk all of them again and again to find nothing. On the journal
+    of benchmarks/bench_engine.py that is about a third of the fold's time (docs/perf)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
             gc.enable()
 
 
@@ -1582,7 +1478,7 @@ def assess(
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
     reader = _Reader(source)
     normalised = _normalise_evidence(evidence)
-    with _NoCycleCollection():
+    with _cycle_collection_paused():
         assessor = _Assessor(reader.prescan(), normalised)
         for block, lines in reader.chunks():
             assessor.feed_batch(lines, block)

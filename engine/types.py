@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -112,7 +111,11 @@ class Violation:
         }
 
 
-@dataclass(frozen=True, slots=True)
+# IntentView and TurnDecision are built once per intent and turn of a journal (100,000s): slotted
+# dataclasses with their ordinary __init__, several times as fast as a frozen one's
+# (benchmarks/bench_engine.py, docs/perf/2026-12-02-engine-predicates.md). Nothing changes them after
+# the engine made them.
+@dataclass(slots=True)
 class IntentView:
     intent: str
     effect_class: str
@@ -133,7 +136,7 @@ class IntentView:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnDecision:
     turn: str
     lineage: str | None
@@ -159,24 +162,6 @@ class TurnDecision:
             "completed_phases": list(self.completed_phases),
             "intents": [i.to_dict() for i in self.intents],
         }
-
-
-def _builder(cls: type[Any]) -> Any:
-    """A positional constructor for a frozen, slotted dataclass that fills its slots through their
-    descriptors: the same object the class's own __init__ makes (still frozen, equal, hashable), in half
-    the time, which matters when an assessment builds one per turn and intent of a 100,000-turn journal."""
-    names = [f for f in cls.__dataclass_fields__]
-    setters = {f"_set_{i}": getattr(cls, name).__set__ for i, name in enumerate(names)}
-    args = ", ".join(f"a{i}" for i in range(len(names)))
-    body = "\n".join(f"    _set_{i}(o, a{i})" for i in range(len(names)))
-    source = f"def build({args}):\n    o = _new(_cls)\n{body}\n    return o\n"
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
-    exec(source, namespace)  # generated from the class's own field names, as dataclasses itself does
-    return namespace["build"]
-
-
-new_intent_view: Callable[..., IntentView] = _builder(IntentView)
-new_turn_decision: Callable[..., TurnDecision] = _builder(TurnDecision)
 
 
 @dataclass(frozen=True, slots=True)
