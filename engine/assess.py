@@ -13,10 +13,11 @@ turn rules apply on the timeline of the record's branch; effects (dispatches and
 world ledger shared by all branches, because a side effect is a fact about the world, not about a branch.
 
 Speed: the main pass is the hot path (benchmarks/bench_engine.py). A record that a conforming writer
-wrote (canonical bytes, every check passing) goes through a straight-line fast path: one orjson parse,
-one re-serialisation compared with the raw bytes (which proves canonical form, no duplicate key, no big
-integer), one sha256 over the raw bytes (they *are* the canonical bytes), and a fold step. Anything
-unusual falls back to the general code, which classifies precisely; both give the same result
+wrote (canonical bytes, every run-level check passing) goes through a straight-line fast path: one orjson
+parse, one re-serialisation compared with the raw bytes (which proves canonical form, no duplicate key, no
+big integer), one sha256 over the raw bytes (they *are* the canonical bytes), and then the turn rules of
+its kind, the same methods every record goes through (each rule of the contract is written once).
+Anything unusual falls back to the general code, which classifies precisely; both give the same result
 (tests/engine: the properties and the receipt tests run every path).
 """
 
@@ -595,13 +596,13 @@ class _Assessor:
     def feed_batch(self, lines: Sequence[bytes], block: bytes | None = None) -> None:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
 
-        This is the hot path of every assessment (benchmarks/bench_engine.py). A record that a conforming
-        writer wrote and whose every run-level check passes goes through straight-line code, with what it
-        needs held in local variables (its envelope read with one itemgetter call, the float markers
-        searched once per block rather than per line); the commonest fold steps (a new turn, the next
-        phase, a first dispatch, a readback, a terminal record) are inline. Anything else goes, before
-        anything has been changed, to _feed_general or _semantics, which classify precisely; tests/engine
-        runs every path and compares the results with an independent model. The lines are parsed and proven
+        This is the hot path of every assessment (benchmarks/bench_engine.py). For a record that a
+        conforming writer wrote, the run-level checks run as straight-line code over local variables (its
+        envelope read with one itemgetter call, the float markers searched once per block rather than per
+        line); when they all pass, the record goes to _semantics, the turn rules every record goes through.
+        Anything else goes, before anything has been changed, to _feed_general, which classifies
+        precisely; tests/engine runs every path and compares the results with an independent model. The
+        lines are parsed and proven
         canonical a few dozen at a time (_parse_batch: one serialisation and one comparison for all of them,
         not one per line), few enough that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
@@ -638,6 +639,8 @@ class _Assessor:
         run = self.run
         general = self._feed_general
         semantics = self._semantics
+        turn_rules_get = _TURN_RULES.get
+        k_turn = _K_TURN
         n = self.line_no
         fast = 0
         for line, obj in zip(lines, objs, strict=True):
@@ -687,7 +690,12 @@ class _Assessor:
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
-            semantics(obj, v, b, ln, view)
+            turn = obj.get(k_turn)
+            rule = turn_rules_get(kind)
+            if rule is not None and turn.__class__ is str and turn:
+                rule(self, obj, v, b, ln, view, turn)
+            else:
+                semantics(obj, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
             if ln in info.points:
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
@@ -844,30 +852,22 @@ class _Assessor:
         self._violate(Code.RECORD_INVALID, b, ln, turn, f"line {self.line_no}: {what}")
 
     def _semantics(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
-        """The rules of the record's kind, on the timeline of its branch: every record that passed its
-        run-level checks comes here, from either path, so each rule is written once, in its kind's method
-        (the commonest step of each first)."""
+        """The rules of the record's kind, on the timeline of its branch. Every record that passed its
+        run-level checks comes here, or (from the fast path, when it names a turn) straight to its kind's
+        method in _TURN_RULES: each rule is written once, in that method, its commonest step first."""
         kind = obj["kind"]
-        if kind == "fork":
-            self._fork(obj, b, ln)
-            return
-        if kind == "checkpoint":
-            self._checkpoint(obj, b, ln)
+        rule = _TURN_RULES.get(kind)
+        if rule is None:
+            if kind == "fork":
+                self._fork(obj, b, ln)
+            else:
+                self._checkpoint(obj, b, ln)
             return
         turn = obj.get(_K_TURN)
         if turn.__class__ is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
             return
-        if kind == "phase_committed":
-            self._phase(obj, b, ln, view, turn)
-        elif kind == "intent_dispatched":
-            self._dispatched(obj, v, b, ln, view, turn)
-        elif kind == "effect_observed":
-            self._observed(obj, b, ln, view, turn)
-        elif kind == "turn_planned":
-            self._planned(obj, v, b, ln, view, turn)
-        else:
-            self._terminal(obj, b, ln, view, turn)
+        rule(self, obj, v, b, ln, view, turn)
 
     def _after_terminal(self, view: View, turn: str, b: int, ln: int) -> None:
         """A record names the turn after its terminal record (the caller has seen `terminal` set)."""
@@ -918,7 +918,7 @@ class _Assessor:
                 view, turn, Code.PHASE_PREFIX_VIOLATION, b, ln, f"line {n}: re-planned with a different phase plan"
             )
 
-    def _phase(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
+    def _phase(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         phase = obj.get(_K_PHASE)
         state = view.turns.get(turn)
         if state is not None and state.terminal is None:
@@ -1058,7 +1058,7 @@ class _Assessor:
         else:
             intents[intent] = (entry[0], entry[1], entry[2] + 1, None)
 
-    def _observed(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
+    def _observed(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent, outcome = obj.get(_K_INTENT), obj.get(_K_OUTCOME)
         if intent.__class__ is not str or not intent:
             self._invalid(b, ln, turn, "effect_observed needs a non-empty string intent")
@@ -1092,7 +1092,7 @@ class _Assessor:
             intents: Any = state.intents
             intents[intent] = (entry[0], entry[1], entry[2], merge_outcome(entry[3], outcome))
 
-    def _terminal(self, obj: dict[str, Any], b: int, ln: int, view: View, turn: str) -> None:
+    def _terminal(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         status = obj.get(_K_STATUS)
         if status.__class__ is not str or status not in _STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
@@ -1400,6 +1400,15 @@ class _Assessor:
         )
 
 
+# The rules of each kind that names a turn, one method each, all called alike (a table of the class's
+# functions, not of bound methods, so that an assessor holds no reference cycle).
+_TURN_RULES: dict[str, Callable[[_Assessor, dict[str, Any], int, int, int, View, str], None]] = {
+    "phase_committed": _Assessor._phase,
+    "intent_dispatched": _Assessor._dispatched,
+    "effect_observed": _Assessor._observed,
+    "turn_planned": _Assessor._planned,
+    "turn_terminal": _Assessor._terminal,
+}
 _line_of = attrgetter("line")
 _line_of_pair = itemgetter(0)
 
