@@ -1442,7 +1442,8 @@ def _cycle_collection_paused() -> Iterator[None]:
 
     The fold allocates millions of small objects that never form cycles, and reference counting frees
     them as usual; the collector would walk all of them again and again to find nothing. On the journal
-    of benchmarks/bench_engine.py that is about a third of the fold's time (docs/perf)."""
+    of benchmarks/bench_engine.py it would add a fifth to the assessment's time
+    (docs/perf/2026-12-02-engine-predicates.md)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
