@@ -1,8 +1,8 @@
 """The rows of the turns table and of the blocked queue, composed in Python.
 
 A list page renders 25-100 rows, each with links, a badge, the operator decision and a small decision form.
-Django's template engine spends most of a page's time on exactly that loop (benchmarks/bench_pages.py
-measured ~4 ms per row), and even ``format_html`` per cell was half of a list page's time (700 calls), so a
+Django's template engine would spend most of a page's time on exactly that loop, and even ``format_html``
+per cell is costly at several hundred cells a page (benchmarks/bench_pages.py measures the pages), so a
 row is one f-string in which every value from the database goes through ``_esc`` (HTML-escaped, quotes
 included: what the template's autoescape does), URLs are formed once per page, and times are formatted
 without Django's date-format machinery. The markup is the same the template would produce.

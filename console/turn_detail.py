@@ -387,8 +387,8 @@ def turn_page(turn: Turn | int) -> TurnPage:
     )
     wants_violations = _blocked_by_violation(turn)
     if wants_violations:
-        # Only the `violations` key, in the same query. Reading it still parses the whole stored output
-        # (~6 ms for 2,000 turns), so it is read only when the blocking reason is a violation.
+        # Only the `violations` key, in the same query. Reading it still parses the whole stored output,
+        # which grows with the run's turns, so it is read only when the blocking reason is a violation.
         rows = rows.annotate(violations=F("assessment__output__violations"))
     row = rows.first()
     has = _has(row)

@@ -29,8 +29,8 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 class ShallowFilterSet(django_filters.FilterSet):
     """django-filter deep-copies every declared filter (with its choices) on each request; a shallow copy
-    per filter is enough (a filter only gains its parent, model and form field on the copy) and it was a
-    visible share of a list page's time (benchmarks/bench_reads.py)."""
+    per filter is enough (a filter only gains its parent, model and form field on the copy), and the deep
+    copy would cost every list page its choices' copies again (benchmarks/bench_reads.py)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.base_filters = {}  # the instance attribute: the deep copy in __init__ copies nothing

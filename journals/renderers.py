@@ -1,6 +1,6 @@
 """The journal API's JSON renderer: DRF's JSON, written by orjson.
 
-Rendering a page of 50 turns with the standard library's encoder was a visible share of a read's time
+Every read renders a page of up to 50 turns, and the standard library's encoder is slow at it
 (benchmarks/bench_reads.py). The bytes are the ones DRF's ``JSONRenderer`` writes (compact, UTF-8,
 U+2028/U+2029 escaped, datetimes as DRF formats them); anything orjson does not take as is (an indented
 answer, an integer beyond 64 bits in a stored record) goes through DRF's renderer unchanged.

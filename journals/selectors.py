@@ -33,8 +33,8 @@ from journals.storable import is_storable, storable
 
 # psycopg's own loader for timestamptz (its C one where psycopg-binary is installed). Django registers a
 # pure-Python subclass of psycopg's Python loader that only relabels each value with the connection's zone,
-# which is the session's TimeZone (Django sets it on connecting), so both give the very same datetimes; at
-# ~2.7 us a value, Django's was ~0.27 ms of a 50-turn page (two times a row).
+# which is the session's TimeZone (Django sets it on connecting), so both give the very same datetimes; a
+# page reads two times a row, and psycopg's loader spares the pure-Python relabelling of each.
 _TIMESTAMPTZ_OID = psycopg.postgres.types["timestamptz"].oid
 _TIMESTAMPTZ_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
 
@@ -59,9 +59,9 @@ def api_token_find(*, raw: str) -> ApiToken | None:
     """The active token with this value (looked up by its hash), or None.
 
     Every API request asks, and a revocation must hold at once in every process, so it is asked of the
-    database each time (no cache). On PostgreSQL as one written statement on the unique hash's index: the
-    ORM built and compiled it in ~0.25 ms, three times the round trip. The values are the ORM's own (no
-    converter applies to these columns there); tests/store/test_store.py compares the two.
+    database each time (no cache). On PostgreSQL as one written statement on the unique hash's index:
+    building and compiling it through the ORM would cost more than the round trip itself. The values are
+    the ORM's own (no converter applies to these columns there); tests/store/test_store.py compares the two.
     """
     if not raw:
         return None
@@ -130,7 +130,7 @@ def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
 
 def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> QuerySet[Turn]:
     """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
-    (and 50 runs) per page cost more than the page's query (benchmarks/bench_reads.py). Only runs in
+    (and 50 runs) per page would cost more than the page's query (benchmarks/bench_reads.py). Only runs in
     ``scope``; a run's turns are tested against it by the run's id, without a join."""
     if run_id is None:
         return _turn_rows_base(F("run__run_id")).filter(scope.q("run__run_id"))
@@ -151,8 +151,8 @@ class TurnPageQuery:
     valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
     does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
 
-    Building and compiling the ORM's statement took ~0.3 ms a page, more than PostgreSQL took to plan and run
-    it. tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
+    Building and compiling the ORM's statement would cost more than PostgreSQL takes to plan and run it.
+    tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
     """
 
     _ORDERINGS = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}

@@ -172,7 +172,7 @@ def _state_of(turn: Turn) -> dict[str, Any] | None:
 
 class TurnSerializer(serializers.ModelSerializer):
     """Fields are declared for the schema; ``to_representation`` builds the same dict directly, because
-    lists render 50 of these per page and DRF's per-field machinery was most of a page's time
+    lists render 50 of these per page and DRF's per-field machinery would be most of a page's time
     (benchmarks/bench_reads.py). tests/api/test_projection.py checks both agree."""
 
     run = serializers.CharField(source="run.run_id")

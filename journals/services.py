@@ -624,8 +624,7 @@ def _ingest_streamed(
     its branch's highest stored lsn, once in the batch) on a branch with no gap. Such a batch stores all
     its records and nothing else, exactly as the general path would; here each chunk of lines is parsed,
     checked and built into COPY rows while the server writes the previous chunk, instead of the whole batch
-    being parsed before the transaction begins (about a sixth of a batch's time, measured in
-    benchmarks/bench_ingest.py, now overlapped with the server's work).
+    being parsed before the transaction begins: the client's parsing overlaps with the server's writing.
 
     Anything else (a line refused, a duplicate, a conflict, a gap to fill) stops the streaming at that
     chunk: the COPY is ended cleanly (no error in the server's log), the transaction rolled back, and
@@ -796,8 +795,8 @@ _COLUMNS = ("run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "li
 # inside a value is escaped with a backslash. The server parses text rows a little more slowly, but it
 # writes them as they come: COPY FROM flushes its buffered rows into the table and its indexes once they
 # hold 64 KB of input lines or 1,000 rows, and in the binary format no line is counted, so a batch of
-# 1,000 records was written only after its last chunk had arrived, none of it while the client built the
-# rest (an in-process A/B on the same database, batches alternated: 7 to 12% less time a batch).
+# 1,000 records would be written only after its last chunk had arrived, none of it while the client built
+# the rest.
 _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 

@@ -124,8 +124,7 @@ class JournalView(LoopxView):
         # (``context["response"]``), beside the view, which holds it too (``view.response``) and is held by
         # DRF's request. Nothing reads them once the bytes are rendered; let go, a page's data (50 turns'
         # dicts and lists) is freed as soon as the answer is sent instead of waiting for the cyclic garbage
-        # collector, whose passes it would otherwise bring on about twice as often (~1 ms for a young pass
-        # holding them).
+        # collector, whose passes it would otherwise bring on more often, each one walking the page's data.
         response.renderer_context = {}
         self.response = None
 

@@ -110,7 +110,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django turns psycopg's prepared statements off for every query. Its own cursors bind client-side and
     # are never prepared either way; only the statements written for ingest on psycopg's server-side cursor
     # (journals/services.py, _write_projection_pg) are, after 5 uses on a connection: every batch runs them,
-    # and their parse and plan were 4 to 9% of a batch (docs/api.md, "Performance"). A pooler in transaction
+    # so parsing and planning them once per connection spares every later batch (docs/api.md). A pooler in transaction
     # mode without prepared-statement support (PgBouncer before 1.21) needs DB_PREPARED_STATEMENTS=0.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
         5 if env_bool("DB_PREPARED_STATEMENTS", True) else None
@@ -265,7 +265,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 540)
 CELERY_BEAT_SCHEDULER = "audits.beat:HeartbeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
-# --- LoopX limits (contract and issue defaults; each one a setting) ---
+# --- LoopX limits (the contract's defaults where it names one; each one a setting) ---
 LOOPX_INGEST_MAX_LINE_BYTES = env_int("LOOPX_INGEST_MAX_LINE_BYTES", 256 * 1024)
 LOOPX_INGEST_MAX_BATCH_BYTES = env_int("LOOPX_INGEST_MAX_BATCH_BYTES", 8 * 1024 * 1024)
 LOOPX_INGEST_MAX_BATCH_RECORDS = env_int("LOOPX_INGEST_MAX_BATCH_RECORDS", 10_000)

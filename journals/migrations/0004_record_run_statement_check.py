@@ -1,7 +1,7 @@
 # PostgreSQL: the foreign key journals_journalrecord.run_id -> journals_run.id is kept by two triggers
 # instead of a FOREIGN KEY constraint, because the constraint checks every row on its own: at COMMIT, one
-# lookup of the run per record, about 2.5 ms of a 1,000-record batch on a quiet machine and 7 ms under load
-# (docs/api.md, "Performance"). The same invariant, checked per statement and per run:
+# lookup of the run per record, though a batch's records nearly always share one run (docs/api.md,
+# "Performance"). The same invariant, checked per statement and per run:
 #
 # - insert side (journals_journalrecord_run_exists, AFTER INSERT and AFTER UPDATE, FOR EACH STATEMENT over
 #   the statement's transition table): every distinct run_id the statement wrote must be a run, and that run

@@ -1,6 +1,6 @@
 # PostgreSQL: the foreign key journals_turn.run_id -> journals_run.id is kept by triggers instead of a
 # FOREIGN KEY constraint, as 0004 did for journal records: the constraint checks every row on its own at
-# COMMIT, one lookup of the run per planned turn, about 0.8 ms per 100 turns of an ingest batch. The same
+# COMMIT, one lookup of the run per planned turn, though a batch's turns share one run. The same
 # invariant, checked per statement on insert and only for a row that moves on update:
 #
 # - insert side (journals_turn_run_exists, AFTER INSERT, FOR EACH STATEMENT over the statement's transition

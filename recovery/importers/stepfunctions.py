@@ -108,9 +108,9 @@ class _State:
         self.closed = False
 
 
-def convert(
-    data: bytes, *, effects: EffectMap, run: str | None, file_sha: str, progress: Progress | None
-) -> tuple[Journal, dict[str, int], int]:
+def _events_by_id(data: bytes) -> dict[int, dict[str, Any]]:
+    """The history's events by id, refused unless it is one whole page whose ids are exactly 1..n and
+    whose first event starts the execution."""
     try:
         top = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -139,18 +139,27 @@ def convert(
         raise refuse("the event ids, in order, are not exactly 1..n")
     if by_id[1]["type"] != "ExecutionStarted":
         raise refuse("event 1 is not ExecutionStarted")
+    return by_id
 
-    j = Journal(run or "stepfunctions-" + file_sha[:16])
-    skipped: dict[str, int] = {}
-    states: dict[int, _State] = {}  # entered event id -> its turn
-    tasks: dict[int, tuple[str, _State]] = {}  # scheduled event id -> (intent, state)
-    open_states: list[int] = []  # entered ids, in order, not yet closed
-    ended = False
 
-    def walk_back(eid: int, wanted: set[str] | None, state_name: str | None) -> int | None:
+class _Converter:
+    """The spec's table, one event at a time in id order, into a Journal."""
+
+    def __init__(self, by_id: dict[int, dict[str, Any]], effects: EffectMap, run: str) -> None:
+        self.by_id = by_id
+        self.effects = effects
+        self.j = Journal(run)
+        self.skipped: dict[str, int] = {}
+        self.states: dict[int, _State] = {}  # entered event id -> its turn
+        self.tasks: dict[int, tuple[str, _State]] = {}  # scheduled event id -> (intent, state)
+        self.open_states: list[int] = []  # entered ids, in order, not yet closed
+        self.ended = False
+
+    def walk_back(self, eid: int, wanted: set[str] | None, state_name: str | None) -> int | None:
         """The nearest event before ``eid`` along previousEventId that is a scheduling event of the
         ``wanted`` types, or (``wanted`` None) the state entered event that ``state_name``'s exit closes:
         states entered and closed in between (a Parallel's branches) are stepped over in pairs."""
+        by_id = self.by_id
         depth = 0
         seen = 0
         cur = by_id[eid].get("previousEventId")
@@ -173,101 +182,124 @@ def convert(
             cur = by_id[cur].get("previousEventId")
         return None
 
-    def observe(state: _State, intent: str, outcome: str, at: str | None, eid: int) -> None:
-        j.add("effect_observed", at, eid, {"turn": state.turn, "intent": intent, "outcome": outcome})
+    def observe(self, state: _State, intent: str, outcome: str, at: str | None, eid: int) -> None:
+        self.j.add("effect_observed", at, eid, {"turn": state.turn, "intent": intent, "outcome": outcome})
         if intent in state.open_tasks:
             state.open_tasks.remove(intent)
 
-    def close(state: _State, status: str, at: str | None, eid: int) -> None:
+    def close(self, state: _State, status: str, at: str | None, eid: int) -> None:
         for intent in list(state.open_tasks):  # still open when its state or the execution ended
-            observe(state, intent, "unknown", at, eid)
-        j.add("turn_terminal", at, eid, {"turn": state.turn, "status": status})
+            self.observe(state, intent, "unknown", at, eid)
+        self.j.add("turn_terminal", at, eid, {"turn": state.turn, "status": status})
         state.closed = True
 
-    total = len(ids)
-    for n, eid in enumerate(ids, 1):
-        event = by_id[eid]
+    def feed(self, eid: int) -> None:
+        event = self.by_id[eid]
         kind: str = event["type"]
         at = _at(event.get("timestamp"), eid)
         details = event.get(_details_key(kind))
         details = details if isinstance(details, dict) else {}
-        if ended:
-            j.add("stepfunctions." + kind, at, eid, {})  # anything after the end: blocks until someone looks
+        if self.ended:
+            self.j.add("stepfunctions." + kind, at, eid, {})  # anything after the end: blocks until someone looks
         elif kind.endswith("StateEntered"):
-            name = details.get("name")
-            if not isinstance(name, str) or not name:
-                raise refuse(f"event {eid}: {kind} names no state")
-            state = states[eid] = _State(f"state:{eid}")
-            open_states.append(eid)
-            j.add("turn_planned", at, eid, {"turn": state.turn, "lineage": "stepfunctions:" + name, "phases": PHASES})
-            j.add("phase_committed", at, eid, {"turn": state.turn, "phase": "enter"})
+            self.state_entered(eid, kind, details, at)
         elif kind.endswith(("StateExited", "StateAborted")):
-            exited = event.get("stateExitedEventDetails")
-            name = exited.get("name") if isinstance(exited, dict) else None
-            entered_id = walk_back(eid, None, name if isinstance(name, str) else None)
-            state_or_none = states.get(entered_id) if entered_id is not None else None
-            if state_or_none is None or state_or_none.closed:
-                raise refuse(f"event {eid}: {kind} closes no open state")
-            state = state_or_none
-            if kind.endswith("StateExited"):
-                j.add("phase_committed", at, eid, {"turn": state.turn, "phase": "exit"})
-                close(state, "completed", at, eid)
-            else:
-                close(state, "cancelled", at, eid)
-            open_states.remove(entered_id)  # type: ignore[arg-type]
+            self.state_closed(eid, kind, event, at)
         elif kind in _SCHEDULED:
-            entered_id = walk_back(eid, None, None)
-            state_or_none = states.get(entered_id) if entered_id is not None else None
-            if state_or_none is None or state_or_none.closed:
-                raise refuse(f"event {eid}: {kind} is in no open state")
-            state = state_or_none
-            state_name = None
-            entered = by_id[entered_id].get("stateEnteredEventDetails")  # type: ignore[index]
-            if isinstance(entered, dict) and isinstance(entered.get("name"), str):
-                state_name = entered["name"]
-            resource = details.get("resource") if isinstance(details.get("resource"), str) else None
-            resource_type = details.get("resourceType") if isinstance(details.get("resourceType"), str) else None
-            cls, decided = effects.first((resource, resource_type, state_name))
-            intent = f"task:{eid}"
-            fields: dict[str, Any] = {"turn": state.turn, "intent": intent, "effect_class": cls}
-            if cls == "idempotent":
-                fields["idempotency_key"] = f"{j.run}/task/{eid}"
-            if resource is not None:
-                fields["resource"] = resource
-            if resource_type is not None:
-                fields["resource_type"] = resource_type
-            for arg in ("parameters", "input"):
-                if details.get(arg) is not None:
-                    fields["args_digest"] = value_digest(details[arg])
-                    break
-            j.add("intent_dispatched", at, eid, fields)
-            j.decided_by[intent] = decided
-            tasks[eid] = (intent, state)
-            state.open_tasks.append(intent)
+            self.task_scheduled(eid, kind, details, at)
         elif kind in _READBACK:
-            family = _FAMILY[kind]
-            scheduled = walk_back(eid, {k for k, f in _SCHEDULED.items() if f == family}, None)
-            found = tasks.get(scheduled) if scheduled is not None else None
-            if found is None:
-                raise refuse(f"event {eid}: {kind} follows no scheduled task")
-            intent, state = found
-            observe(state, intent, _READBACK[kind], at, eid)
+            self.task_read_back(eid, kind, at)
         elif kind in _EXECUTION_END:
-            for entered_id in list(open_states):
-                close(states[entered_id], _EXECUTION_END[kind], at, eid)
-            open_states.clear()
-            ended = True
+            for entered_id in list(self.open_states):
+                self.close(self.states[entered_id], _EXECUTION_END[kind], at, eid)
+            self.open_states.clear()
+            self.ended = True
         elif kind in _SKIPPED:
-            skipped[kind] = skipped.get(kind, 0) + 1
+            self.skipped[kind] = self.skipped.get(kind, 0) + 1
         else:
             # Not in the table (a redrive, a newer event type): the engine does not know the kind, so the
             # run blocks until someone looks.
-            j.add("stepfunctions." + kind, at, eid, {})
-        if progress is not None and n % 1024 == 0:
-            progress(n, total)
+            self.j.add("stepfunctions." + kind, at, eid, {})
+
+    def state_entered(self, eid: int, kind: str, details: dict[str, Any], at: str | None) -> None:
+        name = details.get("name")
+        if not isinstance(name, str) or not name:
+            raise refuse(f"event {eid}: {kind} names no state")
+        state = self.states[eid] = _State(f"state:{eid}")
+        self.open_states.append(eid)
+        lineage = "stepfunctions:" + name
+        self.j.add("turn_planned", at, eid, {"turn": state.turn, "lineage": lineage, "phases": PHASES})
+        self.j.add("phase_committed", at, eid, {"turn": state.turn, "phase": "enter"})
+
+    def state_closed(self, eid: int, kind: str, event: dict[str, Any], at: str | None) -> None:
+        """A state's exit (its turn completed) or abort (cancelled), paired with the entry it closes."""
+        exited = event.get("stateExitedEventDetails")
+        name = exited.get("name") if isinstance(exited, dict) else None
+        entered_id = self.walk_back(eid, None, name if isinstance(name, str) else None)
+        state = self.states.get(entered_id) if entered_id is not None else None
+        if entered_id is None or state is None or state.closed:
+            raise refuse(f"event {eid}: {kind} closes no open state")
+        if kind.endswith("StateExited"):
+            self.j.add("phase_committed", at, eid, {"turn": state.turn, "phase": "exit"})
+            self.close(state, "completed", at, eid)
+        else:
+            self.close(state, "cancelled", at, eid)
+        self.open_states.remove(entered_id)
+
+    def task_scheduled(self, eid: int, kind: str, details: dict[str, Any], at: str | None) -> None:
+        """A task is an intent of the state it runs in, classified by its resource, type or state name."""
+        entered_id = self.walk_back(eid, None, None)
+        state = self.states.get(entered_id) if entered_id is not None else None
+        if entered_id is None or state is None or state.closed:
+            raise refuse(f"event {eid}: {kind} is in no open state")
+        state_name = None
+        entered = self.by_id[entered_id].get("stateEnteredEventDetails")
+        if isinstance(entered, dict) and isinstance(entered.get("name"), str):
+            state_name = entered["name"]
+        resource = details.get("resource") if isinstance(details.get("resource"), str) else None
+        resource_type = details.get("resourceType") if isinstance(details.get("resourceType"), str) else None
+        cls, decided = self.effects.first((resource, resource_type, state_name))
+        intent = f"task:{eid}"
+        fields: dict[str, Any] = {"turn": state.turn, "intent": intent, "effect_class": cls}
+        if cls == "idempotent":
+            fields["idempotency_key"] = f"{self.j.run}/task/{eid}"
+        if resource is not None:
+            fields["resource"] = resource
+        if resource_type is not None:
+            fields["resource_type"] = resource_type
+        for arg in ("parameters", "input"):
+            if details.get(arg) is not None:
+                fields["args_digest"] = value_digest(details[arg])
+                break
+        self.j.add("intent_dispatched", at, eid, fields)
+        self.j.decided_by[intent] = decided
+        self.tasks[eid] = (intent, state)
+        state.open_tasks.append(intent)
+
+    def task_read_back(self, eid: int, kind: str, at: str | None) -> None:
+        """A task's result, paired with the scheduling event of its own family."""
+        family = _FAMILY[kind]
+        scheduled = self.walk_back(eid, {k for k, f in _SCHEDULED.items() if f == family}, None)
+        found = self.tasks.get(scheduled) if scheduled is not None else None
+        if found is None:
+            raise refuse(f"event {eid}: {kind} follows no scheduled task")
+        intent, state = found
+        self.observe(state, intent, _READBACK[kind], at, eid)
+
+
+def convert(
+    data: bytes, *, effects: EffectMap, run: str | None, file_sha: str, progress: Progress | None
+) -> tuple[Journal, dict[str, int], int]:
+    by_id = _events_by_id(data)
+    converter = _Converter(by_id, effects, run or "stepfunctions-" + file_sha[:16])
+    total = len(by_id)
+    for eid in range(1, total + 1):
+        converter.feed(eid)
+        if progress is not None and eid % 1024 == 0:
+            progress(eid, total)
     if progress is not None:
         progress(total, total)
-    return j, skipped, total
+    return converter.j, converter.skipped, total
 
 
 __all__ = ["convert"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -78,26 +78,6 @@ _SCHEDULED_CLOSED: dict[str, str | None] = {
     "NexusOperationTimedOut": "unknown",
     "NexusOperationCanceled": None,
 }
-# The event types the table maps to records (and the two started events, which are tracked).
-_HANDLED = frozenset(
-    {
-        "ActivityTaskScheduled",
-        "ActivityTaskStarted",
-        "NexusOperationStarted",
-        "MarkerRecorded",
-        "StartChildWorkflowExecutionInitiated",
-        "SignalExternalWorkflowExecutionInitiated",
-        "ExternalWorkflowExecutionSignaled",
-        "SignalExternalWorkflowExecutionFailed",
-        "RequestCancelExternalWorkflowExecutionInitiated",
-        "ExternalWorkflowExecutionCancelRequested",
-        "RequestCancelExternalWorkflowExecutionFailed",
-        "NexusOperationScheduled",
-        *_SCHEDULED_CLOSED,
-        *_CHILD_CLOSED,
-        *_WORKFLOW_CLOSED,
-    }
-)
 _LOCAL_MARKERS = ("LocalActivity", "core_local_activity")
 _JSON_PLAIN = "json/plain"
 
@@ -341,131 +321,174 @@ class _Mapper:
         name = event_type_name(spelled)
         j = self.journal
         at = self._at(event, eid)  # checked on every event, journaled or not
-        if j is not None and name not in _HANDLED:
-            if name in _SKIPPED_EXACT or name.startswith(_SKIPPED_PREFIXES):
-                self._skip(name)
-            else:
-                # Not in the table (a newer server's event, or a second WorkflowExecutionStarted):
-                # journaled as a kind the engine does not know, so the run blocks until someone looks.
-                j.add("temporal." + spelled, at, eid, {"turn": TURN})
+        if j is None:
+            self._start(event, name, eid, at)
             return
-        if j is None:  # event 1
-            if name != "WorkflowExecutionStarted":
-                raise refuse("event 1 is not WorkflowExecutionStarted")
-            attrs = self._attrs(event, name, eid)
-            workflow_type = _name_of(attrs.get("workflowType"))
-            if workflow_type is None:
-                raise refuse("event 1: WorkflowExecutionStarted names no workflowType")
-            run = self.run_arg
-            if not run:
-                for key in ("originalExecutionRunId", "firstExecutionRunId"):
-                    value = attrs.get(key)
-                    if isinstance(value, str) and value:
-                        run = "temporal-" + value
-                        break
-                else:
-                    run = "temporal-" + self.file_sha[:16]
-            j = self.journal = Journal(run)
-            j.add("turn_planned", at, eid, {"turn": TURN, "lineage": "temporal:" + workflow_type, "phases": PHASES})
-            j.add("phase_committed", at, eid, {"turn": TURN, "phase": "start"})
-            return
-        run = j.run
-        if name == "ActivityTaskScheduled":
-            attrs = self._attrs(event, name, eid)
-            activity_id = self._str(attrs, "activityId", eid, name)
-            activity_type = _name_of(attrs.get("activityType"))
-            cls, decided = self.effects.classify(activity_type)
-            intent = "activity:" + activity_id
-            extra: dict[str, Any] = {}
-            if activity_type is not None:
-                extra["activity_type"] = activity_type
-            if "input" in attrs and attrs["input"] is not None:
-                extra["args_digest"] = value_digest(attrs["input"])
-            self._dispatch(j, at, eid, intent, cls, f"{run}/{activity_id}", extra)
-            j.decided_by[intent] = decided
-            self.activities[eid] = intent
-        elif name in _SCHEDULED_CLOSED:
-            # An activity's or a Nexus operation's close, by its scheduled event. A cancel is `failed`
-            # when it never started (it never ran), else `unknown`.
-            attrs = self._attrs(event, name, eid)
-            table = self.activities if name.startswith("Activity") else self.nexus
-            intent = self._readback(table, attrs, "scheduledEventId", eid, name)
-            outcome = _SCHEDULED_CLOSED[name]
-            if outcome is None:
-                outcome = "unknown" if int(attrs["scheduledEventId"]) in self.started else "failed"
-            self._observe(j, at, eid, intent, outcome)
-        elif name in ("ActivityTaskStarted", "NexusOperationStarted"):
-            attrs = self._attrs(event, name, eid)
-            ref = attrs.get("scheduledEventId")
-            if type(ref) is str and _DECIMAL.fullmatch(ref):
-                ref = int(ref)
-            if type(ref) is int:
-                self.started.add(ref)
+        handler = _HANDLERS.get(name)
+        if handler is not None:
+            handler(self, j, event, name, eid, at)
+        elif name in _SKIPPED_EXACT or name.startswith(_SKIPPED_PREFIXES):
             self._skip(name)
-        elif name == "MarkerRecorded":
-            attrs = self._attrs(event, name, eid)
-            if attrs.get("markerName") not in _LOCAL_MARKERS:
-                self._skip(name)
-                return
-            activity_type = _local_activity_type(attrs)
-            cls, decided = self.effects.classify(activity_type)
-            intent = f"local:{eid}"
-            extra = {"activity_type": activity_type} if activity_type is not None else {}
-            self._dispatch(j, at, eid, intent, cls, f"{run}/local/{eid}", extra)
-            j.decided_by[intent] = decided
-            self._observe(j, at, eid, intent, "failed" if attrs.get("failure") else "succeeded")
-        elif name == "StartChildWorkflowExecutionInitiated":
-            attrs = self._attrs(event, name, eid)
-            workflow_id = self._str(attrs, "workflowId", eid, name)
-            intent = "child:" + workflow_id
-            extra = {}
-            child_type = _name_of(attrs.get("workflowType"))
-            if child_type is not None:
-                extra["workflow_type"] = child_type
-            if attrs.get("input") is not None:
-                extra["args_digest"] = value_digest(attrs["input"])
-            self._dispatch(j, at, eid, intent, "idempotent", workflow_id, extra)
-            self.children[eid] = intent
-        elif name in _CHILD_CLOSED:
-            attrs = self._attrs(event, name, eid)
-            intent = self._readback(self.children, attrs, "initiatedEventId", eid, name)
-            self._observe(j, at, eid, intent, _CHILD_CLOSED[name])
-        elif name == "SignalExternalWorkflowExecutionInitiated":
-            self._attrs(event, name, eid)
-            intent = f"signal:{eid}"
-            self._dispatch(j, at, eid, intent, "idempotent", f"{run}/signal/{eid}", {})
-            self.signals[eid] = intent
-        elif name in ("ExternalWorkflowExecutionSignaled", "SignalExternalWorkflowExecutionFailed"):
-            attrs = self._attrs(event, name, eid)
-            intent = self._readback(self.signals, attrs, "initiatedEventId", eid, name)
-            self._observe(j, at, eid, intent, "succeeded" if name == "ExternalWorkflowExecutionSignaled" else "failed")
-        elif name == "RequestCancelExternalWorkflowExecutionInitiated":
-            self._attrs(event, name, eid)
-            intent = f"cancel:{eid}"
-            self._dispatch(j, at, eid, intent, "idempotent", f"{run}/cancel/{eid}", {})
-            self.cancels[eid] = intent
-        elif name in ("ExternalWorkflowExecutionCancelRequested", "RequestCancelExternalWorkflowExecutionFailed"):
-            attrs = self._attrs(event, name, eid)
-            intent = self._readback(self.cancels, attrs, "initiatedEventId", eid, name)
-            ok = name == "ExternalWorkflowExecutionCancelRequested"
-            self._observe(j, at, eid, intent, "succeeded" if ok else "failed")
-        elif name == "NexusOperationScheduled":
-            attrs = self._attrs(event, name, eid)
-            operation = attrs.get("operation") if isinstance(attrs.get("operation"), str) else None
-            cls, decided = self.effects.classify(operation or None)
-            intent = f"nexus:{eid}"
-            extra = {"operation": operation} if operation else {}
-            if attrs.get("input") is not None:
-                extra["args_digest"] = value_digest(attrs["input"])
-            self._dispatch(j, at, eid, intent, cls, f"{run}/nexus/{eid}", extra)
-            j.decided_by[intent] = decided
-            self.nexus[eid] = intent
-        elif name in _WORKFLOW_CLOSED:
-            j.add("phase_committed", at, eid, {"turn": TURN, "phase": "close"})
-            j.add("turn_terminal", at, eid, {"turn": TURN, "status": _WORKFLOW_CLOSED[name]})
+        else:
+            # Not in the table (a newer server's event, or a second WorkflowExecutionStarted):
+            # journaled as a kind the engine does not know, so the run blocks until someone looks.
+            j.add("temporal." + spelled, at, eid, {"turn": TURN})
+
+    def _start(self, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        """Event 1 opens the journal: the run is named and the workflow's one turn planned."""
+        if name != "WorkflowExecutionStarted":
+            raise refuse("event 1 is not WorkflowExecutionStarted")
+        attrs = self._attrs(event, name, eid)
+        workflow_type = _name_of(attrs.get("workflowType"))
+        if workflow_type is None:
+            raise refuse("event 1: WorkflowExecutionStarted names no workflowType")
+        j = self.journal = Journal(self._run_name(attrs))
+        j.add("turn_planned", at, eid, {"turn": TURN, "lineage": "temporal:" + workflow_type, "phases": PHASES})
+        j.add("phase_committed", at, eid, {"turn": TURN, "phase": "start"})
+
+    def _run_name(self, attrs: dict[str, Any]) -> str:
+        """The run given, else the first execution's run id (stable across continue-as-new), else the file's."""
+        if self.run_arg:
+            return self.run_arg
+        for key in ("originalExecutionRunId", "firstExecutionRunId"):
+            value = attrs.get(key)
+            if isinstance(value, str) and value:
+                return "temporal-" + value
+        return "temporal-" + self.file_sha[:16]
+
+    def _activity_scheduled(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        attrs = self._attrs(event, name, eid)
+        activity_id = self._str(attrs, "activityId", eid, name)
+        activity_type = _name_of(attrs.get("activityType"))
+        cls, decided = self.effects.classify(activity_type)
+        intent = "activity:" + activity_id
+        extra: dict[str, Any] = {}
+        if activity_type is not None:
+            extra["activity_type"] = activity_type
+        if "input" in attrs and attrs["input"] is not None:
+            extra["args_digest"] = value_digest(attrs["input"])
+        self._dispatch(j, at, eid, intent, cls, f"{j.run}/{activity_id}", extra)
+        j.decided_by[intent] = decided
+        self.activities[eid] = intent
+
+    def _scheduled_closed(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        """An activity's or a Nexus operation's close, by its scheduled event. A cancel is `failed`
+        when it never started (it never ran), else `unknown`."""
+        attrs = self._attrs(event, name, eid)
+        table = self.activities if name.startswith("Activity") else self.nexus
+        intent = self._readback(table, attrs, "scheduledEventId", eid, name)
+        outcome = _SCHEDULED_CLOSED[name]
+        if outcome is None:
+            outcome = "unknown" if int(attrs["scheduledEventId"]) in self.started else "failed"
+        self._observe(j, at, eid, intent, outcome)
+
+    def _started(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        """Journals nothing, but remembers the start so that a later cancel reads `unknown`."""
+        attrs = self._attrs(event, name, eid)
+        ref = attrs.get("scheduledEventId")
+        if type(ref) is str and _DECIMAL.fullmatch(ref):
+            ref = int(ref)
+        if type(ref) is int:
+            self.started.add(ref)
+        self._skip(name)
+
+    def _marker(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        """A local activity's marker is its dispatch and its readback at once; other markers are skipped."""
+        attrs = self._attrs(event, name, eid)
+        if attrs.get("markerName") not in _LOCAL_MARKERS:
+            self._skip(name)
+            return
+        activity_type = _local_activity_type(attrs)
+        cls, decided = self.effects.classify(activity_type)
+        intent = f"local:{eid}"
+        extra = {"activity_type": activity_type} if activity_type is not None else {}
+        self._dispatch(j, at, eid, intent, cls, f"{j.run}/local/{eid}", extra)
+        j.decided_by[intent] = decided
+        self._observe(j, at, eid, intent, "failed" if attrs.get("failure") else "succeeded")
+
+    def _child_initiated(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        """A child workflow is idempotent by its workflow id: Temporal dedupes starts on it."""
+        attrs = self._attrs(event, name, eid)
+        workflow_id = self._str(attrs, "workflowId", eid, name)
+        intent = "child:" + workflow_id
+        extra: dict[str, Any] = {}
+        child_type = _name_of(attrs.get("workflowType"))
+        if child_type is not None:
+            extra["workflow_type"] = child_type
+        if attrs.get("input") is not None:
+            extra["args_digest"] = value_digest(attrs["input"])
+        self._dispatch(j, at, eid, intent, "idempotent", workflow_id, extra)
+        self.children[eid] = intent
+
+    def _child_closed(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        attrs = self._attrs(event, name, eid)
+        intent = self._readback(self.children, attrs, "initiatedEventId", eid, name)
+        self._observe(j, at, eid, intent, _CHILD_CLOSED[name])
+
+    def _signal_initiated(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        self._attrs(event, name, eid)
+        intent = f"signal:{eid}"
+        self._dispatch(j, at, eid, intent, "idempotent", f"{j.run}/signal/{eid}", {})
+        self.signals[eid] = intent
+
+    def _signal_closed(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        attrs = self._attrs(event, name, eid)
+        intent = self._readback(self.signals, attrs, "initiatedEventId", eid, name)
+        self._observe(j, at, eid, intent, "succeeded" if name == "ExternalWorkflowExecutionSignaled" else "failed")
+
+    def _cancel_initiated(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        self._attrs(event, name, eid)
+        intent = f"cancel:{eid}"
+        self._dispatch(j, at, eid, intent, "idempotent", f"{j.run}/cancel/{eid}", {})
+        self.cancels[eid] = intent
+
+    def _cancel_closed(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        attrs = self._attrs(event, name, eid)
+        intent = self._readback(self.cancels, attrs, "initiatedEventId", eid, name)
+        ok = name == "ExternalWorkflowExecutionCancelRequested"
+        self._observe(j, at, eid, intent, "succeeded" if ok else "failed")
+
+    def _nexus_scheduled(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        attrs = self._attrs(event, name, eid)
+        operation = attrs.get("operation") if isinstance(attrs.get("operation"), str) else None
+        cls, decided = self.effects.classify(operation or None)
+        intent = f"nexus:{eid}"
+        extra = {"operation": operation} if operation else {}
+        if attrs.get("input") is not None:
+            extra["args_digest"] = value_digest(attrs["input"])
+        self._dispatch(j, at, eid, intent, cls, f"{j.run}/nexus/{eid}", extra)
+        j.decided_by[intent] = decided
+        self.nexus[eid] = intent
+
+    def _workflow_closed(self, j: Journal, event: dict[str, Any], name: str, eid: int, at: str | None) -> None:
+        j.add("phase_committed", at, eid, {"turn": TURN, "phase": "close"})
+        j.add("turn_terminal", at, eid, {"turn": TURN, "status": _WORKFLOW_CLOSED[name]})
 
     def _skip(self, name: str) -> None:
         self.skipped[name] = self.skipped.get(name, 0) + 1
+
+
+_Handler = Callable[[_Mapper, Journal, dict[str, Any], str, int, "str | None"], None]
+
+# The event types the table maps to records (and the two started events, which are tracked), each with
+# the step that journals it. Any other type is skipped or journaled as unknown.
+_HANDLERS: dict[str, _Handler] = {
+    "ActivityTaskScheduled": _Mapper._activity_scheduled,
+    **dict.fromkeys(_SCHEDULED_CLOSED, _Mapper._scheduled_closed),
+    "ActivityTaskStarted": _Mapper._started,
+    "NexusOperationStarted": _Mapper._started,
+    "MarkerRecorded": _Mapper._marker,
+    "StartChildWorkflowExecutionInitiated": _Mapper._child_initiated,
+    **dict.fromkeys(_CHILD_CLOSED, _Mapper._child_closed),
+    "SignalExternalWorkflowExecutionInitiated": _Mapper._signal_initiated,
+    "ExternalWorkflowExecutionSignaled": _Mapper._signal_closed,
+    "SignalExternalWorkflowExecutionFailed": _Mapper._signal_closed,
+    "RequestCancelExternalWorkflowExecutionInitiated": _Mapper._cancel_initiated,
+    "ExternalWorkflowExecutionCancelRequested": _Mapper._cancel_closed,
+    "RequestCancelExternalWorkflowExecutionFailed": _Mapper._cancel_closed,
+    "NexusOperationScheduled": _Mapper._nexus_scheduled,
+    **dict.fromkeys(_WORKFLOW_CLOSED, _Mapper._workflow_closed),
+}
 
 
 def convert(

@@ -2,9 +2,8 @@
 inflating and reading the next one (zlib, hashlib and os.write all release the GIL on large buffers).
 
 The queue is bounded (``depth`` items, each at most one 1 MiB piece), so memory stays bounded too. Two are
-enough to keep both threads busy; measured against four, verification was as fast or faster (less memory
-churned) and a check's traced peak 1 MiB lower. A step that raises stops the rest; the error is raised in the
-submitting thread at its next ``submit`` or ``drain``.
+enough to keep both threads busy; a deeper queue only holds more memory and churns more of it. A step that
+raises stops the rest; the error is raised in the submitting thread at its next ``submit`` or ``drain``.
 """
 
 from __future__ import annotations

@@ -11,18 +11,17 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
-from zlib_ng import zlib_ng as zlib  # zlib's API and checks (a port of CPython's module), inflating twice as fast
+from zlib_ng import zlib_ng as zlib  # zlib's API and checks (a port of CPython's module), inflating faster
 
 from .report import ARCHIVE_CORRUPT
 
 CHUNK = 1024 * 1024  # member data is read and hashed in pieces of this size
 # Compressed input is read 1 MiB at a time, and a data read gives one inflate call up to that much: one call then
 # usually yields a whole 1 MiB piece, where calls given 64 KiB each made as many short-lived output blocks plus a
-# joined copy, and that churn kept faulting in fresh pages (measured: check of 500 MB, kernel time 0.12-0.46 s
-# with 64 KiB, 0.04-0.10 s with 1 MiB). zlib copies whatever input a call leaves over (unconsumed_tail,
-# unused_data), so a call gets at most 64 KiB when little output is wanted (tar headers: 512 bytes), and after a
-# gzip member ends the next calls start at 4 KiB and double: neither many small reads nor many tiny gzip members
-# (a concatenation of empty ones) can make that copying grow with the square of the input.
+# joined copy, and that churn kept faulting in fresh pages, which is kernel time. zlib copies whatever input a call
+# leaves over (unconsumed_tail, unused_data), so a call gets at most 64 KiB when little output is wanted (tar headers:
+# 512 bytes), and after a gzip member ends the next calls start at 4 KiB and double: neither many small reads nor many
+# tiny gzip members (a concatenation of empty ones) can make that copying grow with the square of the input.
 _GZ_IN = 1024 * 1024
 _GZ_SMALL_READ = 64 * 1024
 _GZ_AFTER_MEMBER = 4 * 1024
