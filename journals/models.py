@@ -138,10 +138,8 @@ TURN_ASSESSED_FIELDS = (
 
 
 class Turn(models.Model):
-    # On PostgreSQL the reference to the run is kept by triggers, not by a FOREIGN KEY constraint checking
-    # each row (journals/migrations/0005_turn_run_statement_check.py); SQLite keeps its constraint. No index
-    # of its own: turn_unique_per_run and turn_run_updated_id lead with run_id.
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns", db_constraint=False, db_index=False)
+    # No index of its own: turn_unique_per_run and turn_run_updated_id lead with run_id.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns", db_index=False)
     turn_id = models.CharField(max_length=ID_MAX)
     lineage = models.TextField(null=True, blank=True)
     branch = models.IntegerField(default=0)
@@ -294,10 +292,7 @@ class Intent(models.Model):
 class JournalRecord(AppendOnlyModel):
     """One line of a run's journal, exactly as received. Append-only (also enforced by a trigger)."""
 
-    # On PostgreSQL the reference to the run is kept by triggers checking each statement, not by a
-    # FOREIGN KEY constraint checking each row (journals/migrations/0004_record_run_statement_check.py);
-    # SQLite keeps its constraint.
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="records", db_constraint=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="records")
     # Per-run ingest order (1, 2, 3, ...): file order across branches, which the engine depends on.
     seq = models.BigIntegerField()
     branch = models.IntegerField()
