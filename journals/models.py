@@ -135,6 +135,14 @@ TURN_ASSESSED_FIELDS = (
     "resume_from",
     "completed_phases",
 )
+# Columns of a turn list's row (journals.selectors.turn_rows). The two JSON columns come as their text and
+# are parsed by orjson in TurnSerializer.row: Django's JSONField converter (json.loads per value) was a
+# visible share of a page.
+TURN_ROW_FIELDS = (
+    *("id", "turn_id"),
+    *(f for f in TURN_ASSESSED_FIELDS if f not in ("plan", "completed_phases")),
+    *("created_at", "updated_at"),
+)
 
 
 class Turn(models.Model):

@@ -14,7 +14,7 @@ from engine.secrets import redact
 from journals.access import EVERY_RUN, RunScope
 from journals.models import (
     STATE_ROW_FIELDS,
-    TURN_ASSESSED_FIELDS,
+    TURN_ROW_FIELDS,
     ApiToken,
     Branch,
     Intent,
@@ -24,7 +24,9 @@ from journals.models import (
     Turn,
 )
 from journals.serializers import TurnDetailSerializer
-from journals.storable import is_storable, storable
+from journals.storable import storable
+from journals.storable import usable_key as _usable_key
+from kernel.dialect import on_postgresql
 
 
 def api_token_find(*, raw: str) -> ApiToken | None:
@@ -37,11 +39,6 @@ def api_token_find(*, raw: str) -> ApiToken | None:
         return None
     # token_hash is unique: no ordering needed (``first()`` would sort by the model's ordering).
     return ApiToken.objects.filter(token_hash=ApiToken.hash(raw), revoked_at__isnull=True).order_by().first()
-
-
-def _usable_key(value: str) -> bool:
-    # Ids from a URL may hold what no column can (a NUL on PostgreSQL): such an id names nothing.
-    return 0 < len(value) <= 200 and is_storable(value)
 
 
 def run_find(*, run_id: str) -> Run | None:
@@ -65,22 +62,8 @@ def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | 
     return turns.first()
 
 
-_JSON_FIELDS = ("plan", "completed_phases")
-
-
 def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
     return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
-
-
-# Columns of a list row. The two JSON columns come as their text and are parsed by orjson in
-# TurnSerializer.row: Django's JSONField converter (json.loads per value) was a visible share of a page.
-TURN_ROW_FIELDS = (
-    *("id", "turn_id"),
-    *(f for f in TURN_ASSESSED_FIELDS if f not in _JSON_FIELDS),
-    *("created_at", "updated_at"),
-)
-
-
 
 
 def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
@@ -184,3 +167,13 @@ def journal_bytes(*, run: Run) -> bytes:
     Raw bytes carry secrets: only an operator's explicit export may hand them out (contract section 8).
     """
     return b"".join(line + b"\n" for line in run_lines(run=run))
+
+
+if on_postgresql():
+    # PostgreSQL answers three reads with written statements of its own (journals/postgres.py, which says
+    # why): the one question of the database the reads ask.
+    from journals import postgres as _postgres
+
+    api_token_find = _postgres.pg_api_token_find
+    turn_page_rows = _postgres.pg_turn_page_rows
+    turn_detail = _postgres.pg_turn_detail

@@ -123,7 +123,7 @@ class _Prepared:
     branch: int
     lsn: int
     # None until needed (``_digest``): the sha256 of the line's bytes, computed once (on PostgreSQL while the
-    # rows stream to the server, journals/copy_ingest.py); a line that is not canonical gets the engine's
+    # rows stream to the server, journals/postgres.py); a line that is not canonical gets the engine's
     # digest of its value at once.
     digest: str | None
     kind: str | None
@@ -496,7 +496,7 @@ def records_ingest(
         raise IngestError(400, "identifier_invalid", "the run id contains a NUL or a lone surrogate")
     lines = _split(body, content_type)
     if on_postgresql(connection):
-        from journals.copy_ingest import records_copy_ingest  # builds on this module
+        from journals.postgres import records_copy_ingest  # builds on this module
 
         streamed = records_copy_ingest(run_id=run_id, lines=lines, fencing=fencing, expect=expect)
         if streamed is not None:
@@ -570,7 +570,7 @@ def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
 
 
 def _assessment_statement(run: Run) -> tuple[str, dict[str, Any]]:
-    """The pending-assessment flag's upsert, for a statement that carries it (journals/copy_ingest.py)."""
+    """The pending-assessment flag's upsert, for a statement that carries it (journals/postgres.py)."""
     from recovery.background import assessment_request_statement
 
     return assessment_request_statement(run=run)

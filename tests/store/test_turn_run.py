@@ -26,7 +26,7 @@ _RAW_TURN = (
     " created_at, updated_at, assessed_digest, fencing_counter)"
     " VALUES (%s, %s, NULL, 0, '[]'::jsonb, 0, 'open', '[]'::jsonb, now(), now(), '', 0)"
 )
-# Ingest's shape (journals.copy_ingest._write_projection_pg): a JSON document of turns, inserted from a
+# Ingest's shape (journals.postgres._write_projection_pg): a JSON document of turns, inserted from a
 # data-modifying CTE, the first planning of a turn winning.
 _PLANNED_TURNS = """
 WITH planned AS (

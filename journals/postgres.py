@@ -1,21 +1,31 @@
-"""PostgreSQL's own ingest path: a batch's rows through COPY, its projection in one statement.
+"""PostgreSQL's own paths: ingest through COPY, and three reads as written statements.
 
-Everything else reads and writes through the ORM, on SQLite and PostgreSQL alike. This module exists for one
-speed target: ingest through the API at no less than 0.45 of raw COPY's records/s (benchmarks/bench_ingest.py,
-``python -m benchmarks ingest``; the floor is a raw psycopg COPY of the same rows, one per batch, measured in
-the same run). The figures that justify it, beside the ORM path's, are in docs/perf/2026-12-02-dialect.md.
+Everything else reads and writes through the ORM, on SQLite and PostgreSQL alike; this is the one module
+with SQL of PostgreSQL's own, for two speed targets measured in the same run as their floors (the figures
+that justify each, beside the ORM's, are in docs/perf/2026-12-02-dialect.md):
 
-``records_copy_ingest`` is its one entry (journals.services.records_ingest calls it on PostgreSQL). It takes
+- ingest through the API at no less than 0.45 of raw COPY's records/s (benchmarks/bench_ingest.py,
+  ``python -m benchmarks ingest``; the floor is a raw psycopg COPY of the same rows, one per batch);
+- API reads within 2x a plain Django view at p95 (benchmarks/bench_reads.py, ``python -m benchmarks
+  reads``): through the ORM the token's lookup, a turn list's page and a turn's detail cost 2.5 to 5 times
+  these statements in Python, most of a read.
+
+Ingest: ``records_copy_ingest`` is its one entry (journals.services.records_ingest calls it). It takes
 the common batch: every line canonical and well-formed, every record new (above its branch's highest stored
 lsn, once in the batch) on a branch with no gap. Such a batch stores all its records and nothing else,
 exactly as the general path (journals.services) would; tests/store/test_streamed_ingest.py plays each case
 both ways and compares answers and rows. Anything else is handed back (None), nothing of it kept.
+
+Reads: ``pg_api_token_find``, ``pg_turn_page_rows`` and ``pg_turn_detail`` stand in for journals.selectors'
+functions of the same names without the prefix (selectors binds them, its one question of the database).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,7 +37,9 @@ from psycopg.copy import LibpqWriter
 
 from engine import proven_canonical
 from journals import services
-from journals.models import Branch, JournalRecord, Run, Turn
+from journals.access import EVERY_RUN, RunScope
+from journals.models import STATE_ROW_FIELDS, TURN_ROW_FIELDS, ApiToken, Branch, JournalRecord, Run, Turn
+from journals.serializers import iso, state_row
 from journals.services import (
     _MAX_LSN,
     IngestError,
@@ -45,6 +57,7 @@ from journals.services import (
     _Prepared,
     _project,
 )
+from journals.storable import usable_key as _usable_key
 
 _T = TypeVar("_T")
 
@@ -366,3 +379,185 @@ def _write_projection_pg(params: dict[str, Any]) -> bool:
         )
         row = cursor.fetchone()
     return bool(row and row[0])
+
+
+# --- Reads ------------------------------------------------------------------------------------------
+
+# psycopg's own loader for timestamptz (its C one where psycopg-binary is installed). Django registers a
+# pure-Python subclass of psycopg's Python loader that only relabels each value with the connection's zone,
+# which is the session's TimeZone (Django sets it on connecting), so both give the very same datetimes; at
+# ~2.7 us a value, Django's was ~0.27 ms of a 50-turn page (two times a row).
+_TIMESTAMPTZ_OID = psycopg.postgres.types["timestamptz"].oid
+_TIMESTAMPTZ_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+
+
+@contextmanager
+def _read_cursor() -> Iterator[Any]:
+    """A cursor (Django's: its queries logged and counted as any) for the written statements below, with
+    psycopg's timestamptz loader."""
+    with connection.cursor() as cursor:
+        cursor.cursor.adapters.register_loader(_TIMESTAMPTZ_OID, _TIMESTAMPTZ_LOADER)
+        yield cursor
+
+
+_TOKEN_FIELDS = tuple(f.attname for f in ApiToken._meta.concrete_fields)
+_TOKEN_SQL = (
+    f"SELECT {', '.join(f.column for f in ApiToken._meta.concrete_fields)} FROM {ApiToken._meta.db_table}"
+    " WHERE token_hash = %s AND revoked_at IS NULL"
+)
+
+
+def pg_api_token_find(*, raw: str) -> ApiToken | None:
+    """The active token with this value (looked up by its hash), or None.
+
+    Every API request asks, and a revocation must hold at once in every process, so it is asked of the
+    database each time (no cache): one written statement on the unique hash's index (the ORM builds and
+    compiles it in ~0.25 ms, three times the round trip). The values are the ORM's own (no converter
+    applies to these columns); tests/store/test_store.py compares the two.
+    """
+    if not raw:
+        return None
+    with _read_cursor() as cursor:
+        cursor.execute(_TOKEN_SQL, [ApiToken.hash(raw)])
+        row = cursor.fetchone()
+    return None if row is None else ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row)
+
+
+class TurnPageQuery:
+    """A turn list's page as one written statement: the rows of ``turn_rows`` (same keys, same
+    values), filtered by the scope's run prefixes (journals.access), a run and exact column values (a
+    valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
+    does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
+
+    Building and compiling the ORM's statement took ~0.3 ms a page, more than PostgreSQL took to plan and run
+    it. tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
+    """
+
+    _ORDERINGS = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}
+    _POSITIONS = {"updated_at__lt": "<", "updated_at__gt": ">"}
+
+    def __init__(self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> None:
+        self._run_id = run_id
+        self._direction = "DESC"
+        where, params = [], []
+        if run_id is not None:
+            # The run's key in a subquery, as turn_rows: the (run, -updated_at, -id) index walk.
+            where.append("t.run_id = (SELECT id FROM journals_run WHERE run_id = %s LIMIT 1)")
+            params.append(run_id)
+            if not scope.allows(run_id):
+                where.append("FALSE")  # the scope is a test of this very run id
+        elif scope.prefixes is not None:
+            # As the ORM's startswith, one LIKE per prefix; no prefix at all: no row.
+            likes = ["r.run_id LIKE %s"] * len(scope.prefixes)
+            where.append(f"({' OR '.join(likes)})" if likes else "FALSE")
+            params.extend(connection.ops.prep_for_like_query(p) + "%" for p in scope.prefixes)
+        for name, value in exact.items():
+            if name not in _EXACT_COLUMNS:
+                raise ValueError(f"not an exact filter of the turn list: {name}")
+            where.append(f"{_EXACT_COLUMNS[name]} = %s")
+            params.append(value)
+        self._where, self._params = where, params
+
+    def _copy(self) -> TurnPageQuery:
+        other = copy.copy(self)
+        other._where, other._params = list(self._where), list(self._params)
+        return other
+
+    def order_by(self, *fields: str) -> TurnPageQuery:
+        other = self._copy()
+        other._direction = self._ORDERINGS[fields]  # only the list's ordering and its reverse
+        return other
+
+    def filter(self, **position: str) -> TurnPageQuery:
+        ((lookup, value),) = position.items()
+        other = self._copy()
+        other._where.append(f"t.updated_at {self._POSITIONS[lookup]} %s")
+        # The cursor's position converted as the ORM converts it (tolerated formats, a naive time's zone).
+        other._params.append(_UPDATED_AT.get_prep_value(value))
+        return other
+
+    def __getitem__(self, page: slice) -> list[dict[str, Any]]:
+        offset, stop = page.start or 0, page.stop
+        if stop is None or page.step is not None:
+            raise ValueError("a page is a bounded slice")
+        if self._run_id is not None and not _usable_key(self._run_id):
+            return []  # an id no column can hold (a NUL) names no run
+        # A run's list names its run from the URL (no join); the others join the run for its id.
+        run_key, join = ("", "") if self._run_id is not None else (", r.run_id", _RUN_JOIN)
+        direction = self._direction
+        sql = (
+            f"SELECT {_TURN_ROW_COLUMNS}, t.plan::text, t.completed_phases::text, {_STATE_COLUMNS}{run_key}"
+            f" FROM journals_turn t{join}{_STATE_JOIN}"
+            f"{' WHERE ' + ' AND '.join(self._where) if self._where else ''}"
+            f" ORDER BY t.updated_at {direction}, t.id {direction} LIMIT %s OFFSET %s"
+        )
+        with _read_cursor() as cursor:
+            cursor.execute(sql, [*self._params, stop - offset, offset])
+            rows = cursor.fetchall()
+        if self._run_id is None:
+            return [dict(zip(_PAGE_COLUMNS, row, strict=True)) for row in rows]
+        return [dict(zip(_PAGE_COLUMNS, (*row, self._run_id), strict=True)) for row in rows]
+
+
+_UPDATED_AT = Turn._meta.get_field("updated_at")
+_EXACT_COLUMNS = {"decision": "t.decision", "status": "t.status", "state": "e.state"}
+_RUN_JOIN = " JOIN journals_run r ON r.id = t.run_id"
+_STATE_JOIN = " LEFT JOIN journals_turneffective e ON e.turn_id = t.id"
+_STATE_COLUMNS = ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS)
+_PAGE_COLUMNS = (
+    *TURN_ROW_FIELDS, "plan_json", "completed_json", *(f"effective_{f}" for f in STATE_ROW_FIELDS), "run_key"
+)
+_TURN_ROW_COLUMNS = ", ".join(f"t.{Turn._meta.get_field(f).column}" for f in TURN_ROW_FIELDS)
+
+
+def pg_turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> Any:
+    """journals.selectors.turn_page_rows as a TurnPageQuery."""
+    return TurnPageQuery(scope=scope, run_id=run_id, exact=exact)
+
+
+_TURN_DETAIL_SQL = """
+SELECT t.turn_id, t.lineage, t.branch, t.plan::text, t.status, t.decision, t.reason, t.resume_from,
+    t.completed_phases::text, t.created_at, t.updated_at, r.run_id, {state},
+    (SELECT coalesce(json_agg(json_build_object('position', p.position, 'name', p.name, 'committed', p.committed,
+            'committed_at', p.committed_at, 'record', CASE WHEN p.record_id IS NULL THEN NULL
+            ELSE json_build_object('seq', jr.seq, 'branch', jr.branch, 'lsn', jr.lsn) END) ORDER BY p.position), '[]')
+        FROM journals_phase p LEFT JOIN journals_journalrecord jr ON jr.id = p.record_id WHERE p.turn_id = t.id)::text,
+    (SELECT coalesce(json_agg(json_build_object('intent', i.intent_id, 'effect_class', i.effect_class,
+            'idempotency_key', i.idempotency_key, 'resolution', i.resolution, 'branch', i.branch, 'live', i.live,
+            'dispatches', i.dispatches, 'outcome', i.outcome) ORDER BY i.position, i.id), '[]')
+        FROM journals_intent i WHERE i.turn_id = t.id)::text
+FROM journals_turn t JOIN journals_run r ON r.id = t.run_id LEFT JOIN journals_turneffective e ON e.turn_id = t.id
+WHERE r.run_id = %s AND t.turn_id = %s
+""".replace("{state}", ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS))
+
+
+def pg_turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
+    """journals.selectors.turn_detail in one query: the phases (with their committing records' places) and
+    the intents are aggregated as JSON by the database, where the ORM path costs three queries and ~30
+    model instances. tests/api/test_projection.py checks both give the same answer."""
+    if not (_usable_key(run_id) and _usable_key(turn_id)):
+        return None
+    with _read_cursor() as cursor:
+        cursor.execute(_TURN_DETAIL_SQL, [run_id, turn_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    (turn_key, lineage, branch, plan, status, decision, reason, resume_from, completed, created, updated, run_key,
+     *state, phases, intents) = row  # fmt: skip
+    return {
+        "run": run_key,
+        "turn": turn_key,
+        "lineage": lineage,
+        "branch": branch,
+        "plan": orjson.loads(plan),
+        "status": status,
+        "decision": decision,
+        "reason": reason,
+        "resume_from": resume_from,
+        "completed_phases": orjson.loads(completed),
+        "state": state_row(dict(zip(STATE_ROW_FIELDS, state, strict=True)), prefix=""),
+        "created_at": iso(created),
+        "updated_at": iso(updated),
+        "phases": orjson.loads(phases),
+        "intents": orjson.loads(intents),
+    }
