@@ -47,10 +47,10 @@ def assert_sqlite_keeps_run_foreign_key(database: Path, table: str, orphan_inser
 
 
 def assert_run_is_kept_while_referenced(kept: Any, empty: Any) -> None:
-    """The delete side of a run foreign key on PostgreSQL, checked at COMMIT (the constraint is deferred):
-    ``kept`` (a run something references) can be neither deleted nor renumbered,
-    refused at COMMIT; a renumbering undone before COMMIT passes, as NO ACTION allows; ``empty`` (a run
-    nothing references) is deleted."""
+    """The delete side of a run foreign key on PostgreSQL, checked at COMMIT (a record's by 0004's deferred
+    constraint trigger, a turn's by its deferred constraint): ``kept`` (a run something references) can be
+    neither deleted nor renumbered, refused at COMMIT; a renumbering undone before COMMIT passes, as NO
+    ACTION allows; ``empty`` (a run nothing references) is deleted."""
     import psycopg
     from django.db import IntegrityError, connection, transaction
 

@@ -1,7 +1,6 @@
-"""A journal record's run: a FOREIGN KEY constraint on PostgreSQL and on SQLite
-(journals/migrations/0007_run_foreign_keys.py restored it where 0004 had put triggers). Django declares it
-DEFERRABLE INITIALLY DEFERRED: checked at COMMIT; the tests that look at a single statement, inside the
-test's transaction, ask for the check at once (SET CONSTRAINTS ALL IMMEDIATE)."""
+"""A journal record's run on PostgreSQL: kept by triggers checking each statement instead of a FOREIGN KEY
+constraint checking each row (journals/migrations/0004_record_run_statement_check.py). Each test fails
+without the triggers; SQLite keeps its constraint."""
 
 from __future__ import annotations
 
@@ -26,15 +25,6 @@ _RAW_RECORD = (
 )
 
 
-def _immediate(cursor: Any = None) -> None:
-    """The foreign keys checked at the end of each statement, for the rest of the current transaction."""
-    if cursor is None:
-        with connection.cursor() as own:
-            own.execute("SET CONSTRAINTS ALL IMMEDIATE")
-    else:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-
-
 def _fk_refused() -> Any:
     import psycopg
 
@@ -43,38 +33,29 @@ def _fk_refused() -> Any:
 
 
 @pytest.mark.postgres
-def test_postgres_record_run_is_a_foreign_key():
-    """The FOREIGN KEY constraint is there on PostgreSQL, deferred to COMMIT, and the triggers 0004 had put
-    in its place are gone (the tests below see the constraint, nothing else)."""
+def test_postgres_record_run_is_checked_per_statement_not_per_row():
+    """The FOREIGN KEY constraint is gone on PostgreSQL (the tests below see the triggers, nothing else)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT condeferrable, condeferred FROM pg_constraint WHERE contype = 'f'"
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
             " AND conrelid = 'journals_journalrecord'::regclass AND confrelid = 'journals_run'::regclass"
         )
-        assert cursor.fetchall() == [(True, True)]
+        assert cursor.fetchone()[0] == 0
         cursor.execute(
-            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY (%s)",
-            [
-                [
-                    "journals_journalrecord_run_exists",
-                    "journals_journalrecord_run_exists_upd",
-                    "journals_run_keeps_records",
-                ]
-            ],
-        )
-        assert cursor.fetchall() == []
-        cursor.execute(
-            "SELECT proname FROM pg_proc WHERE proname = ANY (%s)",
+            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgfoid::regproc::text = ANY (%s) ORDER BY tgname",
             [["loopx_journalrecord_run_exists", "loopx_run_keeps_records"]],
         )
-        assert cursor.fetchall() == []
+        assert [row[0] for row in cursor.fetchall()] == [
+            "journals_journalrecord_run_exists",
+            "journals_journalrecord_run_exists_upd",
+            "journals_run_keeps_records",
+        ]
 
 
 @pytest.mark.postgres
 def test_postgres_a_record_of_no_run_is_refused_by_insert_and_by_copy():
     run = Run.objects.create(run_id="run-fk")
     missing = run.pk + 1000
-    _immediate()
     with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_RAW_RECORD, [missing, 1, 0])
     # One statement naming a real run and a missing one: refused as a whole.
@@ -85,7 +66,7 @@ def test_postgres_a_record_of_no_run_is_refused_by_insert_and_by_copy():
             " (%s, 1, 0, 0, repeat('0', 64), '\\x7b7d'::bytea, now())",
             [run.pk, missing],
         )
-    # COPY (ingest's path) is checked too.
+    # COPY (ingest's path) fires the statement trigger too.
     with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
         with cursor.cursor.copy(
             "COPY journals_journalrecord (run_id, seq, branch, lsn, digest, line, received_at) FROM STDIN"
@@ -114,13 +95,12 @@ def test_postgres_a_run_with_records_cannot_be_deleted_or_renumbered():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_postgres_a_run_delete_and_a_record_insert_wait_for_each_other():
-    """The constraint's check locks the run FOR KEY SHARE (here at the statement, asked for at once): a
-    concurrent DELETE of the run waits for the inserting transaction (and is then refused), and an insert
-    for a run deleted by an open transaction waits for it (and is refused once the delete commits)."""
+    """The insert side locks the run FOR KEY SHARE, as the constraint's check does: a concurrent DELETE of
+    the run waits for the inserting transaction (and is then refused), and an insert for a run deleted by an
+    open transaction waits for it (and is refused once the delete commits)."""
     run, gone = Run.objects.create(run_id="run-race"), Run.objects.create(run_id="run-gone")
 
     def insert(cursor: Any, target: Run) -> None:
-        _immediate(cursor)
         cursor.execute(_RAW_RECORD, [target.pk, 1, 0])
 
     assert_run_delete_and_writes_wait([(insert, run)], gone)

@@ -1,7 +1,8 @@
-"""A turn's run: a FOREIGN KEY constraint on PostgreSQL and on SQLite (journals/migrations/0007_run_foreign_keys.py
-restored it where 0005 had put triggers), and the two indexes no query needs dropped (0005). Django declares
-the constraint DEFERRABLE INITIALLY DEFERRED: checked at COMMIT; the tests that look at a single statement,
-inside the test's transaction, ask for the check at once (SET CONSTRAINTS ALL IMMEDIATE)."""
+"""A turn's run: a FOREIGN KEY constraint on PostgreSQL and on SQLite (journals/migrations/
+0007_turn_run_foreign_key.py restored it where 0005 had put triggers), and the two indexes no query needs
+dropped (0005). Django declares the constraint DEFERRABLE INITIALLY DEFERRED: checked at COMMIT; the tests
+that look at a single statement, inside the test's transaction, ask for the check at once (SET CONSTRAINTS
+ALL IMMEDIATE)."""
 
 from __future__ import annotations
 
