@@ -135,13 +135,19 @@ TURN_ASSESSED_FIELDS = (
     "resume_from",
     "completed_phases",
 )
+# Columns of a turn list's row (journals.selectors.turn_rows). The two JSON columns come as their text and
+# are parsed by orjson in TurnSerializer.row: Django's JSONField converter (json.loads per value) was a
+# visible share of a page.
+TURN_ROW_FIELDS = (
+    *("id", "turn_id"),
+    *(f for f in TURN_ASSESSED_FIELDS if f not in ("plan", "completed_phases")),
+    *("created_at", "updated_at"),
+)
 
 
 class Turn(models.Model):
-    # On PostgreSQL the reference to the run is kept by triggers, not by a FOREIGN KEY constraint checking
-    # each row (journals/migrations/0005_turn_run_statement_check.py); SQLite keeps its constraint. No index
-    # of its own: turn_unique_per_run and turn_run_updated_id lead with run_id.
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns", db_constraint=False, db_index=False)
+    # No index of its own: turn_unique_per_run and turn_run_updated_id lead with run_id.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="turns", db_index=False)
     turn_id = models.CharField(max_length=ID_MAX)
     lineage = models.TextField(null=True, blank=True)
     branch = models.IntegerField(default=0)
@@ -296,7 +302,8 @@ class JournalRecord(AppendOnlyModel):
 
     # On PostgreSQL the reference to the run is kept by triggers checking each statement, not by a
     # FOREIGN KEY constraint checking each row (journals/migrations/0004_record_run_statement_check.py);
-    # SQLite keeps its constraint.
+    # the constraint's check of 1,000 records at COMMIT cost ingest a sixth of its speed beside raw COPY
+    # (docs/perf/2026-12-02-dialect.md). SQLite keeps its constraint.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="records", db_constraint=False)
     # Per-run ingest order (1, 2, 3, ...): file order across branches, which the engine depends on.
     seq = models.BigIntegerField()

@@ -36,3 +36,8 @@ def storable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
+
+
+def usable_key(value: str) -> bool:
+    """Whether an id from a URL can name a row: what no column can hold (a NUL on PostgreSQL) names nothing."""
+    return 0 < len(value) <= 200 and is_storable(value)

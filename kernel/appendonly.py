@@ -70,18 +70,9 @@ def append_only_trigger_sql(table: str) -> tuple[str, str]:
 
 def install_append_only_triggers(tables: list[str]) -> Any:
     """A migration operation installing the triggers on PostgreSQL; a no-op on other databases."""
-    from django.db import migrations
+    from kernel.dialect import postgres_only
 
-    def forward(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        for table in tables:
-            schema_editor.execute(append_only_trigger_sql(table)[0])
-
-    def reverse(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        for table in tables:
-            schema_editor.execute(append_only_trigger_sql(table)[1])
-
-    return migrations.RunPython(forward, reverse)
+    return postgres_only(
+        "".join(append_only_trigger_sql(table)[0] for table in tables),
+        "".join(append_only_trigger_sql(table)[1] for table in tables),
+    )

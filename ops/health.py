@@ -30,6 +30,8 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
+from kernel.dialect import set_local
+
 from . import broker, integrations
 
 # A small fixed pool for the broker probe: one stuck on a black-holed host keeps a thread busy until its
@@ -57,9 +59,8 @@ def check_database() -> dict[str, Any]:
     timeout_ms = int(float(_setting("LOOPX_READYZ_TIMEOUT", 0.5)) * 1000)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                # Transaction-local: a database that accepts the connection but hangs cannot hold us.
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{timeout_ms}ms"])
+            # Transaction-local: a database that accepts the connection but hangs cannot hold us.
+            set_local("statement_timeout", f"{timeout_ms}ms")
             cursor.execute("SELECT 1")
             cursor.fetchone()
             applied = set(MigrationRecorder(connection).applied_migrations())

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from kernel import context
+from kernel.dialect import set_local
 
 logger = logging.getLogger("loopx.retention")
 
@@ -241,17 +242,13 @@ def export_run(run: Any, directory: Path | None = None) -> tuple[Path, str]:
 
 def _allow_journal_delete() -> None:
     """Open the append-only trigger for DELETE, for the current transaction only (PostgreSQL)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('loopx.retention', 'on', true)")
+    set_local("loopx.retention", "on")
 
 
 def _forbid_journal_delete() -> None:
     """Close the trigger again at once: the flag must not outlive this run's delete, even when the caller
     wrapped the sweep in a longer transaction."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('loopx.retention', 'off', true)")
+    set_local("loopx.retention", "off")
 
 
 def _delete_run_rows(run: Any) -> dict[str, int]:

@@ -9,6 +9,7 @@ from django.db import migrations, models
 from django.utils import timezone
 
 from kernel.appendonly import append_only_trigger_sql
+from kernel.dialect import postgres_only
 
 KINDS = (
     "turn_approve", "turn_block", "turn_park", "evidence_record", "api_token_create", "api_token_revoke",
@@ -19,6 +20,7 @@ KINDS = (
 )
 VIA = ("console", "api", "admin", "cli", "system")
 GENESIS = "0" * 64
+TRAIL_TABLE = "audits_operatoraction"
 SCHEDULE = (
     "audit: trail verification",
     "audits.tasks.audit_trail_verification",
@@ -32,10 +34,6 @@ def chain_existing(apps, schema_editor):
 
     OperatorAction = apps.get_model("audits", "OperatorAction")
     TrailHead = apps.get_model("audits", "TrailHead")
-    table = OperatorAction._meta.db_table
-    postgres = schema_editor.connection.vendor == "postgresql"
-    if postgres:  # the rows are append-only: only this migration, once, writes their chain columns
-        schema_editor.execute(append_only_trigger_sql(table)[1])
     seq, prev = 0, GENESIS
     for row in OperatorAction.objects.order_by("id").iterator(chunk_size=2000):
         seq += 1
@@ -46,8 +44,6 @@ def chain_existing(apps, schema_editor):
         )
         OperatorAction.objects.filter(pk=row.pk).update(seq=seq, prev_digest=prev, digest=digest, via="system")
         prev = digest
-    if postgres:
-        schema_editor.execute(append_only_trigger_sql(table)[0])
     TrailHead.objects.update_or_create(pk=1, defaults={"seq": seq, "digest": prev})
 
 
@@ -106,7 +102,11 @@ class Migration(migrations.Migration):
             name="kind",
             field=models.CharField(choices=[(k, k.replace("_", " ")) for k in KINDS], max_length=32),
         ),
+        # The rows are append-only: only this migration, once, writes their chain columns, with the
+        # trigger lifted around it.
+        postgres_only(append_only_trigger_sql(TRAIL_TABLE)[1]),
         migrations.RunPython(chain_existing, migrations.RunPython.noop),
+        postgres_only(append_only_trigger_sql(TRAIL_TABLE)[0]),
         migrations.AlterField(model_name="operatoraction", name="seq", field=models.BigIntegerField(unique=True)),
         migrations.AddConstraint(
             model_name="operatoraction",

@@ -23,6 +23,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from kernel.dialect import postgres_only
+
 FORWARD = """
 CREATE OR REPLACE FUNCTION loopx_journalrecord_run_exists() RETURNS trigger AS $$
 DECLARE
@@ -84,8 +86,6 @@ ALTER TABLE journals_journalrecord ADD CONSTRAINT {CONSTRAINT}
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
             "SELECT conname FROM pg_constraint WHERE contype = 'f'"
@@ -98,8 +98,6 @@ def forward(apps, schema_editor):
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(REVERSE_TRIGGERS)
     schema_editor.execute(REVERSE_CONSTRAINT)
 
@@ -121,6 +119,6 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
-            database_operations=[migrations.RunPython(forward, reverse)],
+            database_operations=[postgres_only(forward, reverse)],
         ),
     ]

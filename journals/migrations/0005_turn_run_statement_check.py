@@ -39,6 +39,8 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
+from kernel.dialect import postgres_only
+
 FORWARD = """
 CREATE OR REPLACE FUNCTION loopx_turn_run_exists() RETURNS trigger AS $$
 DECLARE
@@ -130,12 +132,18 @@ def _single_column_indexes(schema_editor, column):
     )
 
 
-def forward(apps, schema_editor):
+def drop_indexes(apps, schema_editor):
     for column in INDEXES:
         for name in _single_column_indexes(schema_editor, column):
             schema_editor.execute(f'DROP INDEX "{name}"')
-    if schema_editor.connection.vendor != "postgresql":
-        return
+
+
+def create_indexes(apps, schema_editor):
+    for column, name in INDEXES.items():
+        schema_editor.execute(f'CREATE INDEX "{name}" ON journals_turn ("{column}")')
+
+
+def forward(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
             "SELECT conname FROM pg_constraint WHERE contype = 'f'"
@@ -148,11 +156,8 @@ def forward(apps, schema_editor):
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE_TRIGGERS)
-        schema_editor.execute(REVERSE_CONSTRAINT)
-    for column, name in INDEXES.items():
-        schema_editor.execute(f'CREATE INDEX "{name}" ON journals_turn ("{column}")')
+    schema_editor.execute(REVERSE_TRIGGERS)
+    schema_editor.execute(REVERSE_CONSTRAINT)
 
 
 class Migration(migrations.Migration):
@@ -178,6 +183,9 @@ class Migration(migrations.Migration):
                     field=models.DateTimeField(default=django.utils.timezone.now),
                 ),
             ],
-            database_operations=[migrations.RunPython(forward, reverse)],
+            database_operations=[
+                migrations.RunPython(drop_indexes, create_indexes),
+                postgres_only(forward, reverse),
+            ],
         ),
     ]

@@ -10,6 +10,8 @@
 # kernel.appendonly.append_only_trigger_sql, it must come before this one or re-apply FORWARD.
 from django.db import migrations
 
+from kernel.dialect import postgres_only
+
 FORWARD = """
 CREATE OR REPLACE FUNCTION loopx_refuse_change_except_retention() RETURNS trigger AS $$
 BEGIN
@@ -34,20 +36,10 @@ DROP FUNCTION IF EXISTS loopx_refuse_change_except_retention();
 """
 
 
-def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD)
-
-
-def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE)
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("notifications", "0002_schedules_roles"),
         ("journals", "0002_append_only"),
     ]
 
-    operations = [migrations.RunPython(forward, reverse)]
+    operations = [postgres_only(FORWARD, REVERSE)]

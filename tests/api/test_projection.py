@@ -324,14 +324,14 @@ def _crawl(client, url: str) -> list[bytes]:
 @pytest.mark.filterwarnings("ignore:DateTimeField Turn.updated_at received a naive datetime")
 def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
     """On PostgreSQL the list's fast path (no filter, a valid decision or status) runs one written statement
-    (selectors.TurnPageQuery) under DRF's cursor pagination; every page, forwards and back, with tied times
+    (journals.postgres.TurnPageQuery) under DRF's cursor pagination; every page, forwards and back, with tied times
     (offset cursors), a run prefix, a run's list and cursors not of our making, is the ORM's page byte for
     byte."""
     import base64
 
     from journals import views
     from journals.access import RunScope
-    from journals.selectors import TurnPageQuery, turn_rows
+    from journals.selectors import turn_rows
     from tests.personas import make_runtime
 
     _many_turns()
@@ -363,6 +363,8 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
     # Combinations the API never sends (a token's prefix is checked against the run's id first) still agree.
     # A person's scope may hold several prefixes (their teams'), or none (no team).
     if connection.vendor == "postgresql":
+        from journals.postgres import TurnPageQuery
+
         for prefixes, run_id in (
             (["run-a"], "run-b1"), (["run-a"], "run-a1"), (["run-"], None), (["run-b"], None), ([""], "nope"),
             (["run-a1", "run-b"], None), (["run-a1", "run-b"], "run-a2"), ([], None), ([], "run-a1"), (["_%"], None),

@@ -1,5 +1,5 @@
 """Store tests. ``pg_session``: a second PostgreSQL session beside Django's, for tests of locks;
-``assert_sqlite_keeps_run_foreign_key``: what SQLite keeps of a run foreign key PostgreSQL checks by triggers;
+``assert_sqlite_keeps_run_foreign_key``: SQLite's run foreign keys;
 ``assert_run_is_kept_while_referenced``: the delete side of such a key on PostgreSQL;
 ``assert_run_delete_and_writes_wait``: its lock, FOR KEY SHARE as the constraint's own check takes."""
 
@@ -29,9 +29,9 @@ def pg_session() -> Any:
 
 
 def assert_sqlite_keeps_run_foreign_key(database: Path, table: str, orphan_insert: str, params: tuple = ()) -> None:
-    """SQLite keeps the constraint ``table.run_id -> journals_run.id`` it has (the model's db_constraint=False
-    is PostgreSQL's truth): it is listed, and ``orphan_insert`` (a row of run 1000, which does not exist) is
-    refused at COMMIT, Django declaring SQLite's keys DEFERRABLE INITIALLY DEFERRED. Nothing is kept."""
+    """SQLite has the constraint ``table.run_id -> journals_run.id``: it is listed, and ``orphan_insert`` (a
+    row of run 1000, which does not exist) is refused at COMMIT, Django declaring SQLite's keys DEFERRABLE
+    INITIALLY DEFERRED. Nothing is kept."""
     import sqlite3
 
     db = sqlite3.connect(database)
@@ -47,10 +47,10 @@ def assert_sqlite_keeps_run_foreign_key(database: Path, table: str, orphan_inser
 
 
 def assert_run_is_kept_while_referenced(kept: Any, empty: Any) -> None:
-    """The delete side of a run foreign key that PostgreSQL checks by a deferred constraint trigger (0004 for
-    records, 0005 for turns): ``kept`` (a run something references) can be neither deleted nor renumbered,
-    refused at COMMIT; a renumbering undone before COMMIT passes, as NO ACTION allows; ``empty`` (a run
-    nothing references) is deleted."""
+    """The delete side of a run foreign key on PostgreSQL, checked at COMMIT (a record's by 0004's deferred
+    constraint trigger, a turn's by its deferred constraint): ``kept`` (a run something references) can be
+    neither deleted nor renumbered, refused at COMMIT; a renumbering undone before COMMIT passes, as NO
+    ACTION allows; ``empty`` (a run nothing references) is deleted."""
     import psycopg
     from django.db import IntegrityError, connection, transaction
 

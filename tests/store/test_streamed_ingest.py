@@ -1,4 +1,4 @@
-"""PostgreSQL's streamed ingest path (journals/services.py, ``_ingest_streamed``) against the general path.
+"""PostgreSQL's streamed ingest path (journals/postgres.py, ``_ingest_streamed``) against the general path.
 
 The streamed path takes the common batch (every line canonical and well-formed, every record new, no
 branch gap) and parses it chunk by chunk while the server writes the rows; anything else ends its stream
@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from journals import services
+from journals import postgres
 from journals.models import Branch, Checkpoint, JournalRecord, Run, Turn
 from tests.journal_builder import JournalBuilder
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 URL = "/api/v1/runs/run-1/records"
-CHUNK = services._COPY_CHUNK_ROWS
+CHUNK = postgres._COPY_CHUNK_ROWS
 
 
 def chunks(lines: int) -> int:
@@ -76,7 +76,7 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, enabled: bool) -> None:
         self.outcomes: list[tuple[str, int]] = []
         self.built = 0
-        real_stream, real_build = services._ingest_streamed, services._CopyRows.build
+        real_stream, real_build = postgres._ingest_streamed, postgres._CopyRows.build
 
         def build(rows: Any, *args: Any) -> bytes:
             self.built += 1
@@ -84,18 +84,18 @@ class Spy:
 
         def streamed(run_id: str, lines: list[bytes], *conditions: Any) -> Any:
             if not enabled:
-                raise services._NotStreamable
+                raise postgres._NotStreamable
             self.built = 0
             try:
                 result = real_stream(run_id, lines, *conditions)
-            except services._NotStreamable:
+            except postgres._NotStreamable:
                 self.outcomes.append(("general", self.built))
                 raise
             self.outcomes.append(("streamed", self.built))
             return result
 
-        monkeypatch.setattr(services, "_ingest_streamed", streamed)
-        monkeypatch.setattr(services._CopyRows, "build", build)
+        monkeypatch.setattr(postgres, "_ingest_streamed", streamed)
+        monkeypatch.setattr(postgres._CopyRows, "build", build)
 
 
 def play(client: Any, monkeypatch: pytest.MonkeyPatch, batches: list[bytes], *, streamed: bool) -> tuple[Any, ...]:

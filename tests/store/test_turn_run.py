@@ -1,7 +1,8 @@
-"""A turn's run on PostgreSQL: kept by triggers (a statement's inserts checked at once, a row's move of run
-checked alone) instead of a FOREIGN KEY constraint checking each row, and the two indexes no query needs
-dropped (journals/migrations/0005_turn_run_statement_check.py). Each PostgreSQL test fails without the
-trigger it tests; SQLite keeps its constraint."""
+"""A turn's run: a FOREIGN KEY constraint on PostgreSQL and on SQLite (journals/migrations/
+0007_turn_run_foreign_key.py restored it where 0005 had put triggers), and the two indexes no query needs
+dropped (0005). Django declares the constraint DEFERRABLE INITIALLY DEFERRED: checked at COMMIT; the tests
+that look at a single statement, inside the test's transaction, ask for the check at once (SET CONSTRAINTS
+ALL IMMEDIATE)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ _RAW_TURN = (
     " created_at, updated_at, assessed_digest, fencing_counter)"
     " VALUES (%s, %s, NULL, 0, '[]'::jsonb, 0, 'open', '[]'::jsonb, now(), now(), '', 0)"
 )
-# Ingest's shape (journals.services._write_projection_pg): a JSON document of turns, inserted from a
+# Ingest's shape (journals.postgres._write_projection_pg): a JSON document of turns, inserted from a
 # data-modifying CTE, the first planning of a turn winning.
 _PLANNED_TURNS = """
 WITH planned AS (
@@ -38,7 +39,15 @@ WITH planned AS (
     RETURNING 1
 ) SELECT count(*) FROM planned
 """
-_MOVED_CALLS = "SELECT coalesce(pg_stat_get_xact_function_calls('loopx_turn_run_moved'::regproc), 0)"
+
+
+def _immediate(cursor: Any = None) -> None:
+    """The foreign keys checked at the end of each statement, for the rest of the current transaction."""
+    if cursor is None:
+        with connection.cursor() as own:
+            own.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    else:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 def _fk_refused() -> Any:
@@ -54,29 +63,25 @@ def _planned(*turns: tuple[int, str]) -> int:
 
 
 @pytest.mark.postgres
-def test_postgres_turn_run_is_checked_by_triggers_not_per_row():
-    """The FOREIGN KEY constraint is gone on PostgreSQL (the tests below see the triggers, nothing else), and
-    no UPDATE trigger on journals_turn copies the updated rows into a transition table."""
+def test_postgres_turn_run_is_a_foreign_key():
+    """The FOREIGN KEY constraint is there on PostgreSQL, deferred to COMMIT, the triggers 0005 had put in its
+    place are gone, and no UPDATE trigger on journals_turn copies the updated rows into a transition table."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
+            "SELECT condeferrable, condeferred FROM pg_constraint WHERE contype = 'f'"
             " AND conrelid = 'journals_turn'::regclass AND confrelid = 'journals_run'::regclass"
         )
-        assert cursor.fetchone()[0] == 0
+        assert cursor.fetchall() == [(True, True)]
         cursor.execute(
-            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal"
-            " AND tgfoid::regproc::text = ANY (%s) ORDER BY tgname",
+            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY (%s)",
+            [["journals_run_keeps_turns", "journals_turn_run_exists", "journals_turn_run_exists_upd"]],
+        )
+        assert cursor.fetchall() == []
+        cursor.execute(
+            "SELECT proname FROM pg_proc WHERE proname = ANY (%s)",
             [["loopx_turn_run_exists", "loopx_turn_run_moved", "loopx_run_keeps_turns"]],
         )
-        triggers = dict(cursor.fetchall())
-        assert list(triggers) == [
-            "journals_run_keeps_turns",
-            "journals_turn_run_exists",
-            "journals_turn_run_exists_upd",
-        ]
-        moved = triggers["journals_turn_run_exists_upd"]
-        assert "AFTER UPDATE OF run_id ON public.journals_turn FOR EACH ROW" in moved
-        assert "WHEN ((old.run_id IS DISTINCT FROM new.run_id))" in moved
+        assert cursor.fetchall() == []
         # tgtype's bit 4 is UPDATE.
         cursor.execute(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'journals_turn'::regclass"
@@ -89,6 +94,7 @@ def test_postgres_turn_run_is_checked_by_triggers_not_per_row():
 def test_postgres_a_turn_of_no_run_is_refused_by_every_insert():
     run = Run.objects.create(run_id="run-fk")
     missing = run.pk + 1000
+    _immediate()
     with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_RAW_TURN, [missing, "t1"])
     # One statement naming a real run and a missing one: refused as a whole.
@@ -118,12 +124,13 @@ def test_postgres_a_turn_of_no_run_is_refused_by_every_insert():
 
 
 @pytest.mark.postgres
-def test_postgres_a_turn_moved_to_no_run_is_refused_and_updates_keeping_the_run_are_not_checked():
-    """The update side checks the row whose run changes, and only that one: an update that keeps the run
-    (the ORM's save() puts run_id in the SET list) does not even call the trigger's function."""
+def test_postgres_a_turn_moved_to_no_run_is_refused_and_updates_keeping_the_run_go_through():
+    """A move to a run that does not exist is refused, however the update is written; updates that keep the
+    run (the ORM's save() puts run_id in the SET list) and a move to a real run go through."""
     run, other = Run.objects.create(run_id="run-a"), Run.objects.create(run_id="run-b")
     turn = Turn.objects.create(run=run, turn_id="t1")
     missing = other.pk + 1000
+    _immediate()
     with _fk_refused(), transaction.atomic():
         Turn.objects.filter(pk=turn.pk).update(run_id=missing)
     with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
@@ -134,20 +141,13 @@ def test_postgres_a_turn_moved_to_no_run_is_refused_and_updates_keeping_the_run_
     turn.refresh_from_db()
     assert turn.run_id == run.pk
 
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL track_functions = 'pl'")  # the test's transaction only
-        assert Turn.objects.filter(pk=turn.pk).update(decision="blocked", run_id=run.pk) == 1
-        turn.refresh_from_db()
-        turn.status = "failed"
-        turn.save()
-        turn.decision = "resume"
-        Turn.objects.bulk_update([turn], ["decision", "updated_at"])
-        cursor.execute(_MOVED_CALLS)
-        assert cursor.fetchone()[0] == 0
-        # A move to a real run is checked (and allowed).
-        Turn.objects.filter(pk=turn.pk).update(run_id=other.pk)
-        cursor.execute(_MOVED_CALLS)
-        assert cursor.fetchone()[0] == 1
+    assert Turn.objects.filter(pk=turn.pk).update(decision="blocked", run_id=run.pk) == 1
+    turn.refresh_from_db()
+    turn.status = "failed"
+    turn.save()
+    turn.decision = "resume"
+    Turn.objects.bulk_update([turn], ["decision", "updated_at"])
+    Turn.objects.filter(pk=turn.pk).update(run_id=other.pk)
     turn.refresh_from_db()
     assert (turn.run_id, turn.decision, turn.status) == (other.pk, "resume", "failed")
 
@@ -169,15 +169,17 @@ def test_postgres_a_run_with_turns_cannot_be_deleted_or_renumbered():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_postgres_a_run_delete_and_a_turn_write_wait_for_each_other():
-    """Both write sides lock the run FOR KEY SHARE, as the constraint's check does: a concurrent DELETE of
-    the run waits for the transaction that inserted a turn of it, or moved one to it (and is then refused),
-    and an insert or a move to a run deleted by an open transaction waits for it (and is refused once the
-    delete commits)."""
+    """The constraint's check locks the run FOR KEY SHARE on both write sides (here at the statement, asked
+    for at once): a concurrent DELETE of the run waits for the transaction that inserted a turn of it, or
+    moved one to it (and is then refused), and an insert or a move to a run deleted by an open transaction
+    waits for it (and is refused once the delete commits)."""
 
     def insert(cursor: Any, run: Run) -> None:
+        _immediate(cursor)
         cursor.execute(_RAW_TURN, [run.pk, "t1"])
 
     def move(cursor: Any, run: Run) -> None:
+        _immediate(cursor)
         cursor.execute("UPDATE journals_turn SET run_id = %s WHERE id = %s", [run.pk, moved.pk])
 
     inserted, moved_to = Run.objects.create(run_id="run-inserted"), Run.objects.create(run_id="run-moved-to")
