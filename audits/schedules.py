@@ -1,6 +1,6 @@
 """The scheduled audits' beat rows (django-celery-beat's PeriodicTask) as the API sees them: list, and an
 administrator's change of one (enabled, every N seconds), recorded on the trail as ``schedule_change``.
-The admin edits the same rows through its own pages (audited there by audits/admin_trail.py)."""
+The admin edits the same rows through its own pages (audited there by trail/admin_mixin.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from audits.services import operator_action_record
 from kernel.errors import ServiceError
+from trail.services import operator_action_record
 
 
 class ScheduleError(ServiceError):

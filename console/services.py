@@ -7,11 +7,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from audits.services import operator_action_record
 from journals.models import Turn, TurnEffective
 from journals.storable import storable
 from kernel.errors import ServiceError
 from recovery.state import DONE
+from trail.services import operator_action_record
 
 from .models import TurnAnnotation
 

@@ -338,3 +338,7 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["run", "branch", "lsn"]
+
+
+# The pending-assessment flag's model module; imported here so that Django registers it with this app.
+from journals.pending import PendingAssessment  # noqa: E402, F401

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +27,7 @@ from engine import is_int as _is_int
 from engine import offset_mismatches, parse_canonical_batch, proven_canonical
 from engine.canonical import canonical_bytes, parse_line
 from engine.types import DEFAULT_PHASES
+from journals.assessment_flag import assessment_request, assessment_request_statement, assessment_requested
 from journals.models import (
     ID_MAX,
     ApiToken,
@@ -53,54 +53,6 @@ _T = TypeVar("_T")
 
 
 # --- API tokens -------------------------------------------------------------------------------------
-
-
-def _token_state(token: ApiToken) -> dict[str, Any]:
-    # What the audit trail keeps of a token: never the token, nor its hash.
-    return {
-        "name": token.name,
-        "run_prefix": token.run_prefix,
-        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
-    }
-
-
-def api_token_create(
-    *, name: str, run_prefix: str = "", actor: Any = None, actor_name: str | None = None
-) -> tuple[ApiToken, str]:
-    """Create a token; the raw token is returned once and only its sha256 is stored. Audited
-    (``actor``: the user in the admin; ``actor_name`` for a command line, e.g. ``manage.py``)."""
-    from audits.services import operator_action_record  # audits builds on journals
-
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with transaction.atomic():
-        token = ApiToken.objects.create(name=name, run_prefix=run_prefix, token_hash=ApiToken.hash(raw))
-        operator_action_record(
-            actor=actor,
-            actor_name=actor_name if actor is None else None,
-            kind="api_token_create",
-            reason=f"runtime token {name!r} created",
-            after=_token_state(token),
-        )
-    return token, raw
-
-
-def api_token_revoke(*, token: ApiToken, actor: Any = None, actor_name: str | None = None) -> ApiToken:
-    from audits.services import operator_action_record
-
-    if token.revoked_at is None:
-        with transaction.atomic():
-            before = _token_state(token)
-            token.revoked_at = timezone.now()
-            token.save(update_fields=["revoked_at"])
-            operator_action_record(
-                actor=actor,
-                actor_name=actor_name if actor is None else None,
-                kind="api_token_revoke",
-                reason=f"runtime token {token.name!r} revoked",
-                before=before,
-                after=_token_state(token),
-            )
-    return token
 
 
 def api_token_touch(*, token: ApiToken) -> None:
@@ -602,10 +554,8 @@ def _project(
 def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
     """After the rows: the projection written, the pending-assessment flag, the checkpoints."""
     # The run's pending-assessment flag is raised in this transaction; the batch that raises it
-    # publishes `assess_run` on commit (recovery/background.py). On PostgreSQL the flag's upsert rides in
+    # announces `prefix_moved` on commit (journals/assessment_flag.py). On PostgreSQL the flag's upsert rides in
     # the projection's statement (one round trip less per batch).
-    from recovery.background import assessment_request, assessment_requested
-
     if projected.params is not None:
         assessment_requested(run=run, raised=_write_projection_pg(projected.params))
     else:
@@ -951,8 +901,6 @@ def _write_projection(run: Run, branches: list[Branch], turns: list[_PlannedTurn
 
 def _projection_params(run: Run, branches: list[Branch], turns: list[_PlannedTurn]) -> dict[str, Any]:
     """The parameters of ``_write_projection_pg`` (no query: built while the rows are written)."""
-    from recovery.background import assessment_request_statement
-
     flag_sql, flag_params = assessment_request_statement(run=run)
     return {
         "flag_sql": flag_sql,

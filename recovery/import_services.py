@@ -67,6 +67,7 @@ from recovery.import_models import (
 from recovery.importers import EffectMap as ConverterMap
 from recovery.importers import ImportRefused, ImportResult, effect_map_parse, history_import
 from recovery.package_services import PUBLISH_RETRY_POLICY, ThrottledProgress, _principal, journal_ingest
+from trail.services import operator_action_record
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,6 @@ def effect_map_create(
     *, name: str, entries: Mapping[str, Any], default: str = "unsafe", actor: Any, reason: str
 ) -> EffectMapVersion:
     """A new named map and its version 1, audited (``effect_map_create``). 409 ``effect_map_exists``."""
-    from audits.services import operator_action_record  # audits builds on recovery
 
     if not _MAP_NAME.match(name or "") or name in _RESERVED_NAMES:
         raise ImportServiceError(
@@ -152,7 +152,6 @@ def effect_map_update(
     """Save a new version of the map (the old ones stay as they were), audited with the versions before and
     after (``effect_map_update``), and once committed re-assess every import that used an older version
     (``reimport_history`` per import). 400 ``effect_map_unchanged`` when nothing differs."""
-    from audits.services import operator_action_record
 
     reason = _require_reason(reason)
     clean, default = _clean_map(entries, default)
@@ -184,7 +183,6 @@ def effect_map_attach(*, effect_map: EffectMap, system: str, key: str, actor: An
     """Attach the map to a source: uploads of ``system`` naming ``key`` (``*``: any key) use it unless they
     name a map themselves. Audited (``effect_map_attach``) with the map attached before. Imports already
     made keep their map; only a new version of a map re-imports (nothing is re-classified by surprise)."""
-    from audits.services import operator_action_record
 
     reason = _require_reason(reason)
     if system not in IMPORT_SYSTEMS:
@@ -327,7 +325,6 @@ def history_upload_receive(
             for imported in result.runs:
                 ImportedRun.objects.create(history_import=upload, run_base=imported.run, run_ident=imported.run)
             upload_id = upload.pk
-            from audits.services import operator_action_record  # the trail is written with the upload
 
             operator_action_record(
                 actor=actor,
@@ -371,7 +368,6 @@ def _refuse_conflict(run_id: str, sha: str) -> None:
 def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
     """A person publishes an unfinished import's conversion again (a broker outage lost it), recorded on the
     trail; True when the broker took it. Refused (409) for a finished import."""
-    from audits.services import operator_action_record
 
     if upload.state in IMPORT_FINAL_STATES:
         raise ImportServiceError(409, "import_finished", "this import is finished; there is nothing to queue")

@@ -151,6 +151,8 @@ class GateDecision(AppendOnlyModel):
 
 # The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
 # modules; imported here so that Django registers them with this app.
+from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
+from recovery.finding_models import Finding  # noqa: E402, F401
 from recovery.import_models import (  # noqa: E402, F401
     EffectMap,
     EffectMapAttachment,
@@ -161,5 +163,4 @@ from recovery.import_models import (  # noqa: E402, F401
     ImportedRun,
 )
 from recovery.package_models import PackageUpload  # noqa: E402, F401
-from recovery.pending import PendingAssessment  # noqa: E402, F401
 from recovery.repair_models import JournalRepair  # noqa: E402, F401

@@ -25,10 +25,12 @@ from engine.canonical import canonical_bytes
 from engine.types import Assessment as EngineAssessment
 from journals.models import JournalRecord, Run
 from kernel.errors import ServiceError
+from recovery.finding_services import findings_resolve_by_repair
 from recovery.models import Assessment
 from recovery.repair_input import quarantined_turns, repaired_lines, repaired_result, replacement_lines
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_KINDS, SUPERSEDE, JournalRepair, repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES, evidence_in_force
+from trail.services import operator_action_record
 
 # The largest corrected journal a supersede takes (the package's member limit by default).
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -177,8 +179,6 @@ def journal_repair_apply(
     *, run: Run, kind: Any, actor: Any, reason: Any, preview: Any, through_seq: Any = None, journal: Any = None
 ) -> tuple[JournalRepair, Assessment]:
     """Apply the repair previewed as ``preview``; returns it and the run's new assessment, which names it."""
-    from audits.finding_services import findings_resolve_by_repair  # findings build on recovery
-    from audits.services import operator_action_record
     from recovery.services import _reason, assessment_refresh
 
     reason = _reason(reason)  # the gate's rule for an operator's reason

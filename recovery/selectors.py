@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from engine import OffsetMismatch
 from journals.models import Intent, Run, Turn
+from recovery.audit_models import RecoveryAudit
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.state import (
     DONE,
@@ -128,7 +129,6 @@ def attempts_without_progress(*, turn: Turn, key: str) -> int:
     """Recovery audits opened in a row (newest first) at the turn's current progress, after the latest
     approval. An approval resets the count; progress breaks the run of equal keys. The approval's time is
     a subquery of the same query (no approval: since the beginning)."""
-    from audits.models import RecoveryAudit  # audits depends on recovery, not the other way round
 
     approved_at = GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").values("created_at")[:1]
     audits = RecoveryAudit.objects.filter(turn=turn, opened_at__gte=Coalesce(Subquery(approved_at), Value(EPOCH)))

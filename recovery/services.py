@@ -42,6 +42,7 @@ from recovery.selectors import (
     turn_facts,
 )
 from recovery.state import EngineRow, turn_states_refresh
+from trail.services import operator_action_record
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -485,7 +486,6 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
     (those need a repaired journal, not a decision); an integrity hold (resolved through its finding); and
     any live intent whose outcome is still unknown once the evidence given is read, whatever the engine's
     reason (nothing resumes over an effect nobody confirmed)."""
-    from audits.services import operator_action_record  # the operator trail is written with the decision
 
     reason = _reason(reason)
     findings = dict(evidence or {})
@@ -581,7 +581,6 @@ def _approvable(view: GateView) -> None:
 
 def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
     """An operator holds a turn until someone approves it."""
-    from audits.services import operator_action_record
 
     reason = _reason(reason)
     with transaction.atomic():
@@ -650,7 +649,6 @@ def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason:
 
 def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
     """The gate parks a crash loop (too many recoveries without progress) until an operator approves."""
-    from audits.services import operator_action_record
 
     reason = (
         f"{view.attempts} recovery attempts without the turn's committed progress advancing (limit {view.max_attempts})"

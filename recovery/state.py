@@ -28,6 +28,7 @@ from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from journals.access import RunScope
 from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
 from kernel.events import emit, turn_blocked
+from recovery.finding_selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
 from recovery.repair_models import REPAIR_QUARANTINED
 
@@ -174,7 +175,6 @@ def turn_state_compute(
 
 def run_integrity_hold(*, run_id: int) -> str | None:
     """The kind of the oldest unresolved finding that holds the whole run (chain_broken, ...), or None."""
-    from audits.finding_selectors import run_integrity_finding  # findings are the run's evidence of tampering
 
     return run_integrity_finding(run_id=run_id)
 

@@ -9,7 +9,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audits.models import OperatorAction
 from console.imports import EntriesField, entries_text
 from journals.models import EFFECT_CLASSES, JournalRecord, Run, Turn
 from kernel.appendonly import AppendOnlyError
@@ -26,6 +25,7 @@ from recovery.import_services import (
 )
 from recovery.tasks import convert_history, reimport_history
 from tests.imports.charge_history import RUN, history_bytes
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from audits.finding_services import (
+from journals.models import Turn
+from recovery.demo import workload_lines
+from recovery.finding_models import Finding
+from recovery.finding_services import (
     FindingError,
     finding_acknowledge,
     finding_clear,
     finding_open_or_touch,
     finding_resolve,
 )
-from audits.findings import Finding
-from audits.models import OperatorAction
-from journals.models import Turn
-from recovery.demo import workload_lines
 from tests.tasks.conftest import ingest
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -11,15 +11,24 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from audits.findings import ACKNOWLEDGED, BLOCKING_KINDS, FINDING_KINDS, KINDS, OPEN, RESOLVED, UNRESOLVED, Finding
-from audits.services import operator_action_record
 from engine.secrets import redact
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel import events
 from kernel.errors import ServiceError
 from kernel.events import emit
+from recovery.finding_models import (
+    ACKNOWLEDGED,
+    BLOCKING_KINDS,
+    FINDING_KINDS,
+    KINDS,
+    OPEN,
+    RESOLVED,
+    UNRESOLVED,
+    Finding,
+)
 from recovery.state import turn_states_refresh
+from trail.services import operator_action_record
 
 
 class FindingError(ServiceError):

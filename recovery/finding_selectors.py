@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from audits.findings import UNRESOLVED, Finding
+from recovery.finding_models import UNRESOLVED, Finding
 
 
 def run_integrity_finding(*, run_id: int) -> str | None:
