@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
-
 from recovery.finding_models import UNRESOLVED, Finding
 
 
@@ -16,18 +14,3 @@ def run_integrity_finding(*, run_id: int) -> str | None:
         .values_list("kind", flat=True)
         .first()
     )
-
-
-def findings_list(
-    *, state: str | None = None, kind: str | None = None, run_id: int | None = None, unresolved: bool = False
-) -> QuerySet[Finding]:
-    findings = Finding.objects.select_related("run", "turn", "acknowledged_by", "resolved_by")
-    if unresolved:
-        findings = findings.filter(state__in=UNRESOLVED)
-    if state:
-        findings = findings.filter(state=state)
-    if kind:
-        findings = findings.filter(kind=kind)
-    if run_id is not None:
-        findings = findings.filter(run_id=run_id)
-    return findings.order_by("-last_seen", "-id")

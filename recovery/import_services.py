@@ -42,7 +42,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from journals.access import RunScope
-from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, Run
+from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, EffectClass, Run
 from journals.services import IngestError
 from kernel.errors import ServiceError
 from recovery.import_models import (
@@ -115,7 +115,7 @@ def _picture(version: EffectMapVersion | None) -> dict[str, Any]:
 
 
 def effect_map_create(
-    *, name: str, entries: Mapping[str, Any], default: str = "unsafe", actor: Any, reason: str
+    *, name: str, entries: Mapping[str, Any], default: str = EffectClass.UNSAFE, actor: Any, reason: str
 ) -> EffectMapVersion:
     """A new named map and its version 1, audited (``effect_map_create``). 409 ``effect_map_exists``."""
 
@@ -373,7 +373,9 @@ def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
         raise ImportServiceError(409, "import_finished", "this import is finished; there is nothing to queue")
     with transaction.atomic():
         operator_action_record(
-            actor=actor, kind="history_requeue", reason="history conversion queued again",
+            actor=actor,
+            kind="history_requeue",
+            reason="history conversion queued again",
             after={"import": str(upload.pk)},
         )
     return conversion_enqueue(import_id=upload.pk)
@@ -522,7 +524,7 @@ def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, s
             continue
         effect_class = record.get("effect_class")
         if effect_class not in EFFECT_CLASSES:
-            effect_class = "unsafe"
+            effect_class = EffectClass.UNSAFE
         if intent not in decided_by:
             decided, key = BY_RULE, None
         else:

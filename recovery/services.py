@@ -23,7 +23,7 @@ from engine.canonical import canonical_bytes, parse_line
 from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
-from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn, TurnState
+from journals.models import TURN_ASSESSED_FIELDS, Branch, Decision, Intent, JournalRecord, Phase, Run, Turn, TurnState
 from journals.storable import storable
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
@@ -42,7 +42,7 @@ from recovery.selectors import (
     turn_facts,
 )
 from recovery.state import EngineRow, turn_states_refresh
-from trail.services import operator_action_record
+from trail.services import operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -193,7 +193,10 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 assessment=stored,
                 engine_rows={
                     turns[td.turn].pk: EngineRow(
-                        td.decision.value, td.reason, storable(td.resume_from), len(td.completed_phases),
+                        td.decision.value,
+                        td.reason,
+                        storable(td.resume_from),
+                        len(td.completed_phases),
                         td.reason_line,
                     )
                     for td in result.turns
@@ -382,7 +385,7 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
             view = dataclasses.replace(
                 view,
                 state=HOLD,
-                decision="blocked",
+                decision=Decision.BLOCKED,
                 reason=str(engine.Code.OFFSET_MISMATCH),
                 resume_from=None,
                 approved=False,
@@ -471,14 +474,6 @@ def actor_name(actor: Any) -> str:
     return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
 
 
-def _reason(reason: Any) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise GateError(400, "reason_required", "a reason is required")
-    if len(reason) > 4000:
-        raise GateError(400, "reason_too_long", "the reason is longer than 4000 characters")
-    return storable(reason.strip())
-
-
 def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
@@ -487,7 +482,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
     any live intent whose outcome is still unknown once the evidence given is read, whatever the engine's
     reason (nothing resumes over an effect nobody confirmed)."""
 
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     findings = dict(evidence or {})
     with transaction.atomic():
         first = assessment_refresh(run=turn.run)
@@ -548,16 +543,16 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
 def _approvable(view: GateView) -> None:
     """Raise the typed refusal when no approval may lift the hold in ``view`` (evidence already read)."""
     row, value = view.row, view.value
-    if row.decision == "discarded":
+    if row.decision == Decision.DISCARDED:
         raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
-    if row.decision == "blocked" and row.reason in RUN_LEVEL_CODES:
+    if row.decision == Decision.BLOCKED and row.reason in RUN_LEVEL_CODES:
         raise GateError(
             409,
             "run_level_violation",
             "a run-level violation is repaired in the journal, not approved",
             violation=row.reason,
         )
-    if row.decision == "blocked" and row.reason == REPAIR_QUARANTINED:
+    if row.decision == Decision.BLOCKED and row.reason == REPAIR_QUARANTINED:
         raise GateError(
             409,
             "repair_quarantined",
@@ -582,7 +577,7 @@ def _approvable(view: GateView) -> None:
 def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
     """An operator holds a turn until someone approves it."""
 
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     with transaction.atomic():
         locked, before = gate_locked(turn=turn)
         GateDecision.objects.create(
@@ -630,7 +625,7 @@ def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason:
     is listed with the refusal so that the operator can open it. At most BULK_MAX turns."""
     if action not in BULK_ACTIONS:
         raise GateError(400, "action_invalid", "the action is `approve` or `block`")
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     outcome = BulkOutcome(action=action)
     for turn in islice(turns, BULK_MAX + 1):
         if len(outcome.done) + len(outcome.left) >= BULK_MAX:
@@ -677,7 +672,11 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
     )
     # A parked crash loop is an operational event (webhooks, metrics).
     emit(
-        crash_loop_parked, run_id=turn.run.run_id, turn_id=turn.turn_id, attempts=view.attempts, reason=reason,
+        crash_loop_parked,
+        run_id=turn.run.run_id,
+        turn_id=turn.turn_id,
+        attempts=view.attempts,
+        reason=reason,
         decision_id=decision.pk,
     )
     return decision

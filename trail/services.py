@@ -10,7 +10,21 @@ from typing import Any
 from engine.secrets import redact
 from journals.models import Run, Turn
 from journals.storable import storable
+from kernel.errors import ServiceError
 from trail.models import OperatorAction
+
+REASON_MAX = 4000
+
+
+def reason_clean(*, reason: Any) -> str:
+    """The "why" of an operator's act, as the trail keeps it: required, at most REASON_MAX characters,
+    trimmed. Every service that asks a person for a reason checks it here (400 ``reason_required`` or
+    ``reason_too_long``)."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ServiceError(400, "reason_required", "a reason is required")
+    if len(reason) > REASON_MAX:
+        raise ServiceError(400, "reason_too_long", f"the reason is longer than {REASON_MAX} characters")
+    return storable(reason.strip())
 
 
 def actor_display(actor: Any) -> str:
