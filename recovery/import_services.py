@@ -67,7 +67,7 @@ from recovery.import_models import (
 from recovery.importers import EffectMap as ConverterMap
 from recovery.importers import ImportRefused, ImportResult, effect_map_parse, history_import
 from recovery.package_services import PUBLISH_RETRY_POLICY, ThrottledProgress, _principal, journal_ingest
-from trail.services import operator_action_record
+from trail.services import operator_action_record, reason_clean
 
 logger = logging.getLogger(__name__)
 
@@ -101,13 +101,6 @@ def _clean_map(entries: Mapping[str, Any], default: str) -> tuple[dict[str, str]
     return {str(k): str(v) for k, v in sorted(parsed.entries.items()) if k != ANY_KEY}, parsed.default
 
 
-def _require_reason(reason: str) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ImportServiceError(400, "reason_required", "say why the map changes: the reason is audited")
-    return reason
-
-
 def _picture(version: EffectMapVersion | None) -> dict[str, Any]:
     if version is None:
         return {}
@@ -125,7 +118,7 @@ def effect_map_create(
             "effect_map_name_invalid",
             "a map's name is 1 to 100 letters, digits, '.', '_' or '-' (not 'new' or 'propose')",
         )
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     clean, default = _clean_map(entries, default)
     try:
         with transaction.atomic():
@@ -153,7 +146,7 @@ def effect_map_update(
     after (``effect_map_update``), and once committed re-assess every import that used an older version
     (``reimport_history`` per import). 400 ``effect_map_unchanged`` when nothing differs."""
 
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     clean, default = _clean_map(entries, default)
     with transaction.atomic():
         locked = EffectMap.objects.select_for_update().get(pk=effect_map.pk)
@@ -184,7 +177,7 @@ def effect_map_attach(*, effect_map: EffectMap, system: str, key: str, actor: An
     name a map themselves. Audited (``effect_map_attach``) with the map attached before. Imports already
     made keep their map; only a new version of a map re-imports (nothing is re-classified by surprise)."""
 
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     if system not in IMPORT_SYSTEMS:
         raise ImportServiceError(400, "source_invalid", f"the source is one of {', '.join(IMPORT_SYSTEMS)}")
     key = (key or "").strip()

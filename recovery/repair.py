@@ -30,7 +30,7 @@ from recovery.models import Assessment
 from recovery.repair_input import quarantined_turns, repaired_lines, repaired_result, replacement_lines
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_KINDS, SUPERSEDE, JournalRepair, repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES, evidence_in_force
-from trail.services import operator_action_record
+from trail.services import operator_action_record, reason_clean
 
 # The largest corrected journal a supersede takes (the package's member limit by default).
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -179,9 +179,9 @@ def journal_repair_apply(
     *, run: Run, kind: Any, actor: Any, reason: Any, preview: Any, through_seq: Any = None, journal: Any = None
 ) -> tuple[JournalRepair, Assessment]:
     """Apply the repair previewed as ``preview``; returns it and the run's new assessment, which names it."""
-    from recovery.services import _reason, assessment_refresh
+    from recovery.services import assessment_refresh
 
-    reason = _reason(reason)  # the gate's rule for an operator's reason
+    reason = reason_clean(reason=reason)
     if not isinstance(preview, str) or len(preview) != 64:
         raise RepairError(400, "preview_required", "preview the repair first and send back its `preview` digest")
     seen = journal_repair_preview(run=run, kind=kind, actor=actor, reason=reason, through_seq=through_seq,
