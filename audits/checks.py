@@ -22,13 +22,14 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from audits.chain import chain_rewind_oldest, chain_verify_run
-from audits.finding_services import finding_clear, finding_open_or_touch, repair_covers
-from audits.findings import UNRESOLVED, Finding
+from journals.assessment_flag import assessment_request, assessments_overdue
 from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
+from journals.pending import PendingAssessment
 from recovery import services as recovery_services
-from recovery.background import assessment_enqueue, assessment_request, assessments_overdue
+from recovery.background import assessment_enqueue
+from recovery.finding_models import UNRESOLVED, Finding
+from recovery.finding_services import finding_clear, finding_open_or_touch, repair_covers
 from recovery.models import Assessment, TurnAssessment
-from recovery.pending import PendingAssessment
 from recovery.repair_models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
@@ -266,9 +267,9 @@ def audit_chain_verification(
 
 
 def audit_trail_verification() -> AuditReport:
-    """Re-verify the operator trail's chain (audits/trail.py) from its first row: each break is a
+    """Re-verify the operator trail's chain (trail/chain.py) from its first row: each break is a
     ``trail_broken`` finding of no run, which only a person resolves."""
-    from audits.trail import trail_verify
+    from trail.chain import trail_verify
 
     report = AuditReport("trail_verification")
     result = trail_verify()

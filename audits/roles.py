@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-PROJECT_APPS = ("journals", "recovery", "audits", "console", "notifications", "teams")
+PROJECT_APPS = ("journals", "trail", "recovery", "audits", "console", "notifications", "teams")
 # Models whose mere listing would expose credentials (hashed or not): admins only.
 ADMIN_ONLY_MODELS = frozenset({"apitoken", "webhook"})
-OPERATOR_ADDS = {"recovery": ("operatorevidence", "gatedecision"), "audits": ("operatoraction",)}
+OPERATOR_ADDS = {"recovery": ("operatorevidence", "gatedecision"), "trail": ("operatoraction",)}
 
 
 def sync_roles(**_: Any) -> None:

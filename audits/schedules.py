@@ -1,6 +1,6 @@
 """The scheduled audits' beat rows (django-celery-beat's PeriodicTask) as the API sees them: list, and an
 administrator's change of one (enabled, every N seconds), recorded on the trail as ``schedule_change``.
-The admin edits the same rows through its own pages (audited there by audits/admin_trail.py)."""
+The admin edits the same rows through its own pages (audited there by trail/admin_mixin.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
 
-from audits.services import operator_action_record
 from kernel.errors import ServiceError
+from trail.services import operator_action_record, reason_clean
 
 
 class ScheduleError(ServiceError):
@@ -34,8 +34,7 @@ def schedule_state(task: PeriodicTask) -> dict[str, Any]:
 def schedule_change(*, task: PeriodicTask, actor: Any, reason: str, enabled: bool | None = None,
                     every_seconds: int | None = None) -> PeriodicTask:
     """Pause, resume or retime one schedule; beat notices through django-celery-beat's change row."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise ScheduleError(400, "reason_required", "a reason is required")
+    reason = reason_clean(reason=reason)
     if every_seconds is not None and not 1 <= every_seconds <= 7 * 86400:
         raise ScheduleError(400, "interval_invalid", "every_seconds must be 1 to 604800")
     if enabled is None and every_seconds is None:

@@ -6,7 +6,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from audits.models import ACTION_KINDS, OperatorAction, RecoveryAudit, RecoveryAuditAction, RecoveryDivergence
+from recovery.audit_models import ACTION_KINDS, RecoveryAudit, RecoveryAuditAction, RecoveryDivergence
+from trail.models import OperatorAction
 
 
 class OperatorActionSerializer(serializers.ModelSerializer):

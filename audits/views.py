@@ -16,9 +16,6 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from audits.finding_services import finding_acknowledge, finding_resolve
-from audits.findings import FINDING_KINDS, FINDING_STATES, Finding
-from audits.models import OPERATOR_ACTION_KINDS, OperatorAction, RecoveryAudit, RecoveryAuditAction
 from audits.schedules import schedule_change, schedule_state
 from audits.serializers import (
     ActionRequestSerializer,
@@ -28,14 +25,18 @@ from audits.serializers import (
     OperatorActionSerializer,
     RecoveryAuditSerializer,
 )
-from audits.services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
-from audits.trail_export import EXPORT_FORMATS, FILTERS, trail_export
 from journals.access import CanOperate, CanRunRecovery, RunScope, can_administer, runtime_token
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
-from journals.services import api_token_create, api_token_revoke
 from journals.views import _ERRORS
 from kernel.errors import ServiceError
+from recovery.audit_models import RecoveryAudit, RecoveryAuditAction
+from recovery.audit_services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
+from recovery.finding_models import FINDING_KINDS, FINDING_STATES, Finding
+from recovery.finding_services import finding_acknowledge, finding_resolve
+from trail.export import EXPORT_FORMATS, FILTERS, trail_export
+from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
+from trail.tokens import api_token_create, api_token_revoke
 
 _CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Stale fencing token, or refused by the gate.")}
 

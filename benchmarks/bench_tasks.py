@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     from django.db.models import F, Max, Min
 
     from journals.models import Run
+    from journals.pending import PendingAssessment
     from journals.services import records_ingest
     from loopx_site.celery import app
     from recovery.demo import workload_lines
-    from recovery.pending import PendingAssessment
 
     app.conf.task_default_queue = queue  # before the first publish: every message goes to our queue
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / queue

@@ -15,7 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from journals import access
-from journals.models import Intent, Turn
+from journals.models import Intent, Resolution, Turn
 from kernel.errors import ServiceError
 from recovery import services
 from recovery.state import state_of
@@ -37,7 +37,7 @@ def _next_url(request: HttpRequest, turn: Turn) -> str:
 def _indeterminate(turn: Turn) -> list[str]:
     """The approve form's evidence fields: the turn's live intents with an unknown outcome."""
     return list(
-        Intent.objects.filter(turn=turn, live=True, resolution="indeterminate")
+        Intent.objects.filter(turn=turn, live=True, resolution=Resolution.INDETERMINATE)
         .order_by("position")
         .values_list("intent_id", flat=True)
     )

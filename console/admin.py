@@ -19,13 +19,13 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from audits.admin_trail import AuditedAdminMixin
-from audits.services import operator_action_record
 from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
 from journals.selectors import record_public
 from kernel.errors import ServiceError
 from recovery.services import turn_block
 from recovery.state import DONE
+from trail.admin_mixin import AuditedAdminMixin
+from trail.services import operator_action_record
 
 from .models import TurnAnnotation
 from .services import EDITABLE, turn_annotate
@@ -141,7 +141,7 @@ class TurnAnnotationAdmin(ReadOnlyAdmin):
 
 def _register_the_rest() -> None:
     """Every other model of our apps, read-only, so that the admin is complete as the apps grow."""
-    for label in ("journals", "recovery", "audits", "console"):
+    for label in ("journals", "trail", "recovery", "audits", "console"):
         for model in apps.get_app_config(label).get_models():
             if admin.site.is_registered(model):
                 continue
@@ -157,7 +157,7 @@ def _audit_the_admins() -> None:
     """Beat's schedules (django-celery-beat's admin), users and roles (django.contrib.auth's admin) and teams
     (who sees which runs) are edited in their apps' own admin pages; each is re-registered here with the
     trail's mixin so that every add,
-    change and delete is an OperatorAction (audits/admin_trail.py)."""
+    change and delete is an OperatorAction (trail/admin_mixin.py)."""
     from django.contrib.auth.models import Group, User
     from django_celery_beat.models import (
         ClockedSchedule,

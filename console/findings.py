@@ -1,6 +1,6 @@
 """Findings of the scheduled audits: list (viewer), acknowledge and resolve with a reason (operator).
 
-Transitions go through the tasks side's services (audits.finding_services), which keep who/when/why.
+Transitions go through the tasks side's services (recovery.finding_services), which keep who/when/why.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from audits import finding_services
-from audits.findings import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
 from journals import access
 from kernel.errors import ServiceError
+from recovery import finding_services
+from recovery.finding_models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
 
 from . import selectors
 from .forms import ReasonForm

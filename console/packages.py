@@ -24,9 +24,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from audits.findings import Finding
 from journals import access
 from journals.models import Run
+from recovery.finding_models import Finding
 from recovery.package_models import FINAL_STATES, IMPORTED, PackageUpload
 from recovery.package_selectors import package_uploads_visible
 from recovery.package_services import PackageError, package_upload_receive

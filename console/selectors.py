@@ -16,13 +16,13 @@ from django.core.cache import cache
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from audits.models import OperatorAction
 from journals.access import RunScope
 from journals.models import Run, Turn, TurnEffective, TurnState
 from recovery import services
 from recovery.state import HOLD, STATE_GROUPS, UNASSESSED, state_counts, turns_matching
 from recovery.state import age_q as age_q
 from recovery.state import bulk_candidates as state_bulk_candidates
+from trail.models import OperatorAction
 
 from .forms import RUN_SORTS, TURN_SORTS
 

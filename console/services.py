@@ -7,11 +7,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from audits.services import operator_action_record
 from journals.models import Turn, TurnEffective
 from journals.storable import storable
 from kernel.errors import ServiceError
 from recovery.state import DONE
+from trail.services import operator_action_record, reason_clean
 
 from .models import TurnAnnotation
 
@@ -29,8 +29,7 @@ def turn_annotate(*, turn: Turn, actor: Any, changes: dict[str, str], reason: st
     A finished or discarded turn is not annotated: nothing a person writes there decides anything. Notes
     hold nothing: holding a turn is a block (recovery.services.turn_block), which the gate reads.
     """
-    if not isinstance(reason, str) or not reason.strip():
-        raise AnnotationError(400, "reason_required", "a reason is required")
+    reason = reason_clean(reason=reason)
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise AnnotationError(400, "field_not_editable", f"not editable: {', '.join(sorted(unknown))}")

@@ -1,5 +1,5 @@
 """The audit log (the operator trail, filtered and paged, with its streamed export) and the journal repair
-page of a run (preview, then apply what was previewed). Thin: the rules are in audits/trail_export.py and
+page of a run (preview, then apply what was previewed). Thin: the rules are in trail/export.py and
 recovery/repair.py."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from audits.models import OPERATOR_ACTION_KINDS, VIA
-from audits.trail_export import TrailQueryError, trail_export, trail_filters, trail_rows
 from journals import access
 from journals.models import Run
 from kernel.errors import ServiceError
 from recovery.repair import journal_repair_apply, journal_repair_preview, repairs_list
 from recovery.repair_models import REPAIR_KINDS
+from trail.export import TrailQueryError, trail_export, trail_filters, trail_rows
+from trail.models import OPERATOR_ACTION_KINDS, VIA
 
 from . import selectors
 from .permissions import operator_required, viewer_required

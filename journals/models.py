@@ -9,16 +9,30 @@ records.
 from __future__ import annotations
 
 import hashlib
+from enum import StrEnum
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from engine import types as engine_types
 from kernel.appendonly import AppendOnlyModel
 
 EMPTY_PREFIX_DIGEST = hashlib.sha256(b"").hexdigest()
 
-DECISIONS = ("complete", "finalize", "resume", "blocked", "discarded")
+
+def engine_choices(name: str, values: type[StrEnum]) -> type[models.TextChoices]:
+    """Django's choices for one of the engine's enums: the values are the engine's own, so a decision,
+    an effect class or a resolution is spelled in one place; the label is the value in words."""
+    return models.TextChoices(name, [(m.name, (m.value, m.value.replace("_", " "))) for m in values])  # type: ignore[return-value]
+
+
+Decision = engine_choices("Decision", engine_types.Decision)
+EffectClass = engine_choices("EffectClass", engine_types.EffectClass)
+Resolution = engine_choices("Resolution", engine_types.Resolution)
+Evidence = engine_choices("Evidence", engine_types.Evidence)
+
+DECISIONS: tuple[str, ...] = tuple(Decision.values)
 TURN_STATUSES = ("open", "completed", "failed", "cancelled")
 # Identifier columns are indexed; ingest refuses longer ids (`identifier_too_long`) so an index never
 # overflows and no id is silently truncated.
@@ -155,7 +169,7 @@ class Turn(models.Model):
     first_seq = models.BigIntegerField(default=0)
     # Denormalised from the latest assessment so that lists filter without touching it.
     status = models.CharField(max_length=16, choices=_choices(TURN_STATUSES), default="open")
-    decision = models.CharField(max_length=16, choices=_choices(DECISIONS), null=True, blank=True)
+    decision = models.CharField(max_length=16, choices=Decision.choices, null=True, blank=True)
     reason = models.CharField(max_length=64, null=True, blank=True)
     resume_from = models.TextField(null=True, blank=True)
     completed_phases = models.JSONField(default=list)
@@ -221,7 +235,7 @@ class TurnEffective(models.Model):
     state = models.CharField(max_length=24, choices=TurnState.choices)
     gate = models.CharField(max_length=8, choices=_choices(GATE_STATES))
     # What the gate answers: the engine's decision unless an operator's decision is in force.
-    decision = models.CharField(max_length=16, choices=_choices(DECISIONS))
+    decision = models.CharField(max_length=16, choices=Decision.choices)
     reason = models.CharField(max_length=64, null=True, blank=True)
     resume_from = models.TextField(null=True, blank=True)
     # The operator decision in force, if any: who, when and why.
@@ -268,8 +282,8 @@ class Phase(models.Model):
         ]
 
 
-EFFECT_CLASSES = ("safe", "idempotent", "unsafe")
-RESOLUTIONS = ("settled", "replay", "reissue", "indeterminate")
+EFFECT_CLASSES: tuple[str, ...] = tuple(EffectClass.values)
+RESOLUTIONS: tuple[str, ...] = tuple(Resolution.values)
 OUTCOMES = ("succeeded", "failed", "unknown")
 
 
@@ -278,9 +292,9 @@ class Intent(models.Model):
 
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="intents")
     intent_id = models.CharField(max_length=ID_MAX)
-    effect_class = models.CharField(max_length=16, choices=_choices(EFFECT_CLASSES))
+    effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
     idempotency_key = models.TextField(null=True, blank=True)
-    resolution = models.CharField(max_length=16, choices=_choices(RESOLUTIONS))
+    resolution = models.CharField(max_length=16, choices=Resolution.choices)
     branch = models.IntegerField(default=0)
     live = models.BooleanField(default=True)
     dispatches = models.IntegerField(default=1)
@@ -345,3 +359,7 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["run", "branch", "lsn"]
+
+
+# The pending-assessment flag's model module; imported here so that Django registers it with this app.
+from journals.pending import PendingAssessment  # noqa: E402, F401

@@ -155,7 +155,7 @@ def _ingest_streamed(
         _check_fenced(current, fencing)
         _check_fencing_required(current, _batch_turns(new), fencing)
         # The pending-assessment flag's upsert rides in the projection's statement (one round trip less
-        # per batch); the batch that raises it publishes `assess_run` on commit (recovery/background.py).
+        # per batch); the batch that raises it announces `prefix_moved` on commit (journals/assessment_flag.py).
         _assessment_raised(run, _write_projection_pg(params))
         _finish_checkpoints(run, new)
     return IngestResult(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,6 +25,7 @@ from engine import is_int as _is_int
 from engine import offset_mismatches, parse_canonical_batch
 from engine.canonical import canonical_bytes, parse_line
 from engine.types import DEFAULT_PHASES
+from journals.assessment_flag import assessment_request, assessment_request_statement, assessment_requested
 from journals.models import (
     ID_MAX,
     ApiToken,
@@ -51,54 +51,6 @@ JSON_TYPES = ("application/json",)
 
 
 # --- API tokens -------------------------------------------------------------------------------------
-
-
-def _token_state(token: ApiToken) -> dict[str, Any]:
-    # What the audit trail keeps of a token: never the token, nor its hash.
-    return {
-        "name": token.name,
-        "run_prefix": token.run_prefix,
-        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
-    }
-
-
-def api_token_create(
-    *, name: str, run_prefix: str = "", actor: Any = None, actor_name: str | None = None
-) -> tuple[ApiToken, str]:
-    """Create a token; the raw token is returned once and only its sha256 is stored. Audited
-    (``actor``: the user in the admin; ``actor_name`` for a command line, e.g. ``manage.py``)."""
-    from audits.services import operator_action_record  # audits builds on journals
-
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with transaction.atomic():
-        token = ApiToken.objects.create(name=name, run_prefix=run_prefix, token_hash=ApiToken.hash(raw))
-        operator_action_record(
-            actor=actor,
-            actor_name=actor_name if actor is None else None,
-            kind="api_token_create",
-            reason=f"runtime token {name!r} created",
-            after=_token_state(token),
-        )
-    return token, raw
-
-
-def api_token_revoke(*, token: ApiToken, actor: Any = None, actor_name: str | None = None) -> ApiToken:
-    from audits.services import operator_action_record
-
-    if token.revoked_at is None:
-        with transaction.atomic():
-            before = _token_state(token)
-            token.revoked_at = timezone.now()
-            token.save(update_fields=["revoked_at"])
-            operator_action_record(
-                actor=actor,
-                actor_name=actor_name if actor is None else None,
-                kind="api_token_revoke",
-                reason=f"runtime token {token.name!r} revoked",
-                before=before,
-                after=_token_state(token),
-            )
-    return token
 
 
 def api_token_touch(*, token: ApiToken) -> None:
@@ -561,9 +513,7 @@ def _project(
 def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
     """After the rows: the projection written, the pending-assessment flag, the checkpoints."""
     # The run's pending-assessment flag is raised in this transaction; the batch that raises it
-    # publishes `assess_run` on commit (recovery/background.py).
-    from recovery.background import assessment_request
-
+    # announces `prefix_moved` on commit (journals/assessment_flag.py).
     _write_projection(run, projected.touched, projected.turns)
     assessment_request(run=run)
     _finish_checkpoints(run, new)
@@ -571,15 +521,11 @@ def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
 
 def _assessment_statement(run: Run) -> tuple[str, dict[str, Any]]:
     """The pending-assessment flag's upsert, for a statement that carries it (journals/postgres.py)."""
-    from recovery.background import assessment_request_statement
-
     return assessment_request_statement(run=run)
 
 
 def _assessment_raised(run: Run, raised: bool) -> None:
-    """After that upsert: the batch that raised the flag publishes ``assess_run`` on commit."""
-    from recovery.background import assessment_requested
-
+    """After that upsert: the batch that raised the flag announces ``prefix_moved`` on commit."""
     assessment_requested(run=run, raised=raised)
 
 

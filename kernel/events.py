@@ -21,6 +21,9 @@ Events and their keyword arguments (all JSON-safe; payloads are redacted before 
                        ``code`` (the refusal code, '' when accepted), ``stored``, ``duplicates``.
 ``assessment_finished`` an assessment ran: ``seconds``, optional ``run_id``.
 ``webhook_attempted``  one webhook delivery attempt ended: ``delivered`` (bool).
+``prefix_moved``       a batch raised a run's pending-assessment flag, after it committed
+                       (journals/assessment_flag.py): ``run_pk``, ``run_id``. Recovery publishes the
+                       assessment; a lost send leaves the flag raised for the sweep.
 
 The ``instrument_*`` decorators let a service opt in with one line instead of threading sends through
 its body.
@@ -45,6 +48,7 @@ package_rejected = Signal()
 ingest_finished = Signal()
 assessment_finished = Signal()
 webhook_attempted = Signal()
+prefix_moved = Signal()
 
 P = ParamSpec("P")
 R = TypeVar("R")

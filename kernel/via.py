@@ -1,4 +1,4 @@
-"""Where an act came from, for its trail row (audits/trail.py): the request's path (api, admin or console),
+"""Where an act came from, for its trail row (trail/chain.py): the request's path (api, admin or console),
 a command line (``with via("cli")``), or the system. A kernel bit, so that every layer's commands can say so.
 """
 

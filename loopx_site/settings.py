@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     # Teams (who sees which runs): below the journal store, whose selectors filter by them.
     "teams",
     "journals",
+    # The operator trail (who did what, when and why): above journals, below everything that acts.
+    "trail",
     "recovery",
     "audits",
     # Webhooks.
@@ -211,8 +213,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Three different "kind" vocabularies share a field name; each gets its own enum component.
     "ENUM_NAME_OVERRIDES": {
-        "OperatorActionKindEnum": "audits.models.OPERATOR_ACTION_KINDS",
-        "RecoveryActionKindEnum": "audits.models.ACTION_KINDS",
+        "OperatorActionKindEnum": "trail.models.OPERATOR_ACTION_KINDS",
+        "RecoveryActionKindEnum": "recovery.audit_models.ACTION_KINDS",
         "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
         "TurnStateEnum": "journals.models.TurnState",
         "GateStateEnum": "journals.models.GATE_STATES",

@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from audits.admin_trail import AuditedAdminMixin
+from trail.admin_mixin import AuditedAdminMixin
 
 from . import delivery
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery

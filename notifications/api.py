@@ -14,9 +14,9 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from audits.admin_trail import snapshot
-from audits.services import operator_action_record
 from journals.access import can_administer, can_operate, can_view, runs_visible
+from trail.admin_mixin import snapshot
+from trail.services import operator_action_record
 
 from . import delivery
 from .admin import url_without_credentials

@@ -34,6 +34,7 @@ from engine.secrets import redact
 from journals.access import RunScope
 from kernel import context, events
 from kernel.logging import scrub
+from trail.services import operator_action_record
 
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -294,7 +295,6 @@ def resend(delivery_ids: list[int]) -> int:
 def delivery_resend(*, ids: list[int], actor: Any) -> int:
     """An operator's resend (admin or API), audited: one ``delivery_resend`` row for the deliveries it
     queued, in the same transaction. Nothing queued (each one is being attempted) records nothing."""
-    from audits.services import operator_action_record
 
     with transaction.atomic():
         count = resend(ids)

@@ -13,8 +13,7 @@ FINDING_UNRESOLVED_STATES = ("open", "acknowledged")
 
 def open_findings_by_kind() -> dict[str, int]:
     """Open findings per kind; every known kind is present (0 when none), so alerts see a series."""
-    from audits.findings import FINDING_KINDS
-    from audits.models import Finding
+    from recovery.finding_models import FINDING_KINDS, Finding
 
     counts = dict.fromkeys(FINDING_KINDS, 0)
     rows = Finding.objects.filter(state__in=FINDING_OPEN_STATES).order_by().values("kind").annotate(n=Count("id"))

@@ -227,7 +227,7 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _recovery_audits() -> Iterable[Metric]:
-        from audits.models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
+        from recovery.audit_models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
 
         family = CounterMetricFamily(
             "loopx_recovery_audits",
@@ -240,7 +240,7 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _operator_actions() -> Iterable[Metric]:
-        from audits.models import OPERATOR_ACTION_KINDS, OperatorAction
+        from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
 
         family = CounterMetricFamily("loopx_operator_actions", "Operator actions by kind.", labels=["kind"])
         yield _filled(family, _counts_by(OperatorAction.objects, "kind", OPERATOR_ACTION_KINDS))

@@ -41,6 +41,9 @@ from django.utils import timezone
 
 from kernel import context
 from kernel.dialect import set_local
+from recovery.audit_models import RecoveryAudit
+from trail.models import OperatorAction
+from trail.services import operator_action_record
 
 logger = logging.getLogger("loopx.retention")
 
@@ -98,10 +101,9 @@ def _candidates(cutoff: Any) -> Any:
 
 def ineligible_reason(run: Any) -> str | None:
     """Why ``run`` must stay, or None when it may go. Read again under the row lock before removal."""
-    from audits.models import OperatorAction, RecoveryAudit
     from journals.models import Turn
+    from journals.pending import PendingAssessment
     from recovery.models import GateDecision, OperatorEvidence, TurnClaim
-    from recovery.pending import PendingAssessment
 
     from .integrations import FINDING_UNRESOLVED_STATES
 
@@ -131,9 +133,9 @@ def ineligible_reason(run: Any) -> str | None:
 # rows keeps the run: retention never deletes, or orphans, what it was not written to know about.
 _DELETED_HERE = frozenset(
     {
-        ("audits", "finding"),
+        ("recovery", "finding"),
         ("audits", "chaincursor"),
-        ("recovery", "pendingassessment"),
+        ("journals", "pendingassessment"),
         ("recovery", "turnassessment"),
         ("recovery", "assessment"),
         ("recovery", "turnclaim"),
@@ -255,8 +257,8 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
     """Delete every row of the run, children first. The caller holds the transaction and the run's lock."""
     from audits.models import ChainCursor
     from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn, TurnEffective
+    from journals.pending import PendingAssessment
     from recovery.models import Assessment, TurnAssessment, TurnClaim
-    from recovery.pending import PendingAssessment
 
     counts: dict[str, int] = {}
 
@@ -285,7 +287,6 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
 
 
 def remove_run(run_id: str, path: Path, sha: str, exported_seq: int, exported_digest: str, days: int) -> dict[str, Any]:
-    from audits.services import operator_action_record  # the trail's one writer (a chained row)
     from journals.models import Run
 
     with transaction.atomic():

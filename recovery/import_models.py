@@ -26,7 +26,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from journals.models import EFFECT_CLASSES, ID_MAX
+from journals.models import EFFECT_CLASSES, ID_MAX, EffectClass
 from kernel.appendonly import AppendOnlyModel
 from recovery.package_models import progress_percent
 
@@ -65,7 +65,7 @@ class EffectMapVersion(AppendOnlyModel):
     number = models.IntegerField()
     # {name: "safe" | "idempotent" | "unsafe"}; the default ("*") is its own column.
     entries = models.JSONField(default=dict)
-    default = models.CharField(max_length=16, choices=_choices(EFFECT_CLASSES), default="unsafe")
+    default = models.CharField(max_length=16, choices=EffectClass.choices, default="unsafe")
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     actor_name = models.CharField(max_length=150)
     reason = models.TextField()
@@ -226,7 +226,7 @@ class ImportedIntent(AppendOnlyModel):
     map_key = models.CharField(max_length=ID_MAX, null=True, blank=True)
     # The name the map was asked about, when the journal record names it (a proposal pre-fills it).
     name = models.CharField(max_length=ID_MAX, null=True, blank=True)
-    effect_class = models.CharField(max_length=16, choices=_choices(EFFECT_CLASSES))
+    effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
 
     class Meta:
         ordering = ["imported_run", "intent"]

@@ -42,7 +42,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from journals.access import RunScope
-from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, Run
+from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, EffectClass, Run
 from journals.services import IngestError
 from kernel.errors import ServiceError
 from recovery.import_models import (
@@ -67,6 +67,7 @@ from recovery.import_models import (
 from recovery.importers import EffectMap as ConverterMap
 from recovery.importers import ImportRefused, ImportResult, effect_map_parse, history_import
 from recovery.package_services import PUBLISH_RETRY_POLICY, ThrottledProgress, _principal, journal_ingest
+from trail.services import operator_action_record, reason_clean
 
 logger = logging.getLogger(__name__)
 
@@ -100,13 +101,6 @@ def _clean_map(entries: Mapping[str, Any], default: str) -> tuple[dict[str, str]
     return {str(k): str(v) for k, v in sorted(parsed.entries.items()) if k != ANY_KEY}, parsed.default
 
 
-def _require_reason(reason: str) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ImportServiceError(400, "reason_required", "say why the map changes: the reason is audited")
-    return reason
-
-
 def _picture(version: EffectMapVersion | None) -> dict[str, Any]:
     if version is None:
         return {}
@@ -114,10 +108,9 @@ def _picture(version: EffectMapVersion | None) -> dict[str, Any]:
 
 
 def effect_map_create(
-    *, name: str, entries: Mapping[str, Any], default: str = "unsafe", actor: Any, reason: str
+    *, name: str, entries: Mapping[str, Any], default: str = EffectClass.UNSAFE, actor: Any, reason: str
 ) -> EffectMapVersion:
     """A new named map and its version 1, audited (``effect_map_create``). 409 ``effect_map_exists``."""
-    from audits.services import operator_action_record  # audits builds on recovery
 
     if not _MAP_NAME.match(name or "") or name in _RESERVED_NAMES:
         raise ImportServiceError(
@@ -125,7 +118,7 @@ def effect_map_create(
             "effect_map_name_invalid",
             "a map's name is 1 to 100 letters, digits, '.', '_' or '-' (not 'new' or 'propose')",
         )
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     clean, default = _clean_map(entries, default)
     try:
         with transaction.atomic():
@@ -152,9 +145,8 @@ def effect_map_update(
     """Save a new version of the map (the old ones stay as they were), audited with the versions before and
     after (``effect_map_update``), and once committed re-assess every import that used an older version
     (``reimport_history`` per import). 400 ``effect_map_unchanged`` when nothing differs."""
-    from audits.services import operator_action_record
 
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     clean, default = _clean_map(entries, default)
     with transaction.atomic():
         locked = EffectMap.objects.select_for_update().get(pk=effect_map.pk)
@@ -184,9 +176,8 @@ def effect_map_attach(*, effect_map: EffectMap, system: str, key: str, actor: An
     """Attach the map to a source: uploads of ``system`` naming ``key`` (``*``: any key) use it unless they
     name a map themselves. Audited (``effect_map_attach``) with the map attached before. Imports already
     made keep their map; only a new version of a map re-imports (nothing is re-classified by surprise)."""
-    from audits.services import operator_action_record
 
-    reason = _require_reason(reason)
+    reason = reason_clean(reason=reason)
     if system not in IMPORT_SYSTEMS:
         raise ImportServiceError(400, "source_invalid", f"the source is one of {', '.join(IMPORT_SYSTEMS)}")
     key = (key or "").strip()
@@ -327,7 +318,6 @@ def history_upload_receive(
             for imported in result.runs:
                 ImportedRun.objects.create(history_import=upload, run_base=imported.run, run_ident=imported.run)
             upload_id = upload.pk
-            from audits.services import operator_action_record  # the trail is written with the upload
 
             operator_action_record(
                 actor=actor,
@@ -371,13 +361,14 @@ def _refuse_conflict(run_id: str, sha: str) -> None:
 def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
     """A person publishes an unfinished import's conversion again (a broker outage lost it), recorded on the
     trail; True when the broker took it. Refused (409) for a finished import."""
-    from audits.services import operator_action_record
 
     if upload.state in IMPORT_FINAL_STATES:
         raise ImportServiceError(409, "import_finished", "this import is finished; there is nothing to queue")
     with transaction.atomic():
         operator_action_record(
-            actor=actor, kind="history_requeue", reason="history conversion queued again",
+            actor=actor,
+            kind="history_requeue",
+            reason="history conversion queued again",
             after={"import": str(upload.pk)},
         )
     return conversion_enqueue(import_id=upload.pk)
@@ -526,7 +517,7 @@ def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, s
             continue
         effect_class = record.get("effect_class")
         if effect_class not in EFFECT_CLASSES:
-            effect_class = "unsafe"
+            effect_class = EffectClass.UNSAFE
         if intent not in decided_by:
             decided, key = BY_RULE, None
         else:

@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from journals.models import DECISIONS, ID_MAX, Run, Turn
+from journals.models import DECISIONS, ID_MAX, Evidence, Run, Turn
 from kernel.appendonly import AppendOnlyModel
 
 
@@ -96,7 +96,7 @@ class TurnClaim(models.Model):
         return self.released_at is None and self.expires_at > now
 
 
-FINDINGS = ("happened", "not_happened")
+FINDINGS: tuple[str, ...] = tuple(Evidence.values)
 
 
 class OperatorEvidence(AppendOnlyModel):
@@ -106,7 +106,7 @@ class OperatorEvidence(AppendOnlyModel):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="evidence")
     turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="evidence")
     intent_id = models.CharField(max_length=ID_MAX)
-    finding = models.CharField(max_length=16, choices=[(f, f.replace("_", " ")) for f in FINDINGS])
+    finding = models.CharField(max_length=16, choices=Evidence.choices)
     # How many dispatches the intent had when the operator looked: the finding is about that dispatch and
     # no later one (the engine binds it exactly; a later send is a new fact). Null on rows from before.
     dispatch = models.PositiveIntegerField(null=True, blank=True)
@@ -151,6 +151,8 @@ class GateDecision(AppendOnlyModel):
 
 # The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
 # modules; imported here so that Django registers them with this app.
+from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
+from recovery.finding_models import Finding  # noqa: E402, F401
 from recovery.import_models import (  # noqa: E402, F401
     EffectMap,
     EffectMapAttachment,
@@ -161,5 +163,4 @@ from recovery.import_models import (  # noqa: E402, F401
     ImportedRun,
 )
 from recovery.package_models import PackageUpload  # noqa: E402, F401
-from recovery.pending import PendingAssessment  # noqa: E402, F401
 from recovery.repair_models import JournalRepair  # noqa: E402, F401

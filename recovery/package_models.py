@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from journals.models import ID_MAX, ApiToken, Run
 from kernel.appendonly import AppendOnlyModel, AppendOnlyQuerySet
+from recovery.finding_models import UNRESOLVED
 
 RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED = (
     "received",
@@ -122,14 +123,9 @@ class PackageUpload(models.Model):
         return self.state in FINAL_STATES
 
 
-# Finding states under which a kept corrupt line still counts (audits/findings.py UNRESOLVED; spelled out
-# here because audits builds on recovery and its modules are not imported by this one).
-_UNRESOLVED = ("open", "acknowledged")
-
-
 # A kept corrupt line is in force while its finding is unresolved (a row without its finding counts too:
 # fail-closed).
-_IN_FORCE = Q(finding__isnull=True) | Q(finding__state__in=_UNRESOLVED)
+_IN_FORCE = Q(finding__isnull=True) | Q(finding__state__in=UNRESOLVED)
 
 
 class JournalCorruptionQuerySet(AppendOnlyQuerySet):
@@ -172,7 +168,7 @@ class JournalCorruption(AppendOnlyModel):
     ordinal = models.IntegerField(default=0)
     # The storage_corruption finding that names it: resolving the finding (audited, with the reason) is the
     # operator's repair; from then on the assessment no longer reads the line, which stays kept here.
-    finding = models.ForeignKey("audits.Finding", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    finding = models.ForeignKey("recovery.Finding", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = JournalCorruptionQuerySet.as_manager()  # type: ignore[assignment, misc]

@@ -54,6 +54,7 @@ from kernel.errors import ServiceError
 from kernel.events import emit, package_rejected
 from kernel.failpoints import failpoint
 from recovery.atomic import RESTORE_KIND, atomic_write, clean_stale_temporaries, temporary_sibling
+from recovery.finding_services import finding_open_or_touch
 from recovery.models import Assessment
 from recovery.package_models import (
     ACCEPTED,
@@ -67,6 +68,7 @@ from recovery.package_models import (
     PackageUpload,
 )
 from recovery.packages import Limits, PackageUsageError, build_package, check_package, restore_package
+from trail.services import operator_action_record
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +138,6 @@ def _principal(actor: Any) -> tuple[Any, ApiToken | None, str]:
 def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
     """Keep an uploaded package (never unpacked) and queue its verification. Raises PackageError (413 over
     the package size limit, 400 for an empty file) with nothing kept."""
-    from audits.services import operator_action_record  # audits builds on recovery
 
     person, token, name = _principal(actor)
     limit = int(settings.LOOPX_PACKAGE_MAX_TOTAL_BYTES)
@@ -206,7 +207,6 @@ def package_validation_enqueue(*, upload_id: uuid.UUID | str) -> bool:
 def package_requeue(*, upload: PackageUpload, actor: Any) -> bool:
     """An operator queues an unfinished upload's verification again (its task was lost), audited. Refused
     (409) for a finished upload. Returns whether the publish reached the broker (the row says so too)."""
-    from audits.services import operator_action_record
 
     if upload.state in FINAL_STATES:
         raise PackageError(409, "upload_finished", "this upload is finished; there is nothing to queue")
@@ -565,8 +565,7 @@ def _keep_corrupt_lines(upload: PackageUpload, run_ident: str, lines: list[_Corr
     again while its finding is unresolved finds its row and only touches the finding. Then the run is
     assessed again (ingest raised the flag only if it stored something). Returns the public summary (no
     bytes)."""
-    from audits.finding_services import finding_open_or_touch  # audits builds on recovery
-    from recovery.background import assessment_request  # imports recovery.services, which imports us
+    from journals.assessment_flag import assessment_request
 
     run = Run.objects.get(run_id=run_ident)
     seqs: dict[tuple[int, int], int] = {}
@@ -656,7 +655,6 @@ def run_export(
     With ``actor`` (or ``actor_name``, a command line) the export is an audited act: the package is built,
     then its ``run_export`` trail row is written; when that fails the file is removed and never handed out
     (the build is not under the trail head's lock, which every writer shares)."""
-    from audits.services import operator_action_record  # audits builds on recovery
     from recovery.repair import repair_state_files
 
     sha = build_package(out_path, run.run_id, run_journal_bytes(run=run), repair_state_files(run=run), fmt=fmt)
@@ -835,7 +833,7 @@ def _reassess_repaired(report: SweepReport, limit: int) -> None:
     not ask for an assessment, so the run's pages would keep showing it blocked until something else
     assessed it. Runs with such a line resolved after their newest assessment are requested again (the gate
     itself always refreshes the assessment, so it never waited for this)."""
-    from recovery.background import assessment_request
+    from journals.assessment_flag import assessment_request
 
     newest = Assessment.objects.filter(run=OuterRef("run")).order_by("-id").values("created_at")[:1]
     runs = (

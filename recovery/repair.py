@@ -25,10 +25,12 @@ from engine.canonical import canonical_bytes
 from engine.types import Assessment as EngineAssessment
 from journals.models import JournalRecord, Run
 from kernel.errors import ServiceError
+from recovery.finding_services import findings_resolve_by_repair
 from recovery.models import Assessment
 from recovery.repair_input import quarantined_turns, repaired_lines, repaired_result, replacement_lines
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_KINDS, SUPERSEDE, JournalRepair, repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES, evidence_in_force
+from trail.services import operator_action_record, reason_clean
 
 # The largest corrected journal a supersede takes (the package's member limit by default).
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -177,11 +179,9 @@ def journal_repair_apply(
     *, run: Run, kind: Any, actor: Any, reason: Any, preview: Any, through_seq: Any = None, journal: Any = None
 ) -> tuple[JournalRepair, Assessment]:
     """Apply the repair previewed as ``preview``; returns it and the run's new assessment, which names it."""
-    from audits.finding_services import findings_resolve_by_repair  # findings build on recovery
-    from audits.services import operator_action_record
-    from recovery.services import _reason, assessment_refresh
+    from recovery.services import assessment_refresh
 
-    reason = _reason(reason)  # the gate's rule for an operator's reason
+    reason = reason_clean(reason=reason)
     if not isinstance(preview, str) or len(preview) != 64:
         raise RepairError(400, "preview_required", "preview the repair first and send back its `preview` digest")
     seen = journal_repair_preview(run=run, kind=kind, actor=actor, reason=reason, through_seq=through_seq,

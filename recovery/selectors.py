@@ -20,7 +20,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from engine import OffsetMismatch
-from journals.models import Intent, Run, Turn
+from journals.models import Decision, Intent, Resolution, Run, Turn
+from recovery.audit_models import RecoveryAudit
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.state import (
     DONE,
@@ -95,14 +96,14 @@ def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> l
     plan = list(turn.plan)
     actions: list[dict[str, Any]] = [{"kind": "phase", "target": p} for p in plan[len(row.completed_phases) :]]
     for intent in intents:
-        if intent.live and intent.resolution in ("replay", "reissue"):
+        if intent.live and intent.resolution in (Resolution.REPLAY, Resolution.REISSUE):
             action = {
                 "kind": "intent",
                 "target": intent.intent_id,
                 "resolution": intent.resolution,
                 "effect_class": intent.effect_class,
             }
-            if intent.resolution == "reissue":
+            if intent.resolution == Resolution.REISSUE:
                 action["idempotency_key"] = intent.idempotency_key
             actions.append(action)
     if row.terminal is None:
@@ -128,7 +129,6 @@ def attempts_without_progress(*, turn: Turn, key: str) -> int:
     """Recovery audits opened in a row (newest first) at the turn's current progress, after the latest
     approval. An approval resets the count; progress breaks the run of equal keys. The approval's time is
     a subquery of the same query (no approval: since the beginning)."""
-    from audits.models import RecoveryAudit  # audits depends on recovery, not the other way round
 
     approved_at = GateDecision.objects.filter(turn=turn, kind="approve").order_by("-id").values("created_at")[:1]
     audits = RecoveryAudit.objects.filter(turn=turn, opened_at__gte=Coalesce(Subquery(approved_at), Value(EPOCH)))
@@ -198,14 +198,15 @@ def gate_view(
     engine = engine_row(row)
     # An unresolved integrity finding of the chain verification (stored records no longer match what was
     # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
-    done = engine.decision in ("complete", "discarded") and (operator is None or operator.kind == "approve")
+    finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
+    done = finished and (operator is None or operator.kind == "approve")
     integrity = None if done else run_integrity_hold(run_id=turn.run_id)  # a done turn is never held
     value = turn_state_compute(
         plan=list(turn.plan) if isinstance(turn.plan, list) else [],
         engine=engine,
         operator=operator,
         covered=covered,
-        indeterminate=[i.intent_id for i in intents if i.live and i.resolution == "indeterminate"],
+        indeterminate=[i.intent_id for i in intents if i.live and i.resolution == Resolution.INDETERMINATE],
         integrity=integrity,
     )
     return GateView(
@@ -228,10 +229,6 @@ def gate_view(
 
 def assessments_list(*, run: Run) -> QuerySet[Assessment]:
     return Assessment.objects.filter(run=run).order_by("-id")
-
-
-def assessment_latest(*, run: Run) -> Assessment | None:
-    return Assessment.objects.filter(run=run).order_by("-id").first()
 
 
 def evidence_in_force(*, run: Run) -> dict[tuple[str, str], Any]:

@@ -19,11 +19,10 @@ from django.utils import timezone
 
 import engine
 from engine import assess as _engine_assess
-from engine.canonical import canonical_bytes, parse_line
+from engine.canonical import canonical_bytes
 from engine.secrets import redact
-from engine.types import Assessment as EngineAssessment
-from engine.types import BranchView, TurnDecision
-from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn, TurnState
+from journals.models import Branch, Decision, Intent, Run, Turn, TurnState
+from journals.projection import branches_project, turns_project
 from journals.storable import storable
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
@@ -42,6 +41,7 @@ from recovery.selectors import (
     turn_facts,
 )
 from recovery.state import EngineRow, turn_states_refresh
+from trail.services import operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -50,7 +50,6 @@ ENGINE_VERSION: str = engine.ENGINE_VERSION
 # The canonical fold's shape (docs/engine.md "Versions"); part of an assessment's identity, so a new shape
 # re-assesses every run (audits/checks.py watches both versions).
 PROJECTION_VERSION: str = engine.PROJECTION_VERSION
-_MAX_BRANCH = 2**31 - 1
 
 
 class GateError(ServiceError):
@@ -162,7 +161,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        turns = _project_turns(locked, result, last_seq)
+        turns = turns_project(run=locked, result=result, last_seq=last_seq)
         TurnAssessment.objects.bulk_create(
             [
                 TurnAssessment(
@@ -182,7 +181,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         )
         # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
         if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
-            _project_branches(locked, result.branches)
+            branches_project(run=locked, views=result.branches)
             locked.live_branch = result.live_branch
             locked.blocked_reason = stored.blocked_reason
             locked.assessed_seq = last_seq
@@ -192,7 +191,10 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 assessment=stored,
                 engine_rows={
                     turns[td.turn].pk: EngineRow(
-                        td.decision.value, td.reason, storable(td.resume_from), len(td.completed_phases),
+                        td.decision.value,
+                        td.reason,
+                        storable(td.resume_from),
+                        len(td.completed_phases),
                         td.reason_line,
                     )
                     for td in result.turns
@@ -200,169 +202,6 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 },
             )
     return stored
-
-
-def _turn_key(td: TurnDecision) -> str | None:
-    return storable(td.turn) if isinstance(td.turn, str) and 0 < len(td.turn) <= 200 else None
-
-
-def _project_turns(run: Run, result: EngineAssessment, last_seq: int) -> dict[str, Turn]:
-    """Turn, Phase and Intent rows from the engine's decisions; only turns whose picture changed are
-    rewritten. Returns engine turn id -> Turn."""
-    keys = {td.turn: key for td in result.turns if (key := _turn_key(td)) is not None}
-    existing = {t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=list(keys.values()))}
-    missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
-    if missing:
-        Turn.objects.bulk_create(missing, ignore_conflicts=True)
-        existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
-    now = timezone.now()
-    changed: list[tuple[Turn, TurnDecision]] = []
-    for td in result.turns:
-        key = keys.get(td.turn)
-        if key is None:
-            continue
-        turn = existing[key]
-        fields = {
-            "lineage": storable(td.lineage),
-            "branch": td.branch,
-            "plan": storable(list(td.phases)),
-            "status": td.terminal if td.terminal in ("completed", "failed", "cancelled") else "open",
-            "decision": td.decision.value,
-            "reason": td.reason,
-            "resume_from": storable(td.resume_from),
-            "completed_phases": storable(list(td.completed_phases)),
-        }
-        intents = [
-            [i.intent, i.effect_class, i.idempotency_key, i.resolution, i.branch, i.live, i.dispatches, i.outcome]
-            for i in td.intents
-        ]
-        # One digest of everything the turn's rows show (the live branch too: a fork moves committing
-        # records) so that unchanged turns cost nothing on a refresh.
-        signature = hashlib.sha256(
-            canonical_bytes(storable([fields, intents, td.terminal, result.live_branch]))
-        ).hexdigest()
-        if turn.assessed_digest != signature:
-            for k, v in fields.items():
-                setattr(turn, k, v)
-            turn.assessed_digest = signature
-            turn.updated_at = now
-            changed.append((turn, td))
-    if changed:
-        Turn.objects.bulk_update(
-            [t for t, _ in changed],
-            [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"],
-            batch_size=2000,
-        )
-        _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
-    return {engine_id: existing[key] for engine_id, key in keys.items()}
-
-
-def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int, float]:
-    """branch -> the last lsn of it on the live timeline (inf for the live branch itself)."""
-    views = {b.branch: b for b in branches}
-    cutoffs: dict[int, float] = {live_branch: float("inf")}
-    current = views.get(live_branch)
-    while current is not None and current.parent is not None:
-        keep = current.from_lsn if current.from_lsn is not None else -1
-        cutoffs[current.parent] = min(cutoffs.get(current.parent, float("inf")), keep)
-        current = views.get(current.parent)
-    return cutoffs
-
-
-def _rewrite_timelines(
-    run: Run,
-    branches: Iterable[BranchView],
-    live_branch: int,
-    changed: list[tuple[Turn, TurnDecision]],
-    last_seq: int,
-) -> None:
-    cutoffs = _live_cutoffs(branches, live_branch)
-    turn_ids = [t.turn_id for t, _ in changed]
-    # The first live phase_committed record of each (turn, phase): the committing record.
-    committing: dict[tuple[str, str], tuple[int, str | None]] = {}
-    for start in range(0, len(turn_ids), 1000):
-        rows = (
-            JournalRecord.objects.filter(
-                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
-            )
-            .order_by("seq")
-            .values_list("pk", "branch", "lsn", "turn", "line")
-        )
-        for pk, branch, lsn, turn_id, line in rows.iterator(chunk_size=2000):
-            if lsn > cutoffs.get(branch, -1):
-                continue
-            obj = parse_line(bytes(line)).obj or {}
-            phase, at = obj.get("phase"), obj.get("at")
-            if isinstance(phase, str):
-                committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
-    turns = [t for t, _ in changed]
-    Phase.objects.filter(turn__in=turns).delete()
-    Intent.objects.filter(turn__in=turns).delete()
-    phases: list[Phase] = []
-    intents: list[Intent] = []
-    for turn, td in changed:
-        done = set(turn.completed_phases)
-        for position, name in enumerate(turn.plan):
-            record = committing.get((turn.turn_id, name)) if name in done else None
-            phases.append(
-                Phase(
-                    turn=turn,
-                    position=position,
-                    name=name,
-                    committed=name in done,
-                    record_id=record[0] if record else None,
-                    committed_at=record[1] if record else None,
-                )
-            )
-        seen: set[str] = set()
-        for position, iv in enumerate(td.intents):
-            intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
-            if intent_id is None or intent_id in seen or len(intent_id) > 200:
-                continue
-            seen.add(intent_id)
-            intents.append(
-                Intent(
-                    turn=turn,
-                    intent_id=intent_id,
-                    effect_class=iv.effect_class,
-                    idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
-                    resolution=iv.resolution,
-                    branch=iv.branch,
-                    live=iv.live,
-                    dispatches=iv.dispatches,
-                    outcome=iv.outcome,
-                    position=position,
-                )
-            )
-    Phase.objects.bulk_create(phases, batch_size=2000)
-    Intent.objects.bulk_create(intents, batch_size=2000)
-
-
-def _project_branches(run: Run, views: Iterable[BranchView]) -> None:
-    existing = {b.number: b for b in Branch.objects.filter(run=run)}
-    create: list[Branch] = []
-    update: list[Branch] = []
-    for view in views:
-        if not 0 <= view.branch <= _MAX_BRANCH:
-            continue
-        branch = existing.get(view.branch)
-        if branch is None:
-            branch = Branch(run=run, number=view.branch)  # a fork whose new branch has no record yet
-            create.append(branch)
-        else:
-            update.append(branch)
-        branch.parent = view.parent
-        branch.from_lsn = view.from_lsn
-        branch.fork_lsn = view.fork_lsn
-        branch.discarded_from = view.discarded_from
-        branch.live = view.live
-    if create:
-        Branch.objects.bulk_create(create)
-    if update:
-        Branch.objects.bulk_update(update, ["parent", "from_lsn", "fork_lsn", "discarded_from", "live"])
-
-
-# --- The gate ---------------------------------------------------------------------------------------
 
 
 def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:
@@ -381,7 +220,7 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
             view = dataclasses.replace(
                 view,
                 state=HOLD,
-                decision="blocked",
+                decision=Decision.BLOCKED,
                 reason=str(engine.Code.OFFSET_MISMATCH),
                 resume_from=None,
                 approved=False,
@@ -470,14 +309,6 @@ def actor_name(actor: Any) -> str:
     return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
 
 
-def _reason(reason: Any) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise GateError(400, "reason_required", "a reason is required")
-    if len(reason) > 4000:
-        raise GateError(400, "reason_too_long", "the reason is longer than 4000 characters")
-    return storable(reason.strip())
-
-
 def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
@@ -485,9 +316,8 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
     (those need a repaired journal, not a decision); an integrity hold (resolved through its finding); and
     any live intent whose outcome is still unknown once the evidence given is read, whatever the engine's
     reason (nothing resumes over an effect nobody confirmed)."""
-    from audits.services import operator_action_record  # the operator trail is written with the decision
 
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     findings = dict(evidence or {})
     with transaction.atomic():
         first = assessment_refresh(run=turn.run)
@@ -548,16 +378,16 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
 def _approvable(view: GateView) -> None:
     """Raise the typed refusal when no approval may lift the hold in ``view`` (evidence already read)."""
     row, value = view.row, view.value
-    if row.decision == "discarded":
+    if row.decision == Decision.DISCARDED:
         raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
-    if row.decision == "blocked" and row.reason in RUN_LEVEL_CODES:
+    if row.decision == Decision.BLOCKED and row.reason in RUN_LEVEL_CODES:
         raise GateError(
             409,
             "run_level_violation",
             "a run-level violation is repaired in the journal, not approved",
             violation=row.reason,
         )
-    if row.decision == "blocked" and row.reason == REPAIR_QUARANTINED:
+    if row.decision == Decision.BLOCKED and row.reason == REPAIR_QUARANTINED:
         raise GateError(
             409,
             "repair_quarantined",
@@ -581,9 +411,8 @@ def _approvable(view: GateView) -> None:
 
 def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
     """An operator holds a turn until someone approves it."""
-    from audits.services import operator_action_record
 
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     with transaction.atomic():
         locked, before = gate_locked(turn=turn)
         GateDecision.objects.create(
@@ -631,7 +460,7 @@ def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason:
     is listed with the refusal so that the operator can open it. At most BULK_MAX turns."""
     if action not in BULK_ACTIONS:
         raise GateError(400, "action_invalid", "the action is `approve` or `block`")
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     outcome = BulkOutcome(action=action)
     for turn in islice(turns, BULK_MAX + 1):
         if len(outcome.done) + len(outcome.left) >= BULK_MAX:
@@ -650,7 +479,6 @@ def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason:
 
 def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
     """The gate parks a crash loop (too many recoveries without progress) until an operator approves."""
-    from audits.services import operator_action_record
 
     reason = (
         f"{view.attempts} recovery attempts without the turn's committed progress advancing (limit {view.max_attempts})"
@@ -679,7 +507,11 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
     )
     # A parked crash loop is an operational event (webhooks, metrics).
     emit(
-        crash_loop_parked, run_id=turn.run.run_id, turn_id=turn.turn_id, attempts=view.attempts, reason=reason,
+        crash_loop_parked,
+        run_id=turn.run.run_id,
+        turn_id=turn.turn_id,
+        attempts=view.attempts,
+        reason=reason,
         decision_id=decision.pk,
     )
     return decision

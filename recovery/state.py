@@ -26,8 +26,9 @@ from django.utils import timezone
 
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from journals.access import RunScope
-from journals.models import DECISIONS, TURN_STATUSES, Intent, Run, Turn, TurnEffective, TurnState
+from journals.models import DECISIONS, TURN_STATUSES, Decision, Intent, Resolution, Run, Turn, TurnEffective, TurnState
 from kernel.events import emit, turn_blocked
+from recovery.finding_selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
 from recovery.repair_models import REPAIR_QUARANTINED
 
@@ -131,41 +132,51 @@ def turn_state_compute(
     base = {"engine": engine, "needs_evidence": evidence, **who}
 
     if operator is not None and operator.kind == "block":
-        value = StateValue(TurnState.BLOCKED_OPERATOR, HOLD, "blocked", OPERATOR_BLOCKED, None, **base)
+        value = StateValue(TurnState.BLOCKED_OPERATOR, HOLD, Decision.BLOCKED, OPERATOR_BLOCKED, None, **base)
     elif operator is not None and operator.kind == "park":
-        value = StateValue(TurnState.PARKED, HOLD, "blocked", RECOVERY_ATTEMPTS_EXCEEDED, None, **base)
-    elif engine.decision == "complete":
-        return StateValue(TurnState.COMPLETE, DONE, "complete", engine.reason, None, **base)
-    elif engine.decision == "discarded":
-        return StateValue(TurnState.DISCARDED, DONE, "discarded", engine.reason, None, **base)
-    elif engine.decision == "blocked" and engine.reason in UNAPPROVABLE_REASONS:
-        value = StateValue(TurnState.HELD_JOURNAL, HOLD, "blocked", engine.reason, None, **base)
+        value = StateValue(TurnState.PARKED, HOLD, Decision.BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED, None, **base)
+    elif engine.decision == Decision.COMPLETE:
+        return StateValue(TurnState.COMPLETE, DONE, Decision.COMPLETE, engine.reason, None, **base)
+    elif engine.decision == Decision.DISCARDED:
+        return StateValue(TurnState.DISCARDED, DONE, Decision.DISCARDED, engine.reason, None, **base)
+    elif engine.decision == Decision.BLOCKED and engine.reason in UNAPPROVABLE_REASONS:
+        value = StateValue(TurnState.HELD_JOURNAL, HOLD, Decision.BLOCKED, engine.reason, None, **base)
     elif evidence:
         # Whatever the engine's reason (an indeterminate effect, an unsafe redispatch, ...) and whatever an
         # approval said: nobody knows whether the effect happened, so nothing goes on without a finding.
         reason = engine.reason or "effect_indeterminate"
-        value = StateValue(TurnState.HELD_EFFECT, HOLD, "blocked", reason, None, **base)
-    elif engine.decision == "blocked" and covered:
+        value = StateValue(TurnState.HELD_EFFECT, HOLD, Decision.BLOCKED, reason, None, **base)
+    elif engine.decision == Decision.BLOCKED and covered:
         # The approved fact stays visible as the reason; the turn goes on after its committed phases.
         if engine.completed >= len(plan):
-            value = StateValue(TurnState.APPROVED, PROCEED, "finalize", engine.reason, None, approved=True, **base)
+            value = StateValue(
+                TurnState.APPROVED, PROCEED, Decision.FINALIZE, engine.reason, None, approved=True, **base
+            )
         else:
             value = StateValue(
-                TurnState.APPROVED, PROCEED, "resume", engine.reason, str(plan[engine.completed]), approved=True, **base
+                TurnState.APPROVED,
+                PROCEED,
+                Decision.RESUME,
+                engine.reason,
+                str(plan[engine.completed]),
+                approved=True,
+                **base,
             )
-    elif engine.decision == "blocked":
-        value = StateValue(TurnState.HELD_REVIEW, HOLD, "blocked", engine.reason, None, **base)
+    elif engine.decision == Decision.BLOCKED:
+        value = StateValue(TurnState.HELD_REVIEW, HOLD, Decision.BLOCKED, engine.reason, None, **base)
     else:
         approved = operator is not None and operator.kind == "approve"
-        state = TurnState.APPROVED if approved else (
-            TurnState.FINALIZING if engine.decision == "finalize" else TurnState.RESUMING
+        state = (
+            TurnState.APPROVED
+            if approved
+            else (TurnState.FINALIZING if engine.decision == Decision.FINALIZE else TurnState.RESUMING)
         )
         value = StateValue(
             state, PROCEED, engine.decision, engine.reason, engine.resume_from, approved=approved, **base
         )
     if integrity is not None:
         # Stored records no longer match what was received: no decision of anyone's covers that.
-        return StateValue(TurnState.HELD_INTEGRITY, HOLD, "blocked", integrity, None, **base)
+        return StateValue(TurnState.HELD_INTEGRITY, HOLD, Decision.BLOCKED, integrity, None, **base)
     return value
 
 
@@ -174,7 +185,6 @@ def turn_state_compute(
 
 def run_integrity_hold(*, run_id: int) -> str | None:
     """The kind of the oldest unresolved finding that holds the whole run (chain_broken, ...), or None."""
-    from audits.finding_selectors import run_integrity_finding  # findings are the run's evidence of tampering
 
     return run_integrity_finding(run_id=run_id)
 
@@ -202,12 +212,7 @@ def _projected_assessment(run: Run) -> Assessment | None:
     """The assessment the run's projections show: the newest one of the projected prefix."""
     if run.assessed_seq is None:
         return None
-    return (
-        Assessment.objects.filter(run=run, prefix_last_seq=run.assessed_seq)
-        .defer("output")
-        .order_by("-id")
-        .first()
-    )
+    return Assessment.objects.filter(run=run, prefix_last_seq=run.assessed_seq).defer("output").order_by("-id").first()
 
 
 def turn_states_refresh(
@@ -227,21 +232,27 @@ def turn_states_refresh(
     rows = TurnAssessment.objects.filter(assessment=assessment)
     turns = Turn.objects.filter(run=run)
     decisions = GateDecision.objects.filter(run=run)
-    intents = Intent.objects.filter(turn__run=run, live=True, resolution="indeterminate")
+    intents = Intent.objects.filter(turn__run=run, live=True, resolution=Resolution.INDETERMINATE)
     stored = TurnEffective.objects.filter(run=run)
     if turn_pks is not None:
         wanted = list(turn_pks)
-        rows, turns, decisions = rows.filter(turn_id__in=wanted), turns.filter(pk__in=wanted), decisions.filter(
-            turn_id__in=wanted
+        rows, turns, decisions = (
+            rows.filter(turn_id__in=wanted),
+            turns.filter(pk__in=wanted),
+            decisions.filter(turn_id__in=wanted),
         )
         intents, stored = intents.filter(turn_id__in=wanted), stored.filter(turn_id__in=wanted)
     # The assessment that just stored its rows hands them over: they are not read back.
-    engine_of = dict(engine_rows) if engine_rows is not None else {
-        pk: EngineRow(decision, reason, resume_from, len(completed), line)
-        for pk, decision, reason, resume_from, completed, line in rows.values_list(
-            "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
-        ).iterator(chunk_size=5000)
-    }
+    engine_of = (
+        dict(engine_rows)
+        if engine_rows is not None
+        else {
+            pk: EngineRow(decision, reason, resume_from, len(completed), line)
+            for pk, decision, reason, resume_from, completed, line in rows.values_list(
+                "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
+            ).iterator(chunk_size=5000)
+        }
+    )
     if not engine_of:
         return {}
     operator_of: dict[int, GateDecision] = {}

@@ -140,7 +140,7 @@ class Runtime:
 def make_runtime(name: str = "runtime-a", run_prefix: str = "") -> Runtime:
     from rest_framework.test import APIClient
 
-    from journals.services import api_token_create
+    from trail.tokens import api_token_create
 
     token, raw = api_token_create(name=name, run_prefix=run_prefix)
     client = APIClient()

@@ -1,5 +1,5 @@
 # The operator trail made tamper-evident: each OperatorAction carries its place in one chain (seq), the
-# digest of the row before it and its own (audits/trail.py), and TrailHead (one row) holds the chain's
+# digest of the row before it and its own (trail/chain.py), and TrailHead (one row) holds the chain's
 # end, which every writer locks. Rows written before this migration are chained here, in id order.
 # Also: where each act came from (via), the new kinds of the complete trail, findings of no run
 # (trail_broken), and the trail verification's beat schedule.
@@ -30,7 +30,7 @@ SCHEDULE = (
 
 
 def chain_existing(apps, schema_editor):
-    from audits.trail import row_digest  # the one digest formula, as the writer computes it
+    from trail.chain import row_digest  # the one digest formula, as the writer computes it
 
     OperatorAction = apps.get_model("audits", "OperatorAction")
     TrailHead = apps.get_model("audits", "TrailHead")

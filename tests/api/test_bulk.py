@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from audits.models import OperatorAction
 from journals.models import Turn
 from recovery.models import GateDecision
 from tests.console.scenarios import many_runs, payments_run
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

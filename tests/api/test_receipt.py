@@ -11,9 +11,9 @@ from django.test import override_settings
 
 from journals.authentication import ApiTokenRateThrottle
 from journals.models import Branch, JournalRecord, Run, Turn
-from journals.services import api_token_revoke
 from tests.journal_builder import JournalBuilder
 from tests.personas import make_runtime
+from trail.tokens import api_token_revoke
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/runs/{}/records"

@@ -16,18 +16,19 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from audits.finding_services import finding_open_or_touch
-from audits.findings import Finding
-from audits.models import OperatorAction, RecoveryAudit
-from audits.services import recovery_audit_open
 from console.selectors import turn_counts
 from journals.access import NO_RUN, run_scope
 from journals.models import Turn
+from recovery.audit_models import RecoveryAudit
+from recovery.audit_services import recovery_audit_open
+from recovery.finding_models import Finding
+from recovery.finding_services import finding_open_or_touch
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
 from recovery.package_models import PackageUpload
 from recovery.services import turn_approve, turn_claim
 from tests.console.conftest import page_client
 from tests.console.scenarios import payments_run
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -17,14 +17,11 @@ from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 from drf_spectacular.generators import SchemaGenerator
 
-from audits import trail
 from audits.checks import audit_trail_verification
-from audits.findings import Finding
-from audits.models import OperatorAction, TrailHead
-from audits.trail import trail_verify
 from journals.models import ApiToken, Run, Turn
-from journals.services import api_token_create, records_ingest
+from journals.services import records_ingest
 from notifications.models import Webhook, WebhookDelivery
+from recovery.finding_models import Finding
 from recovery.models import GateDecision
 from recovery.package_models import PackageUpload
 from recovery.repair_models import JournalRepair
@@ -33,6 +30,10 @@ from tests.gate.test_repair import RUN as BROKEN
 from tests.gate.test_repair import _break_seq, _broken
 from tests.imports.charge_history import history_bytes
 from tests.journal_builder import JournalBuilder
+from trail import chain as trail
+from trail.chain import trail_verify
+from trail.models import OperatorAction, TrailHead
+from trail.tokens import api_token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +85,7 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
     records_ingest(run_id="run-ok", body=ok.body(), content_type="application/x-ndjson", token=None)
     run = Run.objects.get(run_id="run-ok")
     assessment_refresh(run=run)
-    from audits.finding_services import finding_open_or_touch
+    from recovery.finding_services import finding_open_or_touch
 
     finding, _ = finding_open_or_touch(kind="lost_turn", run=run, turn=Turn.objects.get(run=run, turn_id="t1"))
     token, _ = api_token_create(name="rt", actor_name="test")
@@ -326,10 +327,10 @@ def test_every_console_url_is_read_only_a_scenario_or_exempt() -> None:
 def test_every_writable_admin_model_is_audited(superadmin: Any, rf: Any) -> None:
     from django.contrib import admin
 
-    from audits.admin_trail import AuditedAdminMixin
     from console.admin import TurnAdmin
-    from journals.admin import ApiTokenAdmin
     from notifications.admin import WebhookDeliveryAdmin
+    from trail.admin import ApiTokenAdmin
+    from trail.admin_mixin import AuditedAdminMixin
 
     request = rf.get("/admin/")
     request.user = superadmin

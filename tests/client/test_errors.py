@@ -16,7 +16,7 @@ _ANSWERED = re.compile(r"Response\(\s*\{\"error\": \"([a-z_]+)\"")
 
 def server_codes() -> dict[str, int]:
     codes: dict[str, int] = {}
-    for package in ("journals", "recovery", "audits", "loopx_site", "notifications"):
+    for package in ("journals", "trail", "recovery", "audits", "loopx_site", "notifications"):
         for path in (ROOT / package).rglob("*.py"):
             text = path.read_text()
             for status, code in _RAISED.findall(text):

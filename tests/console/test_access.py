@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from audits.models import OperatorAction
 from recovery.models import GateDecision, OperatorEvidence
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

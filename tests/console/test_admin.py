@@ -9,10 +9,10 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 
-from audits.models import OperatorAction
 from console.models import TurnAnnotation
 from journals.models import JournalRecord
 from tests.console.scenarios import SECRET
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def staff_admin(db) -> Client:
 
 
 def test_every_model_of_our_apps_is_registered():
-    for label in ("journals", "recovery", "audits", "console"):
+    for label in ("journals", "trail", "recovery", "audits", "console"):
         for model in apps.get_app_config(label).get_models():
             assert admin.site.is_registered(model), model
 
@@ -36,10 +36,10 @@ def test_every_model_of_our_apps_is_registered():
     "label, name",
     [
         ("journals", "journalrecord"),
-        ("audits", "operatoraction"),
-        ("audits", "recoveryaudit"),
-        ("audits", "recoveryauditaction"),
-        ("audits", "recoverydivergence"),
+        ("trail", "operatoraction"),
+        ("recovery", "recoveryaudit"),
+        ("recovery", "recoveryauditaction"),
+        ("recovery", "recoverydivergence"),
     ],
 )
 def test_evidence_and_the_audit_trail_are_read_only(rf, label, name):

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group, User
 
 pytestmark = pytest.mark.django_db
 
-PROJECT_APPS = ("journals", "recovery", "audits", "console", "notifications", "teams")
+PROJECT_APPS = ("journals", "trail", "recovery", "audits", "console", "notifications", "teams")
 
 
 def _user(name: str, group: str | None) -> User:

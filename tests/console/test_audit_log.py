@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from audits.models import OperatorAction
-from audits.services import operator_action_record
-from audits.trail import row_digest
+from trail.chain import row_digest
+from trail.models import OperatorAction
+from trail.services import operator_action_record
 
 pytestmark = pytest.mark.django_db
 

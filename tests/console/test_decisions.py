@@ -7,11 +7,11 @@ import re
 import pytest
 from django.urls import reverse
 
-from audits.models import OperatorAction
 from journals.models import Turn
 from recovery.models import GateDecision, OperatorEvidence
 from tests.console.conftest import page_client
 from tests.console.scenarios import many_runs
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

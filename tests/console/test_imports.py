@@ -10,12 +10,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from audits.models import OperatorAction
 from journals.models import Turn
 from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedRun
 from recovery.import_services import effect_map_attach, effect_map_create, history_upload_receive
 from recovery.tasks import convert_history
 from tests.imports.charge_history import RUN, history_bytes
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from audits.findings import Finding
 from journals.models import Run, Turn
+from recovery.finding_models import Finding
 from recovery.models import PackageUpload
 from recovery.package_models import JournalCorruption
 from recovery.packages import build_package

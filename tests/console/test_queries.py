@@ -10,10 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from audits.findings import Finding
-from audits.services import recovery_audit_action_report, recovery_audit_open
 from console.services import turn_annotate
 from journals.models import Run, Turn
+from recovery.audit_services import recovery_audit_action_report, recovery_audit_open
+from recovery.finding_models import Finding
 from recovery.services import turn_approve, turn_block, turn_claim
 from tests.console.scenarios import many_runs
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from audits.models import OperatorAction
 from recovery.models import Assessment, OperatorEvidence, TurnClaim
 from tests.journal_builder import JournalBuilder
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 T = "/api/v1/runs/run-1/turns/{}"

@@ -11,14 +11,14 @@ import tarfile
 
 import pytest
 
-from audits.findings import Finding
-from audits.models import OperatorAction
 from journals.models import JournalRecord, Run, Turn
 from journals.services import records_ingest
+from recovery.finding_models import Finding
 from recovery.models import Assessment
 from recovery.repair_models import JournalRepair
 from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -23,8 +23,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from rest_framework.test import APIClient
 
 from audits.checks import audit_unclaimed_blocked_turns
-from audits.finding_services import finding_open_or_touch, finding_resolve
-from audits.findings import UNRESOLVED, Finding
 from console.selectors import blocked_queue, decorate_runs
 from console.turn_detail import turn_page
 from engine.writer import JournalWriter
@@ -32,6 +30,8 @@ from journals.access import EVERY_RUN
 from journals.models import Intent, Run, Turn, TurnEffective
 from journals.services import records_ingest
 from kernel.errors import ServiceError
+from recovery.finding_models import UNRESOLVED, Finding
+from recovery.finding_services import finding_open_or_touch, finding_resolve
 from recovery.services import (
     assessment_refresh,
     turn_approve,
@@ -105,7 +105,10 @@ class OneTruth(RuleBasedStateMachine):
 
     def _ingest(self) -> None:
         body = b"".join(line + b"\n" for line in self.batches[self.sent])
-        records_ingest(run_id=self.run_id, body=body, content_type="application/x-ndjson", token=None)
+        # The runtime that holds a turn's claim writes under its fencing token, as a real one must.
+        records_ingest(
+            run_id=self.run_id, body=body, content_type="application/x-ndjson", token=None, fencing=dict(self.claims)
+        )
         self.sent += 1
         assessment_refresh(run=self.run)  # what the background task does after the batch commits
 

@@ -9,10 +9,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audits.models import OperatorAction
 from console.imports import EntriesField, entries_text
 from journals.models import EFFECT_CLASSES, JournalRecord, Run, Turn
 from kernel.appendonly import AppendOnlyError
+from kernel.errors import ServiceError
 from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedIntent
 from recovery.import_services import (
     ImportServiceError,
@@ -26,6 +26,7 @@ from recovery.import_services import (
 )
 from recovery.tasks import convert_history, reimport_history
 from tests.imports.charge_history import RUN, history_bytes
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +70,7 @@ def test_a_map_that_is_not_one_is_refused_and_nothing_is_kept(operator, entries,
 
 def test_a_change_needs_a_reason_and_a_change(operator):
     v1 = effect_map_create(name="orders", entries={"A": "safe"}, actor=operator, reason="r")
-    with pytest.raises(ImportServiceError) as err:
+    with pytest.raises(ServiceError) as err:  # the trail checks every act's reason
         effect_map_update(effect_map=v1.map, entries={"A": "unsafe"}, default="unsafe", actor=operator, reason=" ")
     assert err.value.code == "reason_required"
     with pytest.raises(ImportServiceError) as err:

@@ -48,7 +48,7 @@ def test_workload_shows_in_metrics(runtime, operator):
         assessment_refresh(run=Run.objects.get(run_id=run_id))
     turn_block(turn=Run.objects.get(run_id="m-ok").turns.get(turn_id="t2"), actor=operator, reason="hold it")
 
-    from audits.finding_services import finding_open_or_touch
+    from recovery.finding_services import finding_open_or_touch
 
     finding_open_or_touch(kind="lost_turn", run=Run.objects.get(run_id="m-ok"), fact_key="t2")
 
@@ -91,7 +91,7 @@ def test_metrics_refuses_anonymous_and_bad_tokens(client, runtime):
 
 
 def test_revoked_token_is_refused(client, runtime):
-    from journals.services import api_token_revoke
+    from trail.tokens import api_token_revoke
 
     api_token_revoke(token=runtime.token)
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {runtime.raw}").status_code == 401

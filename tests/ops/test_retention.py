@@ -14,13 +14,13 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from audits.models import OperatorAction
 from journals.models import JournalRecord, Run
 from journals.services import records_ingest
 from ops import retention
 from recovery.background import assessment_run
 from recovery.packages import check_package
 from tests.journal_builder import JournalBuilder
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +94,7 @@ def test_round_trip_export_remove_reimport(retention_dir):
 
 
 def test_only_finished_quiet_runs_go(retention_dir, operator):
-    from audits.finding_services import finding_open_or_touch
+    from recovery.finding_services import finding_open_or_touch
     from recovery.services import turn_block
 
     _store(_completed("recent"), days_idle=2)

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 
 from journals.models import Branch, JournalRecord, Run, Turn
 from journals.selectors import journal_bytes
-from journals.services import api_token_create, records_ingest
+from journals.services import records_ingest
 from kernel import events
 from recovery import package_services
 from recovery.models import Assessment, PackageUpload
@@ -24,6 +24,7 @@ from recovery.packages import build_package, check_package, restore_package
 from recovery.tasks import validate_package
 from tests.journal_builder import JournalBuilder
 from tests.packages.crafting import E, make_archive, manifest_bytes, package_entries
+from trail.tokens import api_token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -382,7 +383,7 @@ def test_an_uploader_who_lost_the_operator_role_imports_nothing(operator, tmp_pa
 def test_an_import_raises_the_assessment_flag_as_ingest_does(
     operator, tmp_path, django_capture_on_commit_callbacks, upload_of, monkeypatch
 ):
-    from recovery.pending import PendingAssessment
+    from journals.pending import PendingAssessment
     from recovery.tasks import assess_run
 
     package = tmp_path / "p.tar.gz"

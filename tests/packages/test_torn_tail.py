@@ -12,23 +12,23 @@ import os
 import pytest
 from django.core.management import call_command
 
-from audits.finding_services import finding_acknowledge, finding_resolve
-from audits.findings import Finding
-from audits.models import OperatorAction
 from journals.models import JournalRecord, Run, Turn
+from journals.pending import PendingAssessment
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
 from kernel.appendonly import AppendOnlyError
+from recovery.finding_models import Finding
+from recovery.finding_services import finding_acknowledge, finding_resolve
 from recovery.models import Assessment, PackageUpload, TurnAssessment
 from recovery.package_models import JournalCorruption
 from recovery.package_services import MAX_CORRUPT_LINES, package_sweep, run_journal_bytes
 from recovery.packages import build_package, check_package, restore_package
-from recovery.pending import PendingAssessment
 from recovery.selectors import HOLD
 from recovery.services import assessment_refresh, turn_decision
 from recovery.tasks import assess_run, validate_package
 from tests.journal_builder import JournalBuilder
 from tests.packages.test_import import package_dir, run_task  # noqa: F401 - package_dir: an autouse fixture
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -334,11 +334,3 @@ def test_postgresql_refuses_to_rewrite_or_delete_a_kept_line(imported):
         with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(sql, [kept.pk])
     assert bytes(JournalCorruption.objects.get().data) == TORN
-
-
-def test_kept_lines_count_under_the_same_unresolved_states_as_findings():
-    # recovery cannot import audits (audits builds on it), so the states are spelled out twice: kept equal here.
-    from audits.findings import UNRESOLVED
-    from recovery import package_models
-
-    assert tuple(package_models._UNRESOLVED) == tuple(UNRESOLVED)

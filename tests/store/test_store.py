@@ -11,14 +11,15 @@ from django.core.management import call_command
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from audits.models import OperatorAction, RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
-from audits.services import operator_action_record
 from journals.models import ApiToken, Intent, JournalRecord, Run, Turn
 from journals.selectors import api_token_find, journal_bytes
 from journals.services import records_ingest
 from kernel.appendonly import AppendOnlyError
+from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
 from recovery.models import GateDecision, OperatorEvidence
 from tests.journal_builder import JournalBuilder
+from trail.models import OperatorAction
+from trail.services import operator_action_record
 
 pytestmark = pytest.mark.django_db
 
@@ -267,7 +268,7 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
     flag, so the task's lowering UPDATE waits for the batch (nothing committed before it is missed)."""
     import psycopg
 
-    from recovery.pending import PendingAssessment
+    from journals.pending import PendingAssessment
     from tests.store import pg_session
 
     def batch(lsn: int) -> bytes:
@@ -344,7 +345,7 @@ def test_the_token_lookup_gives_the_orms_token():
     """On PostgreSQL the token's lookup is one written statement (journals.postgres.pg_api_token_find): the instance is
     the ORM's, every field alike (datetimes with their zone), saved state included; a revoked or unknown
     token is None at once."""
-    from journals.services import api_token_create, api_token_revoke
+    from trail.tokens import api_token_create, api_token_revoke
 
     token, raw = api_token_create(name="runtime-cmp", run_prefix="pre-")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())

@@ -1,4 +1,4 @@
-"""Concurrent trail writers on PostgreSQL serialise at the chain head (audits/trail.py): however their
+"""Concurrent trail writers on PostgreSQL serialise at the chain head (trail/chain.py): however their
 transactions interleave, the chain has no gap and no fork."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from audits.models import OperatorAction, TrailHead
-from audits.services import operator_action_record
-from audits.trail import trail_verify
+from trail.chain import trail_verify
+from trail.models import OperatorAction, TrailHead
+from trail.services import operator_action_record
 
 
 @pytest.mark.postgres

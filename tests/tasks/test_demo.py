@@ -7,10 +7,10 @@ import pytest
 
 from engine import assess
 from journals.models import Checkpoint, JournalRecord, Run
+from journals.pending import PendingAssessment
 from recovery.background import assessment_run
 from recovery.demo import demo_journals, demo_seed, workload_lines
 from recovery.models import TurnAssessment
-from recovery.pending import PendingAssessment
 
 
 def test_the_demo_journals_reach_every_decision_and_the_reasons_asked_for():

@@ -15,11 +15,11 @@ from unittest import mock
 import pytest
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from audits.findings import Finding
 from journals.models import Run
+from journals.pending import PendingAssessment
 from recovery.demo import run_effects, workload_lines
+from recovery.finding_models import Finding
 from recovery.models import Assessment, TurnAssessment
-from recovery.pending import PendingAssessment
 from recovery.tasks import assess_run
 from tests.tasks.conftest import ingest
 from tests.tasks.procs import RedisServer, Stack, publishing_to, wait_for

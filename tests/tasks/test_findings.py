@@ -6,18 +6,19 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from audits.finding_services import (
+from journals.models import Turn
+from kernel.errors import ServiceError
+from recovery.demo import workload_lines
+from recovery.finding_models import Finding
+from recovery.finding_services import (
     FindingError,
     finding_acknowledge,
     finding_clear,
     finding_open_or_touch,
     finding_resolve,
 )
-from audits.findings import Finding
-from audits.models import OperatorAction
-from journals.models import Turn
-from recovery.demo import workload_lines
 from tests.tasks.conftest import ingest
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +104,7 @@ def test_acknowledge_and_resolve_are_operator_actions(run, operator):
 
 def test_transitions_need_a_reason_and_the_right_state(run, operator):
     finding, _ = finding_open_or_touch(kind="lost_turn", run=run)
-    with pytest.raises(FindingError) as missing:
+    with pytest.raises(ServiceError) as missing:  # the trail checks every act's reason
         finding_acknowledge(finding=finding, actor=operator, reason="  ")
     assert missing.value.code == "reason_required"
     finding_resolve(finding=finding, actor=operator, reason="runtime restarted the turn")

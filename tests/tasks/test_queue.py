@@ -9,12 +9,12 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from engine import assess as engine_assess
+from journals.assessment_flag import assessment_request, assessments_overdue
 from journals.models import Run
-from recovery import background
-from recovery.background import assessment_request, assessment_run
+from journals.pending import PendingAssessment
+from recovery.background import assessment_run
 from recovery.demo import run_healthy, workload_lines
 from recovery.models import Assessment, TurnAssessment
-from recovery.pending import PendingAssessment
 from recovery.services import ENGINE_VERSION, PrefixSuperseded, assessment_refresh
 from tests.tasks.conftest import ingest
 
@@ -125,7 +125,7 @@ def test_a_broker_outage_leaves_the_flag_raised_for_the_sweep(published, django_
     flag = PendingAssessment.objects.get(run=run)
     assert flag.pending and flag.enqueued_at is None and flag.enqueues == 0
     published.fail = False
-    overdue = background.assessments_overdue(grace=timedelta(0), republish_after=timedelta(hours=1), limit=10)
+    overdue = assessments_overdue(grace=timedelta(0), republish_after=timedelta(hours=1), limit=10)
     assert overdue == [(run.pk, "run-down", True)]
 
 

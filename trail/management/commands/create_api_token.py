@@ -10,8 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.models import ApiToken
-from journals.services import api_token_create
 from kernel.via import via
+from trail.tokens import api_token_create
 
 
 class Command(BaseCommand):

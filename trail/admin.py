@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 
 from journals.access import can_administer
 from journals.models import ApiToken
-from journals.services import api_token_create, api_token_revoke
+from trail.tokens import api_token_create, api_token_revoke
 
 
 class ApiTokenForm(forms.ModelForm):

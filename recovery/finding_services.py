@@ -11,15 +11,24 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from audits.findings import ACKNOWLEDGED, BLOCKING_KINDS, FINDING_KINDS, KINDS, OPEN, RESOLVED, UNRESOLVED, Finding
-from audits.services import operator_action_record
 from engine.secrets import redact
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel import events
 from kernel.errors import ServiceError
 from kernel.events import emit
+from recovery.finding_models import (
+    ACKNOWLEDGED,
+    BLOCKING_KINDS,
+    FINDING_KINDS,
+    KINDS,
+    OPEN,
+    RESOLVED,
+    UNRESOLVED,
+    Finding,
+)
 from recovery.state import turn_states_refresh
+from trail.services import operator_action_record, reason_clean
 
 
 class FindingError(ServiceError):
@@ -91,14 +100,6 @@ def finding_open_or_touch(
         return found, False
 
 
-def _reason(reason: Any) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise FindingError(400, "reason_required", "a reason is required")
-    if len(reason) > 4000:
-        raise FindingError(400, "reason_too_long", "the reason is longer than 4000 characters")
-    return storable(reason.strip())
-
-
 def _summary(finding: Finding) -> dict[str, Any]:
     return {"finding": finding.pk, "kind": finding.kind, "state": finding.state, "fact_key": finding.fact_key}
 
@@ -109,7 +110,7 @@ def _actor_name(actor: Any) -> str:
 
 def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding:
     """An operator has seen the finding and owns it; it stays unresolved (and blocking, if it blocks)."""
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     with transaction.atomic():
         locked = Finding.objects.select_for_update(of=("self",)).select_related("run", "turn").get(pk=finding.pk)
         if locked.state != OPEN:
@@ -131,7 +132,7 @@ def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
     """An operator closes the finding. For an integrity finding this lifts the block on the run: the
     reason should say how the journal was repaired or why the difference is accepted. If the audit sees
     the same fact again it opens a new finding; a resolution is never silently undone or redone."""
-    reason = _reason(reason)
+    reason = reason_clean(reason=reason)
     with transaction.atomic():
         locked = Finding.objects.select_for_update(of=("self",)).select_related("run", "turn").get(pk=finding.pk)
         if locked.state == RESOLVED:

@@ -1,10 +1,12 @@
 """The assessment queue's state in the database: at most one pending assessment per run.
 
-A model module of the `recovery` app (imported by recovery/models.py). The broker carries messages; this
-row is the truth about what is owed. Ingest raises ``pending`` in the same transaction that stores a
-batch (compare-and-set: only the batch that flips it publishes a task), the task lowers it before it reads
-the prefix, and the sweep (audits/checks.py) republishes a flag left raised with no task behind it.
-recovery/background.py holds the transitions.
+A model module of the `journals` app (imported by journals/models.py): the flag says the run's committed
+prefix moved and its assessment is owed. The broker carries messages; this row is the truth about what is
+owed. Ingest raises ``pending`` in the same transaction that stores a batch (compare-and-set: only the
+batch that flips it announces ``prefix_moved`` on commit, and recovery publishes a task), the task lowers
+it before it reads the prefix, and the sweep (audits/checks.py) republishes a flag left raised with no
+task behind it. journals/assessment_flag.py holds every write of it. The table keeps its name from the
+recovery app.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class PendingAssessment(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["pending", "requested_at"], name="pendingassessment_sweep")]
+        db_table = "recovery_pendingassessment"
 
     def __str__(self) -> str:
         return f"{self.run_id}: {'pending' if self.pending else 'idle'}"

@@ -1,5 +1,6 @@
 """Findings: typed facts the scheduled audits found, for an operator to review. A model module of the
-`audits` app (imported by audits/models.py); audits/finding_services.py holds the transitions.
+`recovery` app (imported by recovery/models.py), since the gate holds a run on a blocking finding;
+recovery/finding_services.py holds the transitions. The table keeps its name from the audits app.
 
 A finding names one fact: (kind, run, turn, fact key). The same fact is never open twice (a partial
 unique constraint over the rows that are not resolved); seeing it again only moves ``last_seen``. Once
@@ -28,7 +29,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "decision_changed": ("engine_change", "a new engine version decides a turn differently for the same prefix"),
     "blocked_turn_unclaimed": ("unclaimed_blocked_turns", "a blocked turn has waited too long for an operator"),
     "assessment_missed": ("assessment_sweep", "a committed batch was never assessed (its task was lost)"),
-    # Of no run: the operator trail's own chain (audits/trail.py) no longer verifies.
+    # Of no run: the operator trail's own chain (trail/chain.py) no longer verifies.
     "trail_broken": ("trail_verification", "a row of the operator trail was edited, removed or added behind it"),
 }
 FINDING_KINDS = tuple(KINDS)
@@ -72,6 +73,7 @@ class Finding(models.Model):
     resolution_reason = models.TextField(blank=True, default="")
 
     class Meta:
+        db_table = "audits_finding"
         ordering = ["-last_seen", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=FINDING_KINDS), name="finding_kind_valid"),

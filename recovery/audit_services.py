@@ -1,4 +1,4 @@
-"""Writes of the audit trail: operator actions, and recovery audits (plan, actual actions, divergences).
+"""Writes of recovery audits: the plan, the actions actually taken, and their divergences.
 
 A recovery audit is opened under a claim's fencing token with the gate's plan; the runtime reports each
 action it actually takes and closes the audit; differences become typed divergences:
@@ -13,64 +13,18 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from audits.models import (
+from engine.secrets import redact
+from journals.models import Turn
+from journals.storable import storable
+from recovery.audit_models import (
     ACTION_KINDS,
-    OperatorAction,
     RecoveryAudit,
     RecoveryAuditAction,
     RecoveryAuditClosure,
     RecoveryDivergence,
 )
-from engine.secrets import redact
-from journals.models import Run, Turn
-from journals.storable import storable
 from recovery.selectors import DONE, HOLD
 from recovery.services import GateError, claim_require, gate_locked, turn_park
-
-
-def actor_display(actor: Any) -> str:
-    """The name a trail row keeps for ``actor``: a person's username, ``token:<name>`` for a runtime token,
-    ``recovery-gate`` for the system."""
-    if actor is None:
-        return "recovery-gate"
-    if hasattr(actor, "get_username"):
-        return str(actor.get_username())
-    token = getattr(actor, "token", None)
-    name = getattr(actor, "username", None) or (f"token:{token.name}" if token is not None else None)
-    return str(name or getattr(actor, "name", None) or "unknown")
-
-
-def operator_action_record(
-    *,
-    actor: Any,
-    kind: str,
-    reason: str,
-    run: Run | None = None,
-    turn: Turn | None = None,
-    before: dict[str, Any] | None = None,
-    after: dict[str, Any] | None = None,
-    actor_name: str | None = None,
-    via: str | None = None,
-) -> OperatorAction:
-    """Append one audit row, chained to the one before it (audits/trail.py: under the trail head's lock,
-    in the caller's transaction; call it after the change's other writes). ``actor`` None is the system:
-    the gate itself unless ``actor_name`` says who (e.g. ``manage.py``); a runtime token (or the API's
-    principal for one) is recorded as ``token:<name>``; before/after are redacted. ``via`` overrides where
-    the act came from (otherwise the request's path, or ``system``)."""
-    from audits.trail import trail_append
-
-    name = actor_name or actor_display(actor)
-    return trail_append(
-        actor=actor if getattr(actor, "pk", None) and hasattr(actor, "get_username") else None,
-        actor_name=str(name)[:150],
-        kind=kind,
-        run=run,
-        turn=turn,
-        reason=storable(reason),
-        before=storable(redact(before or {})),
-        after=storable(redact(after or {})),
-        via_name=via,
-    )
 
 
 def recovery_audit_open(*, turn: Turn, fencing_token: int) -> RecoveryAudit:

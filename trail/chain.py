@@ -23,9 +23,9 @@ from typing import Any
 
 from django.db import transaction
 
-from audits.models import TRAIL_GENESIS, OperatorAction, TrailHead
 from engine.canonical import canonical_bytes
 from kernel.via import current_via
+from trail.models import TRAIL_GENESIS, OperatorAction, TrailHead
 
 
 def _when(value: datetime) -> str:

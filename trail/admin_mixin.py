@@ -15,7 +15,7 @@ from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from audits.services import operator_action_record
+from trail.services import operator_action_record
 
 # Fields whose value never reaches the trail; a change of one shows as "changed".
 SECRET_FIELDS = frozenset({"password", "secret", "token_hash"})

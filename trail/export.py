@@ -16,10 +16,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from audits.models import OPERATOR_ACTION_KINDS, VIA, OperatorAction
-from audits.services import operator_action_record
 from journals.access import RunScope, run_scope
 from kernel.errors import ServiceError
+from trail.models import OPERATOR_ACTION_KINDS, VIA, OperatorAction
+from trail.services import operator_action_record
 
 EXPORT_FORMATS = ("jsonl", "csv")
 FILTERS = ("kind", "actor", "run", "via", "since", "until")

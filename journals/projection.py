@@ -1,0 +1,183 @@
+"""The assessed picture of a run written back to the store: Turn, Phase, Intent and Branch rows from the
+engine's answer. Ingest writes a planned turn's first row and a branch's cursor (journals/services.py);
+everything an assessment decides is written here, and nowhere else. Recovery calls these inside its
+assessment's transaction, under the run's lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from django.utils import timezone
+
+from engine.canonical import canonical_bytes, parse_line
+from engine.types import Assessment as EngineAssessment
+from engine.types import BranchView, TurnDecision
+from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
+from journals.storable import storable
+
+_MAX_BRANCH = 2**31 - 1
+
+
+def _turn_key(td: TurnDecision) -> str | None:
+    return storable(td.turn) if isinstance(td.turn, str) and 0 < len(td.turn) <= 200 else None
+
+
+def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[str, Turn]:
+    """Turn, Phase and Intent rows from the engine's decisions; only turns whose picture changed are
+    rewritten. Returns engine turn id -> Turn."""
+    keys = {td.turn: key for td in result.turns if (key := _turn_key(td)) is not None}
+    existing = {t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=list(keys.values()))}
+    missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
+    if missing:
+        Turn.objects.bulk_create(missing, ignore_conflicts=True)
+        existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
+    now = timezone.now()
+    changed: list[tuple[Turn, TurnDecision]] = []
+    for td in result.turns:
+        key = keys.get(td.turn)
+        if key is None:
+            continue
+        turn = existing[key]
+        fields = {
+            "lineage": storable(td.lineage),
+            "branch": td.branch,
+            "plan": storable(list(td.phases)),
+            "status": td.terminal if td.terminal in ("completed", "failed", "cancelled") else "open",
+            "decision": td.decision.value,
+            "reason": td.reason,
+            "resume_from": storable(td.resume_from),
+            "completed_phases": storable(list(td.completed_phases)),
+        }
+        intents = [
+            [i.intent, i.effect_class, i.idempotency_key, i.resolution, i.branch, i.live, i.dispatches, i.outcome]
+            for i in td.intents
+        ]
+        # One digest of everything the turn's rows show (the live branch too: a fork moves committing
+        # records) so that unchanged turns cost nothing on a refresh.
+        signature = hashlib.sha256(
+            canonical_bytes(storable([fields, intents, td.terminal, result.live_branch]))
+        ).hexdigest()
+        if turn.assessed_digest != signature:
+            for k, v in fields.items():
+                setattr(turn, k, v)
+            turn.assessed_digest = signature
+            turn.updated_at = now
+            changed.append((turn, td))
+    if changed:
+        Turn.objects.bulk_update(
+            [t for t, _ in changed],
+            [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"],
+            batch_size=2000,
+        )
+        _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
+    return {engine_id: existing[key] for engine_id, key in keys.items()}
+
+
+def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int, float]:
+    """branch -> the last lsn of it on the live timeline (inf for the live branch itself)."""
+    views = {b.branch: b for b in branches}
+    cutoffs: dict[int, float] = {live_branch: float("inf")}
+    current = views.get(live_branch)
+    while current is not None and current.parent is not None:
+        keep = current.from_lsn if current.from_lsn is not None else -1
+        cutoffs[current.parent] = min(cutoffs.get(current.parent, float("inf")), keep)
+        current = views.get(current.parent)
+    return cutoffs
+
+
+def _rewrite_timelines(
+    run: Run,
+    branches: Iterable[BranchView],
+    live_branch: int,
+    changed: list[tuple[Turn, TurnDecision]],
+    last_seq: int,
+) -> None:
+    cutoffs = _live_cutoffs(branches, live_branch)
+    turn_ids = [t.turn_id for t, _ in changed]
+    # The first live phase_committed record of each (turn, phase): the committing record.
+    committing: dict[tuple[str, str], tuple[int, str | None]] = {}
+    for start in range(0, len(turn_ids), 1000):
+        rows = (
+            JournalRecord.objects.filter(
+                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
+            )
+            .order_by("seq")
+            .values_list("pk", "branch", "lsn", "turn", "line")
+        )
+        for pk, branch, lsn, turn_id, line in rows.iterator(chunk_size=2000):
+            if lsn > cutoffs.get(branch, -1):
+                continue
+            obj = parse_line(bytes(line)).obj or {}
+            phase, at = obj.get("phase"), obj.get("at")
+            if isinstance(phase, str):
+                committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
+    turns = [t for t, _ in changed]
+    Phase.objects.filter(turn__in=turns).delete()
+    Intent.objects.filter(turn__in=turns).delete()
+    phases: list[Phase] = []
+    intents: list[Intent] = []
+    for turn, td in changed:
+        done = set(turn.completed_phases)
+        for position, name in enumerate(turn.plan):
+            record = committing.get((turn.turn_id, name)) if name in done else None
+            phases.append(
+                Phase(
+                    turn=turn,
+                    position=position,
+                    name=name,
+                    committed=name in done,
+                    record_id=record[0] if record else None,
+                    committed_at=record[1] if record else None,
+                )
+            )
+        seen: set[str] = set()
+        for position, iv in enumerate(td.intents):
+            intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
+            if intent_id is None or intent_id in seen or len(intent_id) > 200:
+                continue
+            seen.add(intent_id)
+            intents.append(
+                Intent(
+                    turn=turn,
+                    intent_id=intent_id,
+                    effect_class=iv.effect_class,
+                    idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
+                    resolution=iv.resolution,
+                    branch=iv.branch,
+                    live=iv.live,
+                    dispatches=iv.dispatches,
+                    outcome=iv.outcome,
+                    position=position,
+                )
+            )
+    Phase.objects.bulk_create(phases, batch_size=2000)
+    Intent.objects.bulk_create(intents, batch_size=2000)
+
+
+def branches_project(*, run: Run, views: Iterable[BranchView]) -> None:
+    existing = {b.number: b for b in Branch.objects.filter(run=run)}
+    create: list[Branch] = []
+    update: list[Branch] = []
+    for view in views:
+        if not 0 <= view.branch <= _MAX_BRANCH:
+            continue
+        branch = existing.get(view.branch)
+        if branch is None:
+            branch = Branch(run=run, number=view.branch)  # a fork whose new branch has no record yet
+            create.append(branch)
+        else:
+            update.append(branch)
+        branch.parent = view.parent
+        branch.from_lsn = view.from_lsn
+        branch.fork_lsn = view.fork_lsn
+        branch.discarded_from = view.discarded_from
+        branch.live = view.live
+    if create:
+        Branch.objects.bulk_create(create)
+    if update:
+        Branch.objects.bulk_update(update, ["parent", "from_lsn", "fork_lsn", "discarded_from", "live"])
+
+
+# --- The gate ---------------------------------------------------------------------------------------
