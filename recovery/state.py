@@ -303,13 +303,24 @@ def turn_states_refresh(
             row.updated_at = now
             update.append(row)
         found[pk] = _with_since(value, row.since)
+    _states_store(run, assessment, create, update, newly_held)
+    return found
+
+
+def _states_store(
+    run: Run,
+    assessment: Assessment,
+    create: list[TurnEffective],
+    update: list[TurnEffective],
+    newly_held: list[tuple[str, StateValue]],
+) -> None:
+    """Write the changed rows, and send `turn_blocked` (webhooks, metrics) for each turn this refresh newly
+    holds, whoever held it: sent in the transaction, so that deliveries commit with the state."""
     with transaction.atomic():
         if create:
             TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
         if update:
             TurnEffective.objects.bulk_update(update, [*_FIELDS, "since", "updated_at"], batch_size=2000)
-        # `turn_blocked` (webhooks, metrics) for each turn this refresh newly holds, whoever held it; sent in
-        # the transaction, so that deliveries commit with the state.
         for turn_id, value in newly_held:
             emit(
                 turn_blocked,
@@ -320,7 +331,6 @@ def turn_states_refresh(
                 assessment_id=assessment.pk,
                 state=str(value.state),
             )
-    return found
 
 
 _FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "note", "needs_evidence")
