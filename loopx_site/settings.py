@@ -10,9 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 
 from kernel.env import env_bool, env_int, env_list, env_str
 from ops.logconfig import json_logging
+
+# Django's admin and form classes take type arguments in the stubs (admin.ModelAdmin[Team]); this lets the
+# same subscript run as a class base. It only adds __class_getitem__ returning the class itself.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOPX_VAR_DIR", str(BASE_DIR / "var")))
