@@ -10,16 +10,18 @@ Three layers, because each one alone has a hole:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import models
+
+_M = TypeVar("_M", bound=models.Model)
 
 
 class AppendOnlyError(Exception):
     """Raised when code tries to update or delete an append-only row."""
 
 
-class AppendOnlyQuerySet(models.QuerySet):
+class AppendOnlyQuerySet(models.QuerySet[_M]):
     def update(self, **kwargs: Any) -> int:
         raise AppendOnlyError(f"{self.model.__name__} is append-only: rows are never updated")
 

@@ -107,10 +107,11 @@ class RedactingFilter(logging.Filter):
     """Rewrites a record in place so that no handler downstream can print a secret. Never drops a record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith("django.db.backends") and isinstance(getattr(record, "sql", None), str):
-            shape = sql_shape(record.sql)  # type: ignore[attr-defined]
-            record.sql = shape  # type: ignore[attr-defined]
-            record.params = "[omitted]"  # type: ignore[attr-defined]
+        sql = getattr(record, "sql", None)
+        if record.name.startswith("django.db.backends") and isinstance(sql, str):
+            shape = sql_shape(sql)
+            record.sql = shape
+            record.params = "[omitted]"
             duration = getattr(record, "duration", None)
             record.msg = f"({duration:.3f}) {shape}" if isinstance(duration, float) else shape
             record.args = None
