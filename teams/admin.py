@@ -7,13 +7,13 @@ from django.contrib import admin
 from .models import Team, TeamPrefix
 
 
-class TeamPrefixInline(admin.TabularInline):
+class TeamPrefixInline(admin.TabularInline[TeamPrefix, Team]):
     model = TeamPrefix
     extra = 1
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(admin.ModelAdmin[Team]):
     list_display = ["name", "oidc_group", "created_at"]
     search_fields = ["name", "oidc_group"]
     filter_horizontal = ["members"]
