@@ -19,7 +19,7 @@ from journals.selectors import run_find, turn_lookup
 from kernel.errors import ServiceError
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     """Every refusal of a service: a stable code, one line of words, and the 1-based line when a
     record of a batch was at fault. Some codes add fields (e.g. `lsn_conflict`: branch, lsn, digests)."""
 
@@ -28,7 +28,7 @@ class ErrorSerializer(serializers.Serializer):
     line = serializers.IntegerField(allow_null=True)
 
 
-class LoopxView(GenericAPIView):
+class LoopxView(GenericAPIView[Any]):
     authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
     throttle_classes = [ApiTokenRateThrottle]
     permission_classes = [CanView]

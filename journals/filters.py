@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import django_filters
 from django.db.models import QuerySet
@@ -23,23 +23,28 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
             try:
                 value = value.astimezone(UTC)
             except (OverflowError, ValueError):
-                raise ValidationError({self.field_name: "time out of range"}) from None
+                # The stubs allow a None field_name; the filter set's metaclass names every declared filter.
+                raise ValidationError({self.field_name: "time out of range"}) from None  # type: ignore[dict-item]
         return super().filter(qs, value)
 
 
 class ShallowFilterSet(django_filters.FilterSet):
+    _loopx_form_class: ClassVar[Any]  # set on each subclass by get_form_class
     """django-filter deep-copies every declared filter (with its choices) on each request; a shallow copy
     per filter is enough (a filter only gains its parent, model and form field on the copy), and the deep
     copy would cost every list page its choices' copies again (benchmarks/bench_reads.py)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.base_filters = {}  # the instance attribute: the deep copy in __init__ copies nothing
+        # The stubs type these mappings as OrderedDict, which django-filter happens to build; it only iterates
+        # and indexes them. They also leave out the model and parent that django-filter sets on each filter, and
+        # allow a None queryset, which __init__ has replaced with the model's default one by now.
+        self.base_filters = {}  # type: ignore[assignment]  # the instance attribute: the deep copy in __init__ copies nothing
         super().__init__(*args, **kwargs)
         del self.base_filters
-        self.filters = {name: copy.copy(f) for name, f in type(self).base_filters.items()}
+        self.filters = {name: copy.copy(f) for name, f in type(self).base_filters.items()}  # type: ignore[assignment]
         for filter_ in self.filters.values():
-            filter_.model = self.queryset.model
-            filter_.parent = self
+            filter_.model = self.queryset.model  # type: ignore[attr-defined, union-attr]
+            filter_.parent = self  # type: ignore[attr-defined]
 
     def get_form_class(self) -> Any:
         # The form class depends only on the declared filters (static choices), not on the request; django-

@@ -22,7 +22,8 @@ class FastJSONRenderer(JSONRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
         if data is None:
             return b""
-        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
+        # The stubs want a str; DRF passes the negotiated type or None, and get_indent handles None.
+        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:  # type: ignore[arg-type]
             return super().render(data, accepted_media_type, renderer_context)
         try:
             out = orjson.dumps(data, default=self.encoder_class().default, option=_OPTIONS)

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
-class ApiTokenScheme(OpenApiAuthenticationExtension):
+class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]  # drf-spectacular leaves __init_subclass__ unannotated
     target_class = "journals.authentication.ApiTokenAuthentication"
     name = "runtimeToken"
 

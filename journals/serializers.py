@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,13 +25,13 @@ from journals.models import (
 from journals.services import IngestResult
 
 
-class IngestBranchSerializer(serializers.Serializer):
+class IngestBranchSerializer(serializers.Serializer[Any]):
     branch = serializers.IntegerField()
     committed_lsn = serializers.IntegerField(help_text="Ack cursor: every lsn 0..committed_lsn is stored (-1: none).")
     last_lsn = serializers.IntegerField(help_text="Highest lsn stored on the branch (-1: none).")
 
 
-class IngestResultSerializer(serializers.Serializer):
+class IngestResultSerializer(serializers.Serializer[Any]):
     run = serializers.CharField()
     stored = serializers.IntegerField()
     duplicates = serializers.IntegerField()
@@ -52,7 +53,7 @@ class IngestResultSerializer(serializers.Serializer):
         }
 
 
-class IngestConflictSerializer(serializers.Serializer):
+class IngestConflictSerializer(serializers.Serializer[Any]):
     """A batch refused whole with 409 (nothing stored). `lsn_conflict`: branch, lsn and both digests;
     `offset_mismatch`: branch, expected and stored lsn (LoopX-Expect); `fenced`: turn, the token sent and the
     turn's current one; `fencing_required`: turn (LoopX-Fencing)."""
@@ -71,7 +72,7 @@ class IngestConflictSerializer(serializers.Serializer):
     current = serializers.IntegerField(required=False)
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(serializers.ModelSerializer[Run]):
     class Meta:
         model = Run
         fields = [
@@ -87,7 +88,7 @@ class RunSerializer(serializers.ModelSerializer):
         ]
 
 
-class BranchSerializer(serializers.ModelSerializer):
+class BranchSerializer(serializers.ModelSerializer[Branch]):
     branch = serializers.IntegerField(source="number")
 
     class Meta:
@@ -128,12 +129,13 @@ def iso(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-class TurnStateSerializer(serializers.Serializer):
+class TurnStateSerializer(serializers.Serializer[Any]):
     """The turn's effective state: what the recovery gate answers and every page shows (docs/state.md).
     Null before the turn's first assessment."""
 
     state = serializers.ChoiceField(choices=TurnState.choices)
-    label = serializers.CharField()
+    # A declared field: DRF's metaclass takes it out of the class, where the stubs see Field.label.
+    label = serializers.CharField()  # type: ignore[assignment]
     gate = serializers.ChoiceField(choices=list(GATE_STATES))
     decision = serializers.CharField()
     reason = serializers.CharField(allow_null=True)
@@ -141,11 +143,12 @@ class TurnStateSerializer(serializers.Serializer):
     operator = serializers.CharField(allow_null=True, help_text="Who decided on top of the engine, if anyone.")
     decided_at = serializers.DateTimeField(allow_null=True)
 
-    def to_representation(self, effective: Any) -> dict[str, Any] | None:
+    # None renders as null (a turn not yet assessed); the stubs only allow a dict.
+    def to_representation(self, effective: Any) -> dict[str, Any] | None:  # type: ignore[override]
         return state_row({f: getattr(effective, f) for f in STATE_ROW_FIELDS}, prefix="")
 
 
-def state_row(row: dict[str, Any], prefix: str = "effective_") -> dict[str, Any] | None:
+def state_row(row: Mapping[str, Any], prefix: str = "effective_") -> dict[str, Any] | None:
     """The ``state`` object of a turn row (its TurnEffective columns joined under ``prefix``)."""
     state = row.get(prefix + "state")
     if state is None:
@@ -170,7 +173,7 @@ def _state_of(turn: Turn) -> dict[str, Any] | None:
     return state_row({f: getattr(effective, f) for f in STATE_ROW_FIELDS}, prefix="")
 
 
-class TurnSerializer(serializers.ModelSerializer):
+class TurnSerializer(serializers.ModelSerializer[Turn]):
     """Fields are declared for the schema; ``to_representation`` builds the same dict directly, because
     lists render 50 of these per page and DRF's per-field machinery would be most of a page's time
     (benchmarks/bench_reads.py). tests/api/test_projection.py checks both agree."""
@@ -182,7 +185,7 @@ class TurnSerializer(serializers.ModelSerializer):
     state = TurnStateSerializer(source="effective", allow_null=True, read_only=True)
 
     @staticmethod
-    def row(row: dict[str, Any]) -> dict[str, Any]:
+    def row(row: Mapping[str, Any]) -> dict[str, Any]:
         """The same shape from a selectors.turn_rows row (a dict), for list pages."""
         return {
             "run": row["run_key"],
@@ -222,7 +225,7 @@ class TurnSerializer(serializers.ModelSerializer):
         fields = ["run", "turn", *TURN_ASSESSED_FIELDS, "state", "created_at", "updated_at"]
 
 
-class PhaseSerializer(serializers.ModelSerializer):
+class PhaseSerializer(serializers.ModelSerializer[Phase]):
     record = serializers.SerializerMethodField()
 
     class Meta:
@@ -234,7 +237,7 @@ class PhaseSerializer(serializers.ModelSerializer):
         return None if record is None else {"seq": record.seq, "branch": record.branch, "lsn": record.lsn}
 
 
-class IntentSerializer(serializers.ModelSerializer):
+class IntentSerializer(serializers.ModelSerializer[Intent]):
     intent = serializers.CharField(source="intent_id")
 
     class Meta:
@@ -280,7 +283,7 @@ class TurnDetailSerializer(TurnSerializer):
         fields = [*TurnSerializer.Meta.fields, "phases", "intents"]
 
 
-class RecordSerializer(serializers.Serializer):
+class RecordSerializer(serializers.Serializer[Any]):
     seq = serializers.IntegerField()
     branch = serializers.IntegerField()
     lsn = serializers.IntegerField()

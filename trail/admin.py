@@ -18,14 +18,14 @@ from journals.models import ApiToken
 from trail.tokens import api_token_create, api_token_revoke
 
 
-class ApiTokenForm(forms.ModelForm):
+class ApiTokenForm(forms.ModelForm[ApiToken]):
     class Meta:
         model = ApiToken
         fields = ["name", "run_prefix"]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     form = ApiTokenForm
     list_display = ("name", "run_prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
@@ -51,14 +51,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
             actions.pop("revoke", None)
         return actions
 
-    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[ApiToken], change: bool) -> None:
         token, raw = api_token_create(name=obj.name, run_prefix=obj.run_prefix, actor=request.user)
         obj.pk, obj.token_hash, obj.created_at = token.pk, token.token_hash, token.created_at
         obj._state.adding, obj._state.db = False, token._state.db
-        request._loopx_new_token = raw  # shown by response_add, then gone
+        # Through __dict__: an attribute of our own on the request, which HttpRequest does not declare.
+        request.__dict__["_loopx_new_token"] = raw  # shown by response_add, then gone
 
     def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
-        context = {**self.admin_site.each_context(request), "token": obj, "raw": request._loopx_new_token}
+        context = {**self.admin_site.each_context(request), "token": obj, "raw": request.__dict__["_loopx_new_token"]}
         response = TemplateResponse(request, "admin/journals/apitoken/created.html", context)
         response["Cache-Control"] = "no-store"  # the only page that ever shows a token
         return response
