@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, overload
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
@@ -23,6 +23,10 @@ def is_storable(text: str) -> bool:
     return _UNSTORABLE.search(text) is None
 
 
+@overload
+def storable(value: str) -> str: ...
+@overload
+def storable(value: Any) -> Any: ...
 def storable(value: Any) -> Any:
     """A copy of ``value`` with NUL and lone surrogates replaced by U+FFFD in every string and key, and
     non-finite numbers spelled as strings."""
