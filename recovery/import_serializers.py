@@ -17,13 +17,13 @@ def _absolute(request: Any, path: str) -> str:
     return request.build_absolute_uri(path) if request is not None else path
 
 
-class ImportProgressSerializer(serializers.Serializer):
+class ImportProgressSerializer(serializers.Serializer[Any]):
     done = serializers.IntegerField(help_text="Events of the history converted so far.")
     total = serializers.IntegerField(help_text="Events of the history.")
     percent = serializers.IntegerField(min_value=0, max_value=100)
 
 
-class HistorySourceSerializer(serializers.Serializer):
+class HistorySourceSerializer(serializers.Serializer[Any]):
     """The history file an import read: never its contents."""
 
     system = serializers.ChoiceField(choices=IMPORT_SYSTEMS)
@@ -36,14 +36,14 @@ class HistorySourceSerializer(serializers.Serializer):
     )
 
 
-class EffectMapRefSerializer(serializers.Serializer):
+class EffectMapRefSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(source="map.name")
     version = serializers.IntegerField(source="number")
     entries = serializers.DictField(child=serializers.ChoiceField(choices=EFFECT_CLASSES))
     default = serializers.ChoiceField(choices=EFFECT_CLASSES)
 
 
-class ImportedRunSerializer(serializers.Serializer):
+class ImportedRunSerializer(serializers.Serializer[Any]):
     run = serializers.CharField(source="run_ident", help_text="The run id in the store.")
     history_run = serializers.CharField(source="run_base", help_text="The run id the history names.")
     records = serializers.IntegerField()
@@ -58,10 +58,12 @@ class ImportedRunSerializer(serializers.Serializer):
         return _absolute(self.context.get("request"), path)
 
 
-class HistoryImportSerializer(serializers.ModelSerializer):
+class HistoryImportSerializer(serializers.ModelSerializer[HistoryImport]):
     state = serializers.ChoiceField(choices=IMPORT_STATES)
     status_url = serializers.SerializerMethodField()
-    source = HistorySourceSerializer()
+    # Declared fields named like Field attributes: DRF's metaclass takes them out of the class; the stubs
+    # see Field.source.
+    source = HistorySourceSerializer()  # type: ignore[assignment]
     effect_map = EffectMapRefSerializer(source="map_version", allow_null=True)
     source_key = serializers.CharField(help_text="The key the map's attachment was looked up by ('' for none).")
     generation = serializers.IntegerField(
@@ -106,11 +108,11 @@ class HistoryImportSerializer(serializers.ModelSerializer):
         return {"done": upload.progress_done, "total": upload.progress_total, "percent": upload.percent}
 
 
-class ImportUploadSerializer(serializers.Serializer):
+class ImportUploadSerializer(serializers.Serializer[Any]):
     """The multipart form of POST /api/v1/imports."""
 
     file = serializers.FileField(help_text="The history: Temporal JSON, a LangGraph SQLite file, Step Functions JSON.")
-    source = serializers.ChoiceField(choices=IMPORT_SYSTEMS)
+    source = serializers.ChoiceField(choices=IMPORT_SYSTEMS)  # type: ignore[assignment]  # a declared field, as above
     run = serializers.CharField(required=False, allow_blank=True, help_text="The run id (default: the history's).")
     effect_map = serializers.CharField(required=False, allow_blank=True, help_text="A map's name (default: attached).")
     key = serializers.CharField(
@@ -120,7 +122,7 @@ class ImportUploadSerializer(serializers.Serializer):
     )
 
 
-class IntentClassSerializer(serializers.Serializer):
+class IntentClassSerializer(serializers.Serializer[Any]):
     """How an imported intent got its effect class."""
 
     intent = serializers.CharField()

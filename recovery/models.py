@@ -7,6 +7,8 @@ people decided about it.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -91,7 +93,7 @@ class TurnClaim(models.Model):
             models.CheckConstraint(condition=Q(fencing_token__gte=1), name="claim_token_gte_1"),
         ]
 
-    def holds(self, now: timezone.datetime | None = None) -> bool:
+    def holds(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
         return self.released_at is None and self.expires_at > now
 

@@ -18,6 +18,7 @@ raw deletes in a fixed order) and the upload's history must outlive it without h
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from django.conf import settings
 from django.db import models
@@ -27,6 +28,9 @@ from django.utils import timezone
 from journals.models import ID_MAX, ApiToken, Run
 from kernel.appendonly import AppendOnlyModel, AppendOnlyQuerySet
 from recovery.finding_models import UNRESOLVED
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 RECEIVED, CHECKING, ACCEPTED, REJECTED, IMPORTED, IMPORT_FAILED = (
     "received",
@@ -128,17 +132,23 @@ class PackageUpload(models.Model):
 _IN_FORCE = Q(finding__isnull=True) | Q(finding__state__in=UNRESOLVED)
 
 
-class JournalCorruptionQuerySet(AppendOnlyQuerySet):
+class InForce(TypedDict):
+    in_force: bool
+
+
+class JournalCorruptionQuerySet(AppendOnlyQuerySet["JournalCorruption"]):
     def in_force(self, run: Run | int) -> JournalCorruptionQuerySet:
         """The run's kept corrupt lines the assessment reads: those whose finding an operator has not
         resolved."""
         return self.filter(run=run).filter(_IN_FORCE)
 
-    def with_force(self, run: Run | int) -> JournalCorruptionQuerySet:
+    def with_force(self, run: Run | int) -> models.QuerySet[WithAnnotations[JournalCorruption, InForce]]:
         """Every kept corrupt line of the run, each annotated ``in_force`` (a repaired one stays, False)."""
-        return self.filter(run=run).annotate(
+        annotated = self.filter(run=run).annotate(
             in_force=Case(When(_IN_FORCE, then=Value(True)), default=Value(False), output_field=BooleanField())
         )
+        # The plugin names its own TypedDict for the annotation, which no spelled-out type matches.
+        return cast("models.QuerySet[WithAnnotations[JournalCorruption, InForce]]", annotated)
 
 
 class JournalCorruption(AppendOnlyModel):
@@ -171,7 +181,8 @@ class JournalCorruption(AppendOnlyModel):
     finding = models.ForeignKey("recovery.Finding", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = JournalCorruptionQuerySet.as_manager()  # type: ignore[assignment, misc]
+    # Django lets a model replace the manager it inherits; the plugin types AppendOnlyModel.objects as a ClassVar.
+    objects = JournalCorruptionQuerySet.as_manager()  # type: ignore[misc]
 
     class Meta:
         ordering = ["run", "after_seq", "ordinal", "id"]

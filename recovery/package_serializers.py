@@ -11,7 +11,7 @@ from rest_framework import serializers
 from recovery.package_models import IMPORTED, UPLOAD_FORMATS, UPLOAD_STATES, PackageUpload
 
 
-class PackageFindingSerializer(serializers.Serializer):
+class PackageFindingSerializer(serializers.Serializer[Any]):
     """One reason the package was refused (recovery-package.md's codes, plus ``upload_unreadable``,
     ``upload_changed``, ``check_timed_out`` and ``check_failed``: docs/package-import.md). ``detail`` never
     quotes file contents."""
@@ -21,7 +21,7 @@ class PackageFindingSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
-class PackageProgressSerializer(serializers.Serializer):
+class PackageProgressSerializer(serializers.Serializer[Any]):
     done = serializers.IntegerField(help_text="Bytes of the package file verification has read so far.")
     total = serializers.IntegerField(help_text="The package file's size.")
     percent = serializers.IntegerField(min_value=0, max_value=100)
@@ -31,7 +31,7 @@ def _absolute(request: Any, path: str) -> str:
     return request.build_absolute_uri(path) if request is not None else path
 
 
-class PackageUploadSerializer(serializers.ModelSerializer):
+class PackageUploadSerializer(serializers.ModelSerializer[PackageUpload]):
     state = serializers.ChoiceField(choices=UPLOAD_STATES)
     status_url = serializers.SerializerMethodField()
     name = serializers.CharField(source="original_name", help_text="The uploader's name for the file (as sent).")

@@ -54,7 +54,8 @@ class _RawPackage:
 
 
 class _RawPackageParser(BaseParser):
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> _RawPackage:
+    # request.data is whatever parse returns; the stubs only allow a mapping.
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> _RawPackage:  # type: ignore[override]
         return _RawPackage(stream)
 
 
@@ -158,10 +159,13 @@ class _AnyAccept(BaseContentNegotiation):
     """The export answers with the package whatever the client accepts (a downloader may ask for
     application/gzip); refusals are JSON."""
 
-    def select_parser(self, request: Request, parsers: list[BaseParser]) -> BaseParser | None:
+    # DRF passes the view's lists (get_parsers, get_renderers); the stubs say any iterable.
+    def select_parser(self, request: Request, parsers: list[BaseParser]) -> BaseParser | None:  # type: ignore[override]
         return parsers[0] if parsers else None
 
-    def select_renderer(self, request: Request, renderers: list[Any], format_suffix: str | None = None) -> Any:
+    def select_renderer(  # type: ignore[override]
+        self, request: Request, renderers: list[Any], format_suffix: str | None = None
+    ) -> Any:
         return renderers[0], renderers[0].media_type
 
 

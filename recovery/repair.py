@@ -161,7 +161,8 @@ def journal_repair_preview(
     run = Run.objects.get(pk=run.pk)
     repair = _proposed(run, kind=kind, through_seq=through_seq, journal=journal, actor=actor,
                        reason=reason if isinstance(reason, str) else "")
-    repair.number = (repair_in_force(run).number if repair_in_force(run) else 0) + 1
+    current = repair_in_force(run)
+    repair.number = (current.number if current else 0) + 1
     tail = _kept_tail(run)
     last_seq = run.last_seq
     raw = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence_in_force(run=run))

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, cast
 
 from engine.types import Assessment as EngineAssessment
 from engine.types import Decision, TurnDecision
 from journals.models import JournalRecord
 from journals.storable import storable
 from recovery.repair_models import ACCEPT_PREFIX, REPAIR_QUARANTINED, JournalRepair
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
 
 CHUNK = 5000
 
@@ -57,7 +61,7 @@ def quarantined_turns(repair: JournalRepair) -> list[str]:
     """The turns with a record in the quarantined part of an accepted prefix (none for a supersede)."""
     if repair.kind != ACCEPT_PREFIX:
         return []
-    return sorted(
+    turns = (
         JournalRecord.objects.filter(
             run_id=repair.run_id, seq__gt=repair.through_seq, seq__lte=repair.at_seq, turn__isnull=False
         )
@@ -65,6 +69,7 @@ def quarantined_turns(repair: JournalRepair) -> list[str]:
         .values_list("turn", flat=True)
         .distinct()
     )
+    return sorted(cast("QuerySet[JournalRecord, str]", turns))  # turn__isnull=False: no None among them
 
 
 def _held(turn: str, decision: TurnDecision | None) -> TurnDecision:

@@ -24,7 +24,7 @@ _CONFLICT = {
 }
 
 
-class RepairRequestSerializer(serializers.Serializer):
+class RepairRequestSerializer(serializers.Serializer[Any]):
     # A plain string in the schema (an enum named "kind" would collide with other apps'); the service
     # refuses any other value (400 repair_kind_invalid).
     kind = serializers.CharField(max_length=16, help_text=f"One of: {', '.join(REPAIR_KINDS)}.")
@@ -40,7 +40,7 @@ class RepairApplySerializer(RepairRequestSerializer):
     preview = serializers.CharField(min_length=64, max_length=64, help_text="The `preview` of the preview.")
 
 
-class RepairSerializer(serializers.ModelSerializer):
+class RepairSerializer(serializers.ModelSerializer[JournalRepair]):
     run = serializers.CharField(source="run.run_id")
     kind = serializers.CharField(read_only=True)
     text = serializers.CharField(read_only=True)
@@ -54,7 +54,7 @@ class RepairSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RepairAppliedSerializer(serializers.Serializer):
+class RepairAppliedSerializer(serializers.Serializer[Any]):
     repair = RepairSerializer()
     assessment = AssessmentSerializer()
 

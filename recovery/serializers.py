@@ -12,7 +12,7 @@ from recovery.services import BULK_ACTIONS
 from recovery.state import FILTER_CHOICES, FILTER_NAMES
 
 
-class AssessmentSummarySerializer(serializers.ModelSerializer):
+class AssessmentSummarySerializer(serializers.ModelSerializer[Assessment]):
     run = serializers.CharField(source="run.run_id")
 
     class Meta:
@@ -47,14 +47,14 @@ class AssessmentSerializer(AssessmentSummarySerializer):
         return repair if isinstance(repair, dict) else None
 
 
-class GateOperatorSerializer(serializers.Serializer):
+class GateOperatorSerializer(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=["approve", "block", "park"])
     actor = serializers.CharField()
     reason = serializers.CharField()
     at = serializers.DateTimeField()
 
 
-class GateEngineSerializer(serializers.Serializer):
+class GateEngineSerializer(serializers.Serializer[Any]):
     decision = serializers.CharField()
     reason = serializers.CharField(allow_null=True)
     reason_line = serializers.IntegerField(allow_null=True)
@@ -63,18 +63,18 @@ class GateEngineSerializer(serializers.Serializer):
     terminal = serializers.CharField(allow_null=True)
 
 
-class GateClaimSerializer(serializers.Serializer):
+class GateClaimSerializer(serializers.Serializer[Any]):
     worker_id = serializers.CharField()
     expires_at = serializers.DateTimeField()
 
 
-class GateRecoverySerializer(serializers.Serializer):
+class GateRecoverySerializer(serializers.Serializer[Any]):
     attempts = serializers.IntegerField(help_text="Recoveries opened in a row without the turn's progress moving.")
     max_attempts = serializers.IntegerField()
     parked = serializers.BooleanField()
 
 
-class GateIntentSerializer(serializers.Serializer):
+class GateIntentSerializer(serializers.Serializer[Any]):
     intent = serializers.CharField()
     effect_class = serializers.CharField()
     resolution = serializers.CharField()
@@ -83,7 +83,7 @@ class GateIntentSerializer(serializers.Serializer):
     outcome = serializers.CharField(allow_null=True)
 
 
-class PlannedActionSerializer(serializers.Serializer):
+class PlannedActionSerializer(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=["phase", "intent", "terminal"])
     target = serializers.CharField()
     resolution = serializers.CharField(required=False)
@@ -91,7 +91,7 @@ class PlannedActionSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(required=False, allow_null=True)
 
 
-class GateOffsetMismatchSerializer(serializers.Serializer):
+class GateOffsetMismatchSerializer(serializers.Serializer[Any]):
     """``?expect`` named a high-water the store does not hold (contract section 6: `offset_mismatch`)."""
 
     branch = serializers.IntegerField()
@@ -100,7 +100,7 @@ class GateOffsetMismatchSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
-class GateSerializer(serializers.Serializer):
+class GateSerializer(serializers.Serializer[Any]):
     """The gate: `state` is what a runtime may do now (`proceed`, `hold`, or `done`: nothing to do)."""
 
     run = serializers.CharField()
@@ -178,11 +178,11 @@ class GateSerializer(serializers.Serializer):
         }
 
 
-class ClaimRequestSerializer(serializers.Serializer):
+class ClaimRequestSerializer(serializers.Serializer[Any]):
     worker_id = serializers.CharField(max_length=200)
 
 
-class ClaimSerializer(serializers.ModelSerializer):
+class ClaimSerializer(serializers.ModelSerializer[TurnClaim]):
     turn = serializers.CharField(source="turn.turn_id")
 
     class Meta:
@@ -190,11 +190,11 @@ class ClaimSerializer(serializers.ModelSerializer):
         fields = ["turn", "worker_id", "fencing_token", "acquired_at", "expires_at", "released_at"]
 
 
-class FencingRequestSerializer(serializers.Serializer):
+class FencingRequestSerializer(serializers.Serializer[Any]):
     fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
 
 
-class ApproveRequestSerializer(serializers.Serializer):
+class ApproveRequestSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=4000)
     evidence = serializers.DictField(
         child=serializers.ChoiceField(choices=list(FINDINGS)),
@@ -203,11 +203,11 @@ class ApproveRequestSerializer(serializers.Serializer):
     )
 
 
-class BlockRequestSerializer(serializers.Serializer):
+class BlockRequestSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=4000)
 
 
-class EvidenceSerializer(serializers.ModelSerializer):
+class EvidenceSerializer(serializers.ModelSerializer[OperatorEvidence]):
     intent = serializers.CharField(source="intent_id")
     actor = serializers.CharField(source="actor_name")
 
@@ -216,7 +216,7 @@ class EvidenceSerializer(serializers.ModelSerializer):
         fields = ["intent", "finding", "actor", "reason", "created_at"]
 
 
-class GateDecisionSerializer(serializers.ModelSerializer):
+class GateDecisionSerializer(serializers.ModelSerializer[GateDecision]):
     actor = serializers.CharField(source="actor_name")
 
     class Meta:
@@ -233,7 +233,7 @@ class GateDecisionSerializer(serializers.ModelSerializer):
         ]
 
 
-class BulkFilterSerializer(serializers.Serializer):
+class BulkFilterSerializer(serializers.Serializer[Any]):
     """The turns list's filter: the same names and values as the console's (recovery.state.FILTER_NAMES)."""
 
     q = serializers.CharField(required=False, max_length=200, help_text="Turn, run or lineage contains.")
@@ -245,7 +245,7 @@ class BulkFilterSerializer(serializers.Serializer):
     age = serializers.ChoiceField(required=False, choices=FILTER_CHOICES["age"])
 
 
-class BulkRequestSerializer(serializers.Serializer):
+class BulkRequestSerializer(serializers.Serializer[Any]):
     """A bulk decision over a filter (at least one name); every turn goes through the single decision's
     service, in its own transaction."""
 
@@ -261,7 +261,7 @@ class BulkRequestSerializer(serializers.Serializer):
         return {name: given[name] for name in FILTER_NAMES if given.get(name)}
 
 
-class BulkTurnSerializer(serializers.Serializer):
+class BulkTurnSerializer(serializers.Serializer[Any]):
     run = serializers.CharField()
     turn = serializers.CharField()
 
@@ -271,7 +271,7 @@ class BulkLeftSerializer(BulkTurnSerializer):
     detail = serializers.CharField()
 
 
-class BulkResultSerializer(serializers.Serializer):
+class BulkResultSerializer(serializers.Serializer[Any]):
     action = serializers.CharField()
     done = BulkTurnSerializer(many=True)
     left = BulkLeftSerializer(many=True, help_text="Turns left alone, each with the service's refusal.")

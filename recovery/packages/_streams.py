@@ -87,7 +87,7 @@ class Gunzip:
             size = min(len(self._in) - self._pos, self._feed, max(want, _GZ_SMALL_READ))
             try:
                 data = self._d.decompress(memoryview(self._in)[self._pos : self._pos + size], want)
-            except zlib.error:
+            except zlib.error:  # type: ignore[misc]  # zlib-ng's stubs declare error an instance, not the class
                 raise corrupt("the gzip stream is corrupt (bad header, data or checksum)") from None
             left = len(self._d.unused_data) if self._d.eof else len(self._d.unconsumed_tail)
             self.compressed += size - left
