@@ -16,7 +16,7 @@ from audits.heartbeat import heartbeat_interval, heartbeat_record
 logger = logging.getLogger(__name__)
 
 
-class HeartbeatScheduler(DatabaseScheduler):
+class HeartbeatScheduler(DatabaseScheduler):  # type: ignore[misc]  # django-celery-beat ships no types
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._last_heartbeat = float("-inf")
         super().__init__(*args, **kwargs)
@@ -31,4 +31,5 @@ class HeartbeatScheduler(DatabaseScheduler):
             except Exception:  # beat keeps scheduling even when its heartbeat cannot be written
                 logger.warning("beat heartbeat could not be written", exc_info=True)
         # Wake up in time for the next heartbeat even when no task is due for longer.
-        return min(super().tick(*args, **kwargs), interval)
+        due: float = super().tick(*args, **kwargs)
+        return min(due, interval)

@@ -175,6 +175,7 @@ def audit_stale_turns(*, idle: timedelta, limit: int) -> AuditReport:
     for finding in Finding.objects.filter(kind="lost_turn", state__in=UNRESOLVED).select_related("turn", "run"):
         turn = finding.turn
         if turn is not None:
+            assert finding.run is not None  # a turn's finding names its run
             refresh_once(finding.run)
             turn.refresh_from_db()
         last = _lost(turn, cutoff) if turn is not None else None
@@ -182,6 +183,7 @@ def audit_stale_turns(*, idle: timedelta, limit: int) -> AuditReport:
             finding_clear(finding=finding, audit=report.audit, reason="the turn finished, was decided or wrote again")
             report.counts["cleared"] += 1
         else:
+            assert turn is not None  # a last record is only found for a turn
             finding_open_or_touch(
                 kind="lost_turn", run=finding.run, turn=turn, evidence=_lost_evidence(turn, last, now)
             )
@@ -393,7 +395,8 @@ def audit_unclaimed_blocked_turns(*, older_than: timedelta, limit: int) -> Audit
 
 def _still_waiting(finding: Finding, cutoff: datetime) -> str | None:
     """None while the finding's fact still keeps a turn waiting; otherwise why it cleared, in words."""
-    states = TurnEffective.objects.filter(run_id=finding.run_id, reason=finding.fact_key)
+    # The plugin refuses None for an exact lookup, which Django reads as IS NULL.
+    states = TurnEffective.objects.filter(run_id=finding.run_id, reason=finding.fact_key)  # type: ignore[misc]
     if finding.turn_id is not None:
         states = states.filter(turn_id=finding.turn_id)
     if states.filter(state__in=sorted(WAITING), since__lt=cutoff).exists():

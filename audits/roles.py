@@ -33,5 +33,5 @@ def sync_roles(**_: Any) -> None:
         )
     )
     for name, perms in (("viewer", view), ("operator", view + operator_adds), ("admin", admin)):
-        group, _ = Group.objects.get_or_create(name=name)
+        group, _created = Group.objects.get_or_create(name=name)
         group.permissions.set(perms)

@@ -10,7 +10,7 @@ from recovery.audit_models import ACTION_KINDS, RecoveryAudit, RecoveryAuditActi
 from trail.models import OperatorAction
 
 
-class OperatorActionSerializer(serializers.ModelSerializer):
+class OperatorActionSerializer(serializers.ModelSerializer[OperatorAction]):
     actor = serializers.CharField(source="actor_name")
     run = serializers.CharField(source="run.run_id", allow_null=True, default=None)
     turn = serializers.CharField(source="turn.turn_id", allow_null=True, default=None)
@@ -21,13 +21,13 @@ class OperatorActionSerializer(serializers.ModelSerializer):
                   "prev_digest", "digest"]
 
 
-class AuditActionSerializer(serializers.ModelSerializer):
+class AuditActionSerializer(serializers.ModelSerializer[RecoveryAuditAction]):
     class Meta:
         model = RecoveryAuditAction
         fields = ["position", "kind", "target", "detail", "planned", "reported_at"]
 
 
-class DivergenceSerializer(serializers.ModelSerializer):
+class DivergenceSerializer(serializers.ModelSerializer[RecoveryDivergence]):
     action = serializers.IntegerField(source="action.position", allow_null=True, default=None)
 
     class Meta:
@@ -35,7 +35,7 @@ class DivergenceSerializer(serializers.ModelSerializer):
         fields = ["code", "kind", "target", "action", "detail", "created_at"]
 
 
-class RecoveryAuditSerializer(serializers.ModelSerializer):
+class RecoveryAuditSerializer(serializers.ModelSerializer[RecoveryAudit]):
     run = serializers.CharField(source="run.run_id")
     turn = serializers.CharField(source="turn.turn_id")
     planned = serializers.SerializerMethodField()
@@ -83,17 +83,17 @@ class RecoveryAuditSerializer(serializers.ModelSerializer):
         return closure.closed_at.isoformat() if closure else None
 
 
-class ActionRequestSerializer(serializers.Serializer):
+class ActionRequestSerializer(serializers.Serializer[Any]):
     fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     kind = serializers.ChoiceField(choices=list(ACTION_KINDS))
     target = serializers.CharField(max_length=200)
     detail = serializers.DictField(required=False)
 
 
-class CloseRequestSerializer(serializers.Serializer):
+class CloseRequestSerializer(serializers.Serializer[Any]):
     fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     note = serializers.CharField(max_length=4000, required=False, allow_blank=True)
 
 
-class OpenRequestSerializer(serializers.Serializer):
+class OpenRequestSerializer(serializers.Serializer[Any]):
     fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)

@@ -95,7 +95,7 @@ class TurnRecoveryView(LoopxView):
 
 
 class _AuditOfTurn(LoopxView):
-    serializer_class = RecoveryAuditSerializer
+    serializer_class: type[serializers.BaseSerializer[Any]] = RecoveryAuditSerializer
     queryset = RecoveryAudit.objects.none()
     permission_classes = [CanRunRecovery]
 
@@ -185,7 +185,7 @@ class OperatorActionListView(LoopxView):
 # --- the console's acts, in the API: findings, tokens, the audit log's export ---------------------------
 
 
-class FindingSerializer(serializers.ModelSerializer):
+class FindingSerializer(serializers.ModelSerializer[Finding]):
     # Plain strings in the schema: enums named "kind" and "state" would collide with other apps'.
     kind = serializers.CharField(read_only=True)
     state = serializers.CharField(read_only=True)
@@ -199,7 +199,7 @@ class FindingSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=4000)
 
 
@@ -279,14 +279,14 @@ class FindingAcknowledgeView(_FindingTransition):
         return super().post(request, finding_id)
 
 
-class TokenSerializer(serializers.ModelSerializer):
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "run_prefix", "created_at", "last_used_at", "revoked_at"]
         read_only_fields = fields
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     run_prefix = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -363,7 +363,7 @@ class OperatorActionExportView(LoopxView):
         return response
 
 
-class ScheduleSerializer(serializers.Serializer):
+class ScheduleSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     name = serializers.CharField()
     task = serializers.CharField()
@@ -373,7 +373,7 @@ class ScheduleSerializer(serializers.Serializer):
     last_run_at = serializers.CharField(allow_null=True)
 
 
-class ScheduleChangeSerializer(serializers.Serializer):
+class ScheduleChangeSerializer(serializers.Serializer[Any]):
     enabled = serializers.BooleanField(required=False, allow_null=True, default=None)
     every_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(max_length=4000)

@@ -37,7 +37,8 @@ class FindingError(ServiceError):
 
 def _clean_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     # Contract section 8: no secret field reaches a finding, and every string must fit a JSON column.
-    return storable(redact(evidence))
+    clean: dict[str, Any] = storable(redact(evidence))
+    return clean
 
 
 def _unresolved(*, kind: str, run: Run | None, subject: str, fact_key: str) -> Finding | None:
@@ -77,6 +78,7 @@ def finding_open_or_touch(
                         last_seen=now,
                     )
                 if created.blocks_run:
+                    assert run is not None  # the blocking kinds are facts of a run
                     turn_states_refresh(run=run)  # every unfinished turn of the run is now held
                 # Metrics and webhooks listen (kernel/events.py); a failing receiver never fails us.
                 emit(
@@ -140,6 +142,7 @@ def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
         before = _summary(locked)
         _mark_resolved(locked, actor=actor, name=_actor_name(actor), reason=reason)
         if locked.blocks_run:
+            assert locked.run is not None  # the blocking kinds are facts of a run
             turn_states_refresh(run=locked.run)  # the hold is lifted: the turns' states say so at once
         operator_action_record(
             actor=actor, kind="finding_resolve", run=locked.run, turn=locked.turn, reason=reason,
