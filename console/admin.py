@@ -31,7 +31,7 @@ from .models import TurnAnnotation
 from .services import EDITABLE, turn_annotate
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):  # every model of the store, see _register_the_rest
     """View only: no add, no change, no delete, whoever asks."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -61,7 +61,7 @@ class JournalRecordAdmin(ReadOnlyAdmin):
         return format_html("<pre>{}</pre>", text)
 
 
-class TurnEditForm(forms.ModelForm):
+class TurnEditForm(forms.ModelForm[Turn]):
     lineage_repair = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=4000)
     notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=4000)
     block_turn = forms.CharField(
@@ -89,7 +89,7 @@ class TurnEditForm(forms.ModelForm):
 
 
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(admin.ModelAdmin[Turn]):
     form = TurnEditForm
     list_display = ("turn_id", "run", "decision", "reason", "status", "updated_at")
     list_filter = ("decision", "reason", "status")
@@ -117,7 +117,7 @@ class TurnAdmin(admin.ModelAdmin):
         effective = TurnEffective.objects.filter(turn=obj).first()
         return effective is None or effective.gate != DONE
 
-    def save_model(self, request: HttpRequest, obj: Turn, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Turn, form: forms.ModelForm[Turn], change: bool) -> None:
         """Never save the Turn row itself: the annotations and a block go through the services, each
         recorded as an OperatorAction (the annotations with their diff)."""
         changes = {name: form.cleaned_data.get(name) or "" for name in EDITABLE}
@@ -129,7 +129,7 @@ class TurnAdmin(admin.ModelAdmin):
         except ServiceError as err:
             messages.error(request, f"Not saved: {err.detail}")
 
-    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: forms.ModelForm[Turn], formsets: Any, change: bool) -> None:
         return None  # nothing related is edited here
 
 
@@ -183,7 +183,7 @@ def _audit_the_admins() -> None:
         admin.site.register(model, type(f"Audited{base.__name__}", (AuditedAdminMixin, base), attrs))
 
 
-def _audited_password_change(base: type) -> Any:
+def _audited_password_change(base: type[Any]) -> Any:
     def user_change_password(self: Any, request: HttpRequest, id: str, form_url: str = "") -> Any:
         with transaction.atomic():
             response = base.user_change_password(self, request, id, form_url)

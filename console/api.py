@@ -3,6 +3,8 @@ recorded on the trail as ``turn_edit`` with the diff). Mounted under /api/v1/ by
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -17,13 +19,13 @@ from .models import TurnAnnotation
 from .services import EDITABLE, MAX_TEXT, turn_annotate
 
 
-class AnnotationSerializer(serializers.Serializer):
+class AnnotationSerializer(serializers.Serializer[Any]):
     lineage_repair = serializers.CharField(allow_blank=True)
     notes = serializers.CharField(allow_blank=True)
     updated_at = serializers.DateTimeField(allow_null=True)
 
 
-class AnnotateSerializer(serializers.Serializer):
+class AnnotateSerializer(serializers.Serializer[Any]):
     lineage_repair = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT)
     notes = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT)
     reason = serializers.CharField(max_length=4000)

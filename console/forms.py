@@ -125,7 +125,7 @@ class ReasonForm(forms.Form):
     )
 
     def clean_reason(self) -> str:
-        reason = self.cleaned_data["reason"].strip()
+        reason: str = self.cleaned_data["reason"].strip()
         if len(reason) < 3:
             raise forms.ValidationError("Say why in a few words.")
         return reason
@@ -202,7 +202,7 @@ class TimezoneForm(forms.Form):
     zone = forms.CharField(
         label="Time zone",
         max_length=64,
-        validators=[_known_zone],
+        validators=[_known_zone],  # type: ignore[list-item]  # Django ignores what a validator returns; the stubs want None
         widget=forms.TextInput(attrs={"list": "zone-list", "autocomplete": "off", "spellcheck": "false"}),
         help_text="Type to search, e.g. Berlin or Tokyo; any IANA zone name works.",
     )

@@ -230,8 +230,10 @@ def effect_map_new(request: HttpRequest) -> HttpResponse:
 
 
 def _form_errors(form: forms.Form) -> str:
+    # An ErrorList yields its messages as text; the stubs say it may yield ValidationErrors.
     return "; ".join(
-        f"{form.fields[k].label if k in form.fields else k}: {' '.join(v)}" for k, v in form.errors.items()
+        f"{form.fields[k].label if k in form.fields else k}: {' '.join(v)}"  # type: ignore[arg-type]
+        for k, v in form.errors.items()
     )
 
 

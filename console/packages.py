@@ -52,7 +52,7 @@ def packages(request: HttpRequest) -> HttpResponse:
 
 
 @operator_required
-def run_export(request: HttpRequest, pk: int) -> HttpResponse:
+def run_export(request: HttpRequest, pk: int) -> FileResponse:
     """The run's package, byte-for-byte journal included (contract section 8: the one raw export)."""
     run = get_object_or_404(Run.objects.filter(access.runs_visible(user=request.user)), pk=pk)
     handle, path = tempfile.mkstemp(prefix="loopx-export-", suffix=".tar.gz")

@@ -12,17 +12,18 @@ from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 from journals import access
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]  # a page, a redirect, a download (FileResponse streams)
 
 
 def _guard(check: Callable[[Any], bool]) -> Callable[[View], View]:
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not check(request.user):

@@ -57,7 +57,7 @@ def state_label(state: Any) -> str:
         return "not yet assessed"
     key = str(state.state)
     if key in ("approved", "blocked_operator") and state.actor_name:
-        return ("approved by " if key == "approved" else "blocked by ") + state.actor_name
+        return ("approved by " if key == "approved" else "blocked by ") + str(state.actor_name)
     return str(state.label)
 
 

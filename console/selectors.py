@@ -96,7 +96,7 @@ class Page:
         shown = sorted(n for n in wanted if 1 <= n <= last)
         out: list[int | None] = []
         for n in shown:
-            if out and out[-1] is not None and n - out[-1] > 1:  # type: ignore[operator]
+            if out and out[-1] is not None and n - out[-1] > 1:
                 out.append(None)
             out.append(n)
         return out
@@ -133,7 +133,7 @@ def decorate_runs(runs: list[Run]) -> None:
         counts[run_id][state] = n
     for r in runs:
         total = totals.get(r.pk, 0)
-        by_state = {s: counts[r.pk][s] for s in STATE_ORDER if counts[r.pk].get(s)}
+        by_state: dict[str, int] = {s: counts[r.pk][s] for s in STATE_ORDER if counts[r.pk].get(s)}
         unassessed = total - sum(by_state.values())
         if unassessed > 0:
             by_state[UNASSESSED] = unassessed
@@ -260,7 +260,7 @@ class TurnCounts:
     """Turns by effective state and held turns by reason, and when they were counted."""
 
     by_state: dict[str, int]
-    by_reason: list[tuple[str, int]]
+    by_reason: list[tuple[str | None, int]]  # a held turn without a reason counts under None
     counted_at: datetime
 
 

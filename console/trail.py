@@ -7,6 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
@@ -47,7 +48,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 
 @operator_required
-def audit_log_export(request: HttpRequest) -> HttpResponse:
+def audit_log_export(request: HttpRequest) -> HttpResponseBase:
     fmt = request.GET.get("format", "jsonl")
     try:
         stream = trail_export(actor=request.user, params=request.GET, fmt=fmt)
@@ -91,11 +92,11 @@ def run_repair(request: HttpRequest, pk: int) -> HttpResponse:
         try:
             if "apply" in request.POST:
                 repair, _ = journal_repair_apply(run=run, actor=request.user, reason=form.cleaned_data["reason"],
-                                                 preview=form.cleaned_data.get("preview"), **args)  # type: ignore[arg-type]
+                                                 preview=form.cleaned_data.get("preview"), **args)
                 messages.success(request, f"Repair #{repair.number} applied; the run was assessed again.")
                 return HttpResponseRedirect(reverse("console:run_repair", args=[run.pk]))
             preview = journal_repair_preview(run=run, actor=request.user, reason=form.cleaned_data["reason"],
-                                             **args).as_dict()  # type: ignore[arg-type]
+                                             **args).as_dict()
         except ServiceError as err:
             error, status = err.detail, err.status
     elif request.method == "POST":

@@ -383,7 +383,7 @@ def turn_page(turn: Turn | int) -> TurnPage:
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")
         .defer("assessment__output")  # every turn of the run: megabytes on a large run
-        .annotate(**{f"has_{name}": Exists(model.objects.filter(turn=turn)) for name, model in _HAS.items()})
+        .annotate(**{f"has_{name}": Exists(model._default_manager.filter(turn=turn)) for name, model in _HAS.items()})
         .order_by("-assessment_id")
     )
     wants_violations = _blocked_by_violation(turn)
