@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django import forms
@@ -14,6 +14,9 @@ from trail.admin_mixin import AuditedAdminMixin
 
 from . import delivery
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
+
+if TYPE_CHECKING:
+    from django.utils.datastructures import _ListOrTuple
 
 
 def url_without_credentials(url: str) -> str:
@@ -28,7 +31,7 @@ def url_without_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-class WebhookForm(forms.ModelForm):
+class WebhookForm(forms.ModelForm[Webhook]):
     # Write-only: the widget never renders the stored value, and a blank field keeps it.
     secret = forms.CharField(
         required=False,
@@ -54,11 +57,12 @@ class WebhookForm(forms.ModelForm):
         return value
 
 
-class WebhookAttemptInline(admin.TabularInline):
+class WebhookAttemptInline(admin.TabularInline[WebhookAttempt, WebhookDelivery]):
     model = WebhookAttempt
     extra = 0
     can_delete = False
-    fields = ["number", "started_at", "duration_ms", "status_code", "ok", "error"]
+    # A tuple: the one value fits both attributes' types (fields may also group names).
+    fields = ("number", "started_at", "duration_ms", "status_code", "ok", "error")
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -66,7 +70,7 @@ class WebhookAttemptInline(admin.TabularInline):
 
 
 @admin.register(Webhook)
-class WebhookAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class WebhookAdmin(AuditedAdminMixin, admin.ModelAdmin[Webhook]):
     trail_kind = "webhook"
     form = WebhookForm
     list_display = ["name", "shown_url", "subscribed", "active", "created_at"]
@@ -81,8 +85,8 @@ class WebhookAdmin(AuditedAdminMixin, admin.ModelAdmin):
     def subscribed(self, obj: Webhook) -> str:
         return ", ".join(obj.events or [])
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = ["name", "url", "secret", "events", "active", "team"]
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str | _ListOrTuple[str]]:
+        fields: list[str | _ListOrTuple[str]] = ["name", "url", "secret", "events", "active", "team"]
         if obj is not None and not self.has_change_permission(request, obj):
             # A view-only page renders fields as text: the secret is never one of them.
             fields.remove("secret")
@@ -96,18 +100,18 @@ class WebhookAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
     list_display = [
         "id", "webhook", "event", "status", "attempts", "last_status_code", "short_error", "created_at",
         "delivered_at", "next_attempt_at",
     ]
     list_filter = ["status", "event", "webhook"]
     search_fields = ["idempotency_key"]
-    readonly_fields = [
+    readonly_fields = (  # a tuple, as on the inline
         "webhook", "event", "idempotency_key", "status", "attempts", "attempt_limit", "next_attempt_at",
         "lease_until", "last_status_code", "last_error", "request_id", "created_at", "updated_at", "delivered_at",
         "run_ident", "body",
-    ]
+    )
     fields = readonly_fields
     inlines = [WebhookAttemptInline]
     actions = ["resend_deliveries"]

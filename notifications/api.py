@@ -37,7 +37,7 @@ class CanViewDeliveries(BasePermission):
         return can_operate(request.user) if request.method == "POST" else can_view(request.user)
 
 
-class WebhookSerializer(serializers.ModelSerializer):
+class WebhookSerializer(serializers.ModelSerializer[Webhook]):
     # write_only: accepted on create/update, never in any response.
     secret = serializers.CharField(write_only=True, min_length=16, max_length=200, required=False)
     events = serializers.ListField(child=serializers.ChoiceField(choices=EVENTS), allow_empty=True)
@@ -58,7 +58,7 @@ class WebhookSerializer(serializers.ModelSerializer):
         return data
 
 
-class DeliverySerializer(serializers.ModelSerializer):
+class DeliverySerializer(serializers.ModelSerializer[WebhookDelivery]):
     # Plain strings in the schema: an enum named "status" would collide with other apps' status enums.
     status = serializers.CharField(read_only=True)
     event = serializers.CharField(read_only=True)
@@ -81,7 +81,7 @@ def _webhook_record(request: Request, kind: str, before: dict[str, Any], instanc
     )
 
 
-class WebhookList(generics.ListCreateAPIView):
+class WebhookList(generics.ListCreateAPIView[Webhook]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer
@@ -93,7 +93,7 @@ class WebhookList(generics.ListCreateAPIView):
             _webhook_record(self.request, "webhook_create", {}, serializer.instance)
 
 
-class WebhookDetail(generics.RetrieveUpdateDestroyAPIView):
+class WebhookDetail(generics.RetrieveUpdateDestroyAPIView[Webhook]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer
@@ -112,7 +112,7 @@ class WebhookDetail(generics.RetrieveUpdateDestroyAPIView):
             _webhook_record(self.request, "webhook_delete", before, None)
 
 
-class DeliveryList(generics.ListAPIView):
+class DeliveryList(generics.ListAPIView[WebhookDelivery]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [CanViewDeliveries]
     serializer_class = DeliverySerializer
@@ -123,7 +123,7 @@ class DeliveryList(generics.ListAPIView):
         return WebhookDelivery.objects.filter(runs_visible(user=self.request.user, field="run_ident"))
 
 
-class DeliveryResend(generics.GenericAPIView):
+class DeliveryResend(generics.GenericAPIView[WebhookDelivery]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [CanViewDeliveries]
     serializer_class = DeliverySerializer

@@ -56,7 +56,8 @@ def backoff_seconds(attempts_made: int) -> float:
     """Seconds to wait after the ``attempts_made``-th failed attempt: base * 2^(n-1), capped."""
     base = float(_setting("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10))
     cap = float(_setting("LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS", 1800))
-    return min(cap, base * (2 ** max(0, attempts_made - 1)))
+    factor: int = 2 ** max(0, attempts_made - 1)
+    return min(cap, base * factor)
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -133,7 +134,8 @@ def publish(ids: list[int], countdown: float = 0) -> None:
         try:
             # retry=False: with the broker down, fail at once (the sweep publishes it later) rather than
             # hold the committing request in kombu's publish retries.
-            deliver_webhook.apply_async(args=[pk], countdown=countdown or None, retry=False)
+            # Celery takes a list of args and a None countdown; celery-types wants a tuple and a float.
+            deliver_webhook.apply_async(args=[pk], countdown=countdown or None, retry=False)  # type: ignore[arg-type]
         except Exception as exc:
             logger.warning(
                 "webhook delivery not published; the sweep will retry",
