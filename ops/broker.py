@@ -76,7 +76,7 @@ def ping(timeout: float = 0.5) -> str:
 
     try:
         with Connection(url, connect_timeout=timeout) as conn:
-            conn.ensure_connection(max_retries=1, timeout=timeout)
+            conn.ensure_connection(max_retries=1, timeout=timeout)  # type: ignore[arg-type]  # seconds; kombu takes a float
     except Exception as exc:
         raise BrokerUnavailable(f"broker unreachable: {type(exc).__name__}") from None
     return url.split("://", 1)[0]
@@ -141,13 +141,13 @@ def queue_stats(timeout: float = 0.5) -> list[QueueStats]:
             age = None
             if files:
                 oldest = min(files, key=lambda p: p.name)  # names start with the publish timestamp
-                published = _published_at(_read_quietly(oldest))
-                if published is None:
+                stamp = _published_at(_read_quietly(oldest))
+                if stamp is None:
                     try:
-                        published = oldest.stat().st_mtime
+                        stamp = oldest.stat().st_mtime
                     except OSError:  # consumed between the listing and the stat
-                        published = now
-                age = max(0.0, now - published)
+                        stamp = now
+                age = max(0.0, now - stamp)
             stats.append(QueueStats(queue, len(files), age))
         return stats
     return stats

@@ -3,6 +3,8 @@ edit here: the scheduled audits' findings and heartbeats (audits)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -24,9 +26,9 @@ def open_findings_by_kind() -> dict[str, int]:
 
 def beat_heartbeat_age() -> float | None:
     """Seconds since the most recent beat heartbeat (audits.Heartbeat, role "beat"); None when none."""
-    from audits.models import Heartbeat
+    from audits.background import Heartbeat
 
-    last = Heartbeat.objects.filter(role="beat").aggregate(last=Max("last_seen"))["last"]
+    last: datetime | None = Heartbeat.objects.filter(role="beat").aggregate(last=Max("last_seen"))["last"]
     if last is None:
         return None
     return max(0.0, (timezone.now() - last).total_seconds())

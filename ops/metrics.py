@@ -66,7 +66,7 @@ logger = logging.getLogger("loopx.metrics")
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # `*_created` timestamps double the exposition for no use here (rate() does not need them).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
 
 # The event-fed metrics register here, not in prometheus-client's global REGISTRY, so that importing this
 # module twice (tests, autoreload) never raises "Duplicated timeseries".
@@ -293,7 +293,7 @@ def scrape_registry() -> CollectorRegistry:
     if os.environ.get(MULTIPROC_DIR_ENV):
         from prometheus_client import multiprocess
 
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
     else:
         registry.register(_ProcessRegistryCollector())
     return registry

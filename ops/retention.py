@@ -170,7 +170,8 @@ def _unknown_reference(run: Any) -> str | None:
             if not (rel.concrete and rel.is_relation and (rel.many_to_one or rel.one_to_one)):
                 continue
             target = rel.related_model
-            path = _PATH_TO_RUN.get((target._meta.app_label, target._meta.model_name)) if target else None
+            # A model's model_name is always set; the stubs type it as optional.
+            path = _PATH_TO_RUN.get((target._meta.app_label, target._meta.model_name)) if target else None  # type: ignore[arg-type]
             if path is None:
                 continue
             lookup = f"{rel.name}__{path}" if path else rel.name
@@ -255,7 +256,7 @@ def _forbid_journal_delete() -> None:
 
 def _delete_run_rows(run: Any) -> dict[str, int]:
     """Delete every row of the run, children first. The caller holds the transaction and the run's lock."""
-    from audits.models import ChainCursor
+    from audits.background import ChainCursor
     from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn, TurnEffective
     from journals.pending import PendingAssessment
     from recovery.models import Assessment, TurnAssessment, TurnClaim
