@@ -118,7 +118,7 @@ def oidc_person_sync(*, user: Any, claims: dict[str, Any]) -> Any:
     return user
 
 
-class LoopxOIDCBackend(OIDCAuthenticationBackend):
+class LoopxOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # mozilla-django-oidc ships no types
     """Users by the username claim; roles and teams from the groups claim at every sign-in."""
 
     @staticmethod
@@ -171,10 +171,11 @@ class _Enabled:
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not enabled():
             raise Http404("Single sign-on is not configured.")
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        response: HttpResponse = super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        return response
 
 
-class SignInView(_Enabled, OIDCAuthenticationRequestView):
+class SignInView(_Enabled, OIDCAuthenticationRequestView):  # type: ignore[misc]  # untyped, as above
     """Sends the browser to the provider (state, nonce and PKCE kept in the session)."""
 
     @staticmethod
@@ -187,7 +188,7 @@ class SignInView(_Enabled, OIDCAuthenticationRequestView):
         super().__init__(*args, **kwargs)
 
 
-class CallbackView(_Enabled, OIDCAuthenticationCallbackView):
+class CallbackView(_Enabled, OIDCAuthenticationCallbackView):  # type: ignore[misc]  # untyped, as above
     """The provider's answer: the code exchanged, the id_token checked, the person signed in."""
 
     @staticmethod
