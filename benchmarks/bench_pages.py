@@ -127,7 +127,7 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
             )
             rows = []
             for seq in range(1, per_run_records + 1):
-                obj = {
+                obj: dict[str, Any] = {
                     "v": 2,
                     "run": run.run_id,
                     "branch": 0,
@@ -278,7 +278,7 @@ def _effective_model() -> Any:
 
 
 # The effective state of an engine decision with no operator decision on top (recovery/state.py's rule).
-_STATES = {
+_STATES: dict[tuple[str | None, str | None], tuple[str, str]] = {
     ("blocked", "phase_prefix_violation"): ("held_review", "hold"),
     ("blocked", "effect_indeterminate"): ("held_effect", "hold"),
     ("resume", None): ("resuming", "proceed"),
@@ -288,7 +288,7 @@ _STATES = {
 }
 
 
-def _effective(decision: str, reason: str | None) -> dict[str, Any]:
+def _effective(decision: str | None, reason: str | None) -> dict[str, Any]:
     state, gate = _STATES[(decision, reason)]
     return {"state": state, "gate": gate, "decision": decision, "reason": reason,
             "resume_from": "execute" if decision == "resume" else None}

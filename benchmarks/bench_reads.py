@@ -32,8 +32,14 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.bench_ingest import _free_port, _fresh_database, _manage, _pct, start_gunicorn
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import psycopg
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/loopx_bench_reads"
@@ -57,11 +63,13 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
     with psycopg.connect(url) as conn:
         for r in range(runs):
             run_id = f"run-{r:05d}"
-            run_pk = conn.execute(
+            inserted = conn.execute(
                 "INSERT INTO journals_run (run_id, created_at, updated_at, record_count, last_seq, prefix_digest,"
                 " live_branch, assessed_seq) VALUES (%s, %s, %s, %s, %s, %s, 0, %s) RETURNING id",
                 [run_id, now, now, TURNS_PER_RUN * 10, TURNS_PER_RUN * 10, "0" * 64, TURNS_PER_RUN * 10],
-            ).fetchone()[0]
+            ).fetchone()
+            assert inserted is not None  # RETURNING id: one row
+            run_pk = inserted[0]
             conn.execute(
                 "INSERT INTO journals_branch (run_id, number, last_lsn, committed_lsn, record_count, live)"
                 " VALUES (%s, 0, %s, %s, %s, true)",
@@ -74,7 +82,7 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
                 turn_id = f"turn-{t:05d}"
                 decision = DECISIONS[(r * 7 + t) % len(DECISIONS)]
                 done = 7 if decision in ("complete", "finalize") else (t % 7)
-                kinds = [("turn_planned", None), ("intent_dispatched", None)]
+                kinds: list[tuple[str, str | None]] = [("turn_planned", None), ("intent_dispatched", None)]
                 kinds += [("phase_committed", p) for p in PHASES] + [("turn_terminal", None)]
                 committing: dict[str, int] = {}
                 for kind, phase in kinds:
@@ -145,8 +153,8 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
     return sample
 
 
-def _copy(conn: object, table: str, columns: str, rows: list[tuple[object, ...]]) -> None:
-    with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+def _copy(conn: psycopg.Connection[Any], table: str, columns: str, rows: Sequence[tuple[object, ...]]) -> None:
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
 

@@ -10,6 +10,7 @@ template. It is several times heavier than ``baseline``; the benchmark prints it
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template import engines
 from django.urls import path
@@ -28,7 +29,7 @@ _PAGE = engines["django"].from_string(
 )
 
 
-def _turns(request: HttpRequest) -> object:
+def _turns(request: HttpRequest) -> QuerySet[Turn]:
     return Turn.objects.filter(decision=request.GET.get("decision", "blocked")).order_by("-updated_at", "-id")
 
 
