@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -21,10 +22,12 @@ from kernel.appendonly import AppendOnlyModel
 EMPTY_PREFIX_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
-def engine_choices(name: str, values: type[StrEnum]) -> type[models.TextChoices]:
+# Any: a TextChoices class made at run time, whose members (Decision.BLOCKED) the type checker cannot see;
+# the stubs' TextChoices() overloads do not take (name, (value, label)) pairs either.
+def engine_choices(name: str, values: type[StrEnum]) -> Any:
     """Django's choices for one of the engine's enums: the values are the engine's own, so a decision,
     an effect class or a resolution is spelled in one place; the label is the value in words."""
-    return models.TextChoices(name, [(m.name, (m.value, m.value.replace("_", " "))) for m in values])  # type: ignore[return-value]
+    return models.TextChoices(name, [(m.name, (m.value, m.value.replace("_", " "))) for m in values])  # type: ignore[call-overload]
 
 
 Decision = engine_choices("Decision", engine_types.Decision)

@@ -27,11 +27,12 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import psycopg
 from django.db import connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 from psycopg.copy import LibpqWriter
 
@@ -401,7 +402,8 @@ def _read_cursor() -> Iterator[Any]:
 
 _TOKEN_FIELDS = tuple(f.attname for f in ApiToken._meta.concrete_fields)
 _TOKEN_SQL = (
-    f"SELECT {', '.join(f.column for f in ApiToken._meta.concrete_fields)} FROM {ApiToken._meta.db_table}"
+    # Every concrete field has a column; the stubs type Field.column as optional.
+    f"SELECT {', '.join(f.column for f in ApiToken._meta.concrete_fields)} FROM {ApiToken._meta.db_table}"  # type: ignore[misc]
     " WHERE token_hash = %s AND revoked_at IS NULL"
 )
 
@@ -432,7 +434,7 @@ class TurnPageQuery:
     tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
     """
 
-    _ORDERINGS = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}
+    _ORDERINGS: dict[tuple[str, ...], str] = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}
     _POSITIONS = {"updated_at__lt": "<", "updated_at__gt": ">"}
 
     def __init__(self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> None:
@@ -506,7 +508,8 @@ _STATE_COLUMNS = ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS)
 _PAGE_COLUMNS = (
     *TURN_ROW_FIELDS, "plan_json", "completed_json", *(f"effective_{f}" for f in STATE_ROW_FIELDS), "run_key"
 )
-_TURN_ROW_COLUMNS = ", ".join(f"t.{Turn._meta.get_field(f).column}" for f in TURN_ROW_FIELDS)
+# The row fields are the turn's own columns, never a reverse relation.
+_TURN_ROW_COLUMNS = ", ".join(f"t.{cast('Field[Any, Any]', Turn._meta.get_field(f)).column}" for f in TURN_ROW_FIELDS)
 
 
 def pg_turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> Any:

@@ -97,7 +97,7 @@ def _rewrite_timelines(
     cutoffs = _live_cutoffs(branches, live_branch)
     turn_ids = [t.turn_id for t, _ in changed]
     # The first live phase_committed record of each (turn, phase): the committing record.
-    committing: dict[tuple[str, str], tuple[int, str | None]] = {}
+    committing: dict[tuple[str | None, str], tuple[int, str | None]] = {}
     for start in range(0, len(turn_ids), 1000):
         rows = (
             JournalRecord.objects.filter(

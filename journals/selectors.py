@@ -3,7 +3,7 @@ applies the contract's section 8 (secret fields redacted) before anything leaves
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db.models import CharField, F, Prefetch, QuerySet, Subquery, TextField, Value
@@ -66,17 +66,18 @@ def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
     return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
 
 
-def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn]:
-    return Turn.objects.order_by("-updated_at", "-id").values(
+def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn, Mapping[str, Any]]:
+    rows: QuerySet[Turn, Mapping[str, Any]] = Turn.objects.order_by("-updated_at", "-id").values(
         *TURN_ROW_FIELDS,
         run_key=run_key,
         plan_json=Cast("plan", TextField()),
         completed_json=Cast("completed_phases", TextField()),
         **{f"effective_{f}": F(f"effective__{f}") for f in STATE_ROW_FIELDS},
     )
+    return rows
 
 
-def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> QuerySet[Turn]:
+def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> QuerySet[Turn, Mapping[str, Any]]:
     """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
     (and 50 runs) per page would cost more than the page's query (benchmarks/bench_reads.py). Only runs in
     ``scope``; a run's turns are tested against it by the run's id, without a join."""

@@ -3,6 +3,7 @@ records). Views parse, call a service or selector, and respond."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -51,10 +52,12 @@ class _RawBatchParser(BaseParser):
     """Hands the body to the ingest service as bytes, reading at most one byte past the batch limit
     (the service then answers 413) so that an oversized body is never held in memory whole."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+    # request.data is whatever parse returns; the stubs only allow a mapping.
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:  # type: ignore[override]
         if stream is None:
             return b""
-        return stream.read(settings.LOOPX_INGEST_MAX_BATCH_BYTES + 1)
+        body: bytes = stream.read(settings.LOOPX_INGEST_MAX_BATCH_BYTES + 1)
+        return body
 
 
 class NdjsonParser(_RawBatchParser):
@@ -125,8 +128,8 @@ class JournalView(LoopxView):
         # DRF's request. Nothing reads them once the bytes are rendered; let go, a page's data (50 turns'
         # dicts and lists) is freed as soon as the answer is sent instead of waiting for the cyclic garbage
         # collector, whose passes it would otherwise bring on more often, each one walking the page's data.
-        response.renderer_context = {}
-        self.response = None
+        response.renderer_context = {}  # type: ignore[attr-defined]  # set by finalize_response; not in the stubs
+        self.response = None  # type: ignore[assignment]  # the stubs declare it always set
 
 
 class RecordsView(JournalView):
@@ -179,6 +182,7 @@ class RecordsView(JournalView):
     def get(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
         page = self.paginate_queryset(run.records.order_by("seq"))
+        assert page is not None  # PAGE_SIZE is set: every page of the API is paginated
         return self.get_paginated_response(RecordSerializer([record_public(r) for r in page], many=True).data)
 
 
@@ -268,7 +272,7 @@ class TurnListView(JournalView):
     filterset_class = TurnFilter
     pagination_class = TurnCursorPagination
 
-    def get_queryset(self) -> QuerySet[Turn]:
+    def get_queryset(self) -> QuerySet[Turn, Mapping[str, Any]]:
         return turn_rows(scope=self.run_scope(), run_id=self.kwargs.get("run_id"))
 
     def exact_filters(self) -> dict[str, str] | None:
@@ -285,7 +289,7 @@ class TurnListView(JournalView):
             return {name: params[name] for name in present}
         return None
 
-    def page_rows(self) -> list[dict[str, Any]]:
+    def page_rows(self) -> list[Mapping[str, Any]]:
         run_id = self.kwargs.get("run_id")
         if run_id is not None:
             # Joined, not looked up first: one query less per page. An empty page asks whether the run exists.
@@ -295,7 +299,9 @@ class TurnListView(JournalView):
             rows = self.filter_queryset(self.get_queryset())
         else:
             rows = turn_page_rows(scope=self.run_scope(), run_id=run_id, exact=exact)
-        return self.paginate_queryset(rows)
+        page = self.paginate_queryset(rows)
+        assert page is not None  # PAGE_SIZE is set: every page of the API is paginated
+        return page
 
     @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
@@ -342,4 +348,5 @@ class TurnRecordListView(JournalView):
     @extend_schema(operation_id="turn_records_list", responses={200: RecordSerializer(many=True), **_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         page = self.paginate_queryset(turn_records(turn=self.get_turn(request, run_id, turn_id)))
+        assert page is not None  # PAGE_SIZE is set: every page of the API is paginated
         return self.get_paginated_response(RecordSerializer([record_public(r) for r in page], many=True).data)
