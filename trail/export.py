@@ -18,7 +18,8 @@ from django.utils.dateparse import parse_datetime
 
 from journals.access import RunScope, run_scope
 from kernel.errors import ServiceError
-from trail.models import OPERATOR_ACTION_KINDS, VIA, OperatorAction
+from kernel.via import VIA
+from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
 from trail.services import operator_action_record
 
 EXPORT_FORMATS = ("jsonl", "csv")
@@ -82,8 +83,8 @@ def as_record(row: OperatorAction) -> dict[str, Any]:
         "actor_name": row.actor_name,
         "via": row.via,
         "kind": row.kind,
-        "run": row.run.run_id if row.run_id else None,
-        "turn": row.turn.turn_id if row.turn_id else None,
+        "run": row.run.run_id if row.run else None,
+        "turn": row.turn.turn_id if row.turn else None,
         "reason": row.reason,
         "before": row.before,
         "after": row.after,
