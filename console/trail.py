@@ -15,10 +15,11 @@ from django.views.decorators.http import require_http_methods
 from journals import access
 from journals.models import Run
 from kernel.errors import ServiceError
+from kernel.via import VIA
 from recovery.repair import journal_repair_apply, journal_repair_preview, repairs_list
 from recovery.repair_models import REPAIR_KINDS
 from trail.export import TrailQueryError, trail_export, trail_filters, trail_rows
-from trail.models import OPERATOR_ACTION_KINDS, VIA
+from trail.models import OPERATOR_ACTION_KINDS
 
 from . import selectors
 from .permissions import operator_required, viewer_required

@@ -97,7 +97,7 @@ def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> l
     actions: list[dict[str, Any]] = [{"kind": "phase", "target": p} for p in plan[len(row.completed_phases) :]]
     for intent in intents:
         if intent.live and intent.resolution in (Resolution.REPLAY, Resolution.REISSUE):
-            action = {
+            action: dict[str, Any] = {
                 "kind": "intent",
                 "target": intent.intent_id,
                 "resolution": intent.resolution,
