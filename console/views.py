@@ -69,9 +69,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     filters = form.cleaned()
-    page = selectors.page_of(
-        selectors.turns_filtered(filters, scope=_scope(request)), _page_number(request), filters.get("per_page") or 50
-    )
+    page = selectors.turns_page(filters, _page_number(request), filters.get("per_page") or 50, scope=_scope(request))
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
     role = _role_context(request)
     rows_html = turn_rows(

@@ -260,6 +260,13 @@ class TurnEffective(models.Model):
         indexes = [
             models.Index(fields=["state", "since"], name="effective_state_since"),
             models.Index(fields=["run", "state"], name="effective_run_state"),
+            # The held queue, longest held first: a range of this index read in order, stopping at the page.
+            models.Index(fields=["gate", "since", "turn"], name="effective_gate_since"),
+            # The lists' filters on the gate's decision and reason: counted and found without the table.
+            models.Index(fields=["decision", "turn"], name="effective_decision"),
+            models.Index(fields=["reason", "turn"], name="effective_reason"),
+            # The latest change of any state: how the overview knows its counts are still current.
+            models.Index(fields=["updated_at"], name="effective_updated"),
         ]
 
     def __str__(self) -> str:

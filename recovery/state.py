@@ -443,20 +443,9 @@ def turns_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[T
     q = filters.get("q")
     if q:
         turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
-    state = filters.get("state")
-    if state == UNASSESSED:
+    if UNASSESSED in (filters.get("state"), filters.get("decision")):
         turns = turns.filter(effective__isnull=True)
-    elif state in STATE_GROUPS:
-        turns = turns.filter(effective__state__in=sorted(STATE_GROUPS[state]))
-    elif state:
-        turns = turns.filter(effective__state=state)
-    decision = filters.get("decision")
-    if decision == UNASSESSED:
-        turns = turns.filter(effective__isnull=True)
-    elif decision:
-        turns = turns.filter(effective__decision=decision)
-    if filters.get("reason"):
-        turns = turns.filter(effective__reason=filters["reason"])
+    turns = turns.filter(state_filter_q(filters, "effective__"))
     if filters.get("status"):
         turns = turns.filter(status=filters["status"])
     if filters.get("run"):
@@ -464,6 +453,38 @@ def turns_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[T
     if filters.get("age"):
         turns = turns.filter(age_q(filters["age"], "updated_at"))
     return turns
+
+
+def state_filter_q(filters: Mapping[str, Any], prefix: str = "") -> Q:
+    """The part of a filter on the effective state, over TurnEffective's columns (``prefix``: the way to
+    them, ``effective__`` from a turn). ``unassessed`` names turns with no state: not a condition on one."""
+    q = Q()
+    state = filters.get("state")
+    if state in STATE_GROUPS:
+        q &= Q(**{f"{prefix}state__in": sorted(STATE_GROUPS[state])})
+    elif state and state != UNASSESSED:
+        q &= Q(**{f"{prefix}state": state})
+    decision = filters.get("decision")
+    if decision and decision != UNASSESSED:
+        q &= Q(**{f"{prefix}decision": decision})
+    if filters.get("reason"):
+        q &= Q(**{f"{prefix}reason": filters["reason"]})
+    return q
+
+
+def states_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[TurnEffective] | None:
+    """The state rows of the turns ``turns_matching`` finds, when the filter names only the state and the
+    run (every state row has its turn): what counts them from the state's own indexes. None when the filter
+    names a column of the turn, or turns with no state."""
+    if any(filters.get(k) for k in ("q", "status", "age")) or UNASSESSED in (
+        filters.get("state"),
+        filters.get("decision"),
+    ):
+        return None
+    states = TurnEffective.objects.filter(scope.q("run__run_id"), state_filter_q(filters))
+    if filters.get("run"):
+        states = states.filter(run__run_id=filters["run"])
+    return states
 
 
 def bulk_candidates(*, filters: Mapping[str, Any], action: str, scope: RunScope) -> QuerySet[Turn]:
