@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('journals', '0006_turn_effective'),
+        ('journals', '0008_pending_assessment_flag'),
     ]
 
     operations = [
