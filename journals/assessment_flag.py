@@ -53,7 +53,7 @@ def assessment_requested(*, run: Run, raised: bool) -> bool:
 
 
 def assessment_request(*, run: Run) -> bool:
-    """Raise the run's pending flag; True when this call raised it (it then publishes after commit).
+    """Raise the run's pending flag; True when this call raised it (it then announces ``prefix_moved`` after commit).
     Inside the caller's transaction (ingest's), the flag's row stays locked until that commits."""
     sql, params = assessment_request_statement(run=run)
     with connection.cursor() as cursor:

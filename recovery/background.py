@@ -5,11 +5,10 @@ The protocol (docs/celery.md has the picture). The flag's row is also the lock t
 the task, so neither takes the run's lock for it:
 
 1. Ingest stores a batch and, in the same transaction, calls ``assessment_request``
-   (journals/assessment_flag.py): it locks the run's
-   ``PendingAssessment`` row and raises ``pending`` if it was lowered. Only the batch that raised it
-   announces ``prefix_moved`` on commit,
-   and ``prefix_moved_received`` here publishes ``assess_run``; later batches find it raised and add nothing, so
-   many batches cost one task. Either way the row stays locked until the batch commits.
+   (journals/assessment_flag.py): it locks the run's ``PendingAssessment`` row and raises ``pending`` if
+   it was lowered. Only the batch that raised it announces ``prefix_moved`` on commit, and
+   ``prefix_moved_received`` here publishes ``assess_run``; later batches find it raised and add nothing,
+   so many batches cost one task. Either way the row stays locked until the batch commits.
 2. ``assessment_run`` (the task's body) lowers the flag *before* it reads the prefix, with one UPDATE
    that waits for that row lock. Every batch committed before the lowering is in what it reads; every
    batch after it raises the flag again and publishes a new task. Nothing is lost, and ingest never

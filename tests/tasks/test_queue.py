@@ -151,3 +151,47 @@ def test_demo_journal_decisions_are_stored_for_every_turn(published):
         for r in TurnAssessment.objects.filter(assessment__run=run).select_related("turn")
     }
     assert rows == demo.expect
+
+
+def test_intake_announces_a_moved_prefix_and_recovery_publishes_from_it(published, django_capture_on_commit_callbacks):
+    """Journals never imports recovery: the batch that raises the flag sends `prefix_moved` after commit,
+    once, and the publish is recovery's answer to it."""
+    from kernel import events
+
+    heard: list[dict[str, object]] = []
+
+    def listen(**kwargs: object) -> None:
+        heard.append({k: kwargs[k] for k in ("run_pk", "run_id")})
+
+    events.prefix_moved.connect(listen, dispatch_uid="test.listen")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run = ingest("run-moved", workload_lines("run-moved", turns=6), batch_size=4)
+    finally:
+        events.prefix_moved.disconnect(dispatch_uid="test.listen")
+    assert heard == [{"run_pk": run.pk, "run_id": "run-moved"}]
+    assert published.run_ids == ["run-moved"]
+
+
+def test_a_receiver_that_fails_leaves_the_flag_raised_for_the_sweep(published, django_capture_on_commit_callbacks):
+    from kernel import events
+
+    events.prefix_moved.disconnect(dispatch_uid="recovery.prefix_moved")
+
+    def broken(**_: object) -> None:
+        raise RuntimeError("the receiver crashed")
+
+    events.prefix_moved.connect(broken, dispatch_uid="test.broken")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run = ingest("run-lost", workload_lines("run-lost"))  # the batch is stored all the same
+    finally:
+        events.prefix_moved.disconnect(dispatch_uid="test.broken")
+        from recovery.background import prefix_moved_received
+
+        events.prefix_moved.connect(prefix_moved_received, dispatch_uid="recovery.prefix_moved")
+    assert published.run_ids == []
+    flag = PendingAssessment.objects.get(run=run)
+    assert flag.pending and flag.enqueued_at is None
+    overdue = assessments_overdue(grace=timedelta(0), republish_after=timedelta(hours=1), limit=10)
+    assert overdue == [(run.pk, "run-lost", True)]
