@@ -1,6 +1,6 @@
 """Writes of findings: the audits open or touch them; operators acknowledge and resolve them.
 
-Every operator transition is an OperatorAction (audits.services.operator_action_record) in the same
+Every operator transition is an OperatorAction (trail.services.operator_action_record) in the same
 transaction, with the finding's state before and after.
 """
 
