@@ -39,14 +39,13 @@ from psycopg.copy import LibpqWriter
 from engine import proven_canonical
 from journals import services
 from journals.access import EVERY_RUN, RunScope
+from journals.assessment_flag import assessment_request_statement, assessment_requested
 from journals.models import STATE_ROW_FIELDS, TURN_ROW_FIELDS, ApiToken, Branch, JournalRecord, Run, Turn
 from journals.serializers import iso, state_row
 from journals.services import (
     _MAX_LSN,
     IngestError,
     IngestResult,
-    _assessment_raised,
-    _assessment_statement,
     _batch_turns,
     _check_expect,
     _check_fenced,
@@ -157,7 +156,7 @@ def _ingest_streamed(
         _check_fencing_required(current, _batch_turns(new), fencing)
         # The pending-assessment flag's upsert rides in the projection's statement (one round trip less
         # per batch); the batch that raises it announces `prefix_moved` on commit (journals/assessment_flag.py).
-        _assessment_raised(run, _write_projection_pg(params))
+        assessment_requested(run=run, raised=_write_projection_pg(params))
         _finish_checkpoints(run, new)
     return IngestResult(
         run=run,
@@ -323,7 +322,7 @@ def _copy_rows(chunks: Iterable[bytes], meanwhile: Callable[[], _T]) -> _T:
 
 def _projection_params(run: Run, branches: list[Branch], turns: list[_PlannedTurn]) -> dict[str, Any]:
     """The parameters of ``_write_projection_pg`` (no query: built while the rows are written)."""
-    flag_sql, flag_params = _assessment_statement(run)
+    flag_sql, flag_params = assessment_request_statement(run=run)
     return {
         "flag_sql": flag_sql,
         "run": run.pk,

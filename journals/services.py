@@ -25,7 +25,7 @@ from engine import is_int as _is_int
 from engine import offset_mismatches, parse_canonical_batch
 from engine.canonical import canonical_bytes, parse_line
 from engine.types import DEFAULT_PHASES
-from journals.assessment_flag import assessment_request, assessment_request_statement, assessment_requested
+from journals.assessment_flag import assessment_request
 from journals.models import (
     ID_MAX,
     ApiToken,
@@ -517,16 +517,6 @@ def _finish(run: Run, new: list[_Prepared], projected: _Projected) -> None:
     _write_projection(run, projected.touched, projected.turns)
     assessment_request(run=run)
     _finish_checkpoints(run, new)
-
-
-def _assessment_statement(run: Run) -> tuple[str, dict[str, Any]]:
-    """The pending-assessment flag's upsert, for a statement that carries it (journals/postgres.py)."""
-    return assessment_request_statement(run=run)
-
-
-def _assessment_raised(run: Run, raised: bool) -> None:
-    """After that upsert: the batch that raised the flag announces ``prefix_moved`` on commit."""
-    assessment_requested(run=run, raised=raised)
 
 
 def _finish_checkpoints(run: Run, new: list[_Prepared]) -> None:

@@ -28,7 +28,7 @@ from recovery.finding_models import (
     Finding,
 )
 from recovery.state import turn_states_refresh
-from trail.services import operator_action_record, reason_clean
+from trail.services import actor_display, operator_action_record, reason_clean
 
 
 class FindingError(ServiceError):
@@ -106,10 +106,6 @@ def _summary(finding: Finding) -> dict[str, Any]:
     return {"finding": finding.pk, "kind": finding.kind, "state": finding.state, "fact_key": finding.fact_key}
 
 
-def _actor_name(actor: Any) -> str:
-    return str(actor.get_username())[:150] if actor is not None and hasattr(actor, "get_username") else "system"
-
-
 def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding:
     """An operator has seen the finding and owns it; it stays unresolved (and blocking, if it blocks)."""
     reason = reason_clean(reason=reason)
@@ -140,7 +136,7 @@ def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
         if locked.state == RESOLVED:
             raise FindingError(409, "finding_resolved", "the finding is already resolved")
         before = _summary(locked)
-        _mark_resolved(locked, actor=actor, name=_actor_name(actor), reason=reason)
+        _mark_resolved(locked, actor=actor, name=actor_display(actor), reason=reason)
         if locked.blocks_run:
             assert locked.run is not None  # the blocking kinds are facts of a run
             turn_states_refresh(run=locked.run)  # the hold is lifted: the turns' states say so at once
@@ -190,7 +186,7 @@ def findings_resolve_by_repair(*, run: Run, repair: Any, actor: Any) -> list[int
         if not repair_covers(repair, (finding.evidence or {}).get("seq")):
             continue
         _mark_resolved(
-            finding, actor=actor, name=_actor_name(actor), reason=f"covered by journal repair #{repair.number}"
+            finding, actor=actor, name=actor_display(actor), reason=f"covered by journal repair #{repair.number}"
         )
         resolved.append(finding.pk)
     return resolved

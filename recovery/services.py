@@ -41,7 +41,7 @@ from recovery.selectors import (
     turn_facts,
 )
 from recovery.state import EngineRow, turn_states_refresh
-from trail.services import operator_action_record, reason_clean
+from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
@@ -304,11 +304,6 @@ def turn_release(*, turn: Turn, fencing_token: int) -> TurnClaim:
         return claim
 
 
-def actor_name(actor: Any) -> str:
-    """The name a decision records: the person's username, or who acted for nobody (the gate itself)."""
-    return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
-
-
 def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
@@ -337,7 +332,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
                     finding=finding,
                     dispatch=known[intent_id],  # the latest dispatch, as the operator saw it
                     actor=actor,
-                    actor_name=actor_name(actor),
+                    actor_name=actor_display(actor),
                     reason=reason,
                 )
         latest = assessment_refresh(run=turn.run) if findings else first
@@ -353,7 +348,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
             turn=locked,
             kind="approve",
             actor=actor,
-            actor_name=actor_name(actor),
+            actor_name=actor_display(actor),
             reason=reason,
             assessment=current.assessment,
             engine_decision=row.decision,
@@ -420,7 +415,7 @@ def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
             turn=locked,
             kind="block",
             actor=actor,
-            actor_name=actor_name(actor),
+            actor_name=actor_display(actor),
             reason=reason,
             assessment=before.assessment,
             engine_decision=before.row.decision,

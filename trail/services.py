@@ -28,15 +28,15 @@ def reason_clean(*, reason: Any) -> str:
 
 
 def actor_display(actor: Any) -> str:
-    """The name a trail row keeps for ``actor``: a person's username, ``token:<name>`` for a runtime token,
-    ``recovery-gate`` for the system."""
+    """The name a trail row, a gate decision or a finding keeps for ``actor`` (at most 150 characters): a
+    person's username, ``token:<name>`` for a runtime token, ``recovery-gate`` for the system."""
     if actor is None:
         return "recovery-gate"
     if hasattr(actor, "get_username"):
-        return str(actor.get_username())
+        return str(actor.get_username())[:150]
     token = getattr(actor, "token", None)
     name = getattr(actor, "username", None) or (f"token:{token.name}" if token is not None else None)
-    return str(name or getattr(actor, "name", None) or "unknown")
+    return str(name or getattr(actor, "name", None) or "unknown")[:150]
 
 
 def operator_action_record(
