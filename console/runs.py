@@ -20,6 +20,7 @@ from django.urls import reverse
 from journals.models import Branch, JournalRecord, Phase, Run, Turn
 from journals.selectors import record_public
 from recovery.models import Assessment
+from recovery.state import StateValue, state_of
 
 from . import forktree, states
 from .selectors import Page, page_of
@@ -145,7 +146,8 @@ class GridCell:
 @dataclass
 class GridRow:
     turn: Turn
-    state: str
+    state: str  # the gate's decision, which places the resume and held marks in the cells
+    shown: StateValue | None  # the effective state in the words every other page uses
     cells: list[GridCell]
 
 
@@ -227,7 +229,15 @@ def grid(run: Run, number: int, per_page: int = GRID_TURNS) -> Grid:
                 phases.append(str(name))
     if not phases:
         phases = list(DEFAULT_PHASES)
-    rows = [GridRow(turn=t, state=states.turn_state(t), cells=_cells(run, t, phases)) for t in page.rows]
+    rows = [
+        GridRow(
+            turn=t,
+            state=states.turn_state(t),
+            shown=state_of(getattr(t, "effective", None)),
+            cells=_cells(run, t, phases),
+        )
+        for t in page.rows
+    ]
     return Grid(phases=phases, rows=rows, page=page)
 
 

@@ -1,4 +1,5 @@
-"""An operator walks from the overview to a run, its event history, a record, its turn and back, at desktop
+"""An operator walks from the overview to a run, its event history, a record, its turn, approves it with evidence
+and goes back to the run, at desktop
 and phone widths: no console error, no request to another host, no page-wide horizontal scroll on a phone."""
 
 from __future__ import annotations
@@ -81,9 +82,21 @@ def test_overview_run_history_record_turn_and_back(live_server, chromium, shot, 
         assert "sent charge-card (unsafe)" in page.locator("#turn-events").inner_text()
         shot(page, f"walk-{width}-5-turn")
 
+        # The charge was sent and its answer lost: the operator checks the bank and approves with evidence.
+        form = page.locator("#approve-form")
+        form.get_by_label("it did not happen").check()
+        form.get_by_label("Reason for approving").fill("The bank shows no charge for this card today.")
+        form.get_by_role("button", name="Approve").click()
+        page.wait_for_selector(".messages")
+        assert "Approved turn t-charge" in page.locator(".messages").inner_text()
+        assert "approved by olivia" in page.locator("h1 .badge").inner_text()
+        shot(page, f"walk-{width}-6-approved")
+
         page.locator(".crumbs a.mono").click()
         page.wait_for_url(f"**/runs/{scenario.run.pk}/")
-        shot(page, f"walk-{width}-6-run-again")
+        charge_row = page.locator("#turn-grid tbody tr", has_text="t-charge")
+        assert "approved by olivia" in charge_row.inner_text()
+        shot(page, f"walk-{width}-7-run-again")
 
         if width == 375:
             for path in ("/", "/turns/", "/findings/", f"/runs/{scenario.run.pk}/",
