@@ -181,3 +181,14 @@ def test_the_chain_audit_leaves_a_repaired_break_alone(run, operator_client):
     assert again.counts["chain_broken_repaired"] >= 1
     assert Finding.objects.filter(kind="chain_broken", state="open").count() == 0
     assert applied["assessment"]["repair"]["number"] == 1
+
+
+def test_the_held_turn_links_an_operator_to_the_repair_and_shows_a_viewer_no_link(run, operator_client, viewer_client):
+    turn = Turn.objects.get(run=run, turn_id="t2")
+    repair_url = f"/runs/{run.pk}/repair/"
+    page = operator_client.get(f"/turns/{turn.pk}/").content.decode()
+    assert f'href="{repair_url}"' in page
+    assert "repair the journal</a> (its records after the fault)" in page
+    viewer_page = viewer_client.get(f"/turns/{turn.pk}/").content.decode()
+    assert "every turn of the run is blocked until the journal is repaired" in viewer_page
+    assert repair_url not in viewer_page
