@@ -7,6 +7,7 @@ record who, when, what, why and the gate's state before and after as an Operator
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
@@ -17,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from journals import access
 from journals.models import Intent, Resolution, Turn
 from kernel.errors import ServiceError
-from recovery import services
+from recovery import assignment, services
 from recovery.state import state_of
 
 from . import selectors
@@ -62,6 +63,7 @@ def _rerender(
         "nav": "turns",
         "back": reverse("console:turns"),
         "decision_error": error,
+        **_review_context(request, page.turn),
         **_role_context(request),
     }
     return render(request, "console/turn_detail.html", context, status=status)
@@ -116,6 +118,8 @@ def bulk(request: HttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else request.GET
     filter_form = TurnFilterForm(data)
     filters = {k: v for k, v in filter_form.cleaned().items() if k in TurnFilterForm.FILTER_FIELDS}
+    if filters.get("assignee"):
+        filters["assignee"] = assignment.assignee_filter(filters["assignee"], user=request.user)
     action = data.get("action", "")
     if action not in dict(BULK_ACTIONS):
         messages.error(request, "Choose approve or block.")
@@ -167,3 +171,38 @@ def _role_context(request: HttpRequest) -> dict[str, object]:
     from .views import _role_context as role_context
 
     return role_context(request)
+
+
+def _review_context(request: HttpRequest, turn: Turn) -> dict[str, object]:
+    from .views import _review_context as review_context
+
+    return review_context(request, turn)
+
+
+@operator_required
+@require_POST
+def assign(request: HttpRequest, pk: int) -> HttpResponse:
+    """ "Take it" (``assignee=me``) or "Assign to…" (a username): recovery.assignment.turn_assign decides."""
+    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    wanted = request.POST.get("assignee", "me")
+    user_model = get_user_model()
+    assignee = request.user if wanted == "me" else user_model.objects.filter(username=wanted).first()
+    try:
+        why = request.POST.get("reason")
+        done = assignment.turn_assign(turn=turn, actor=request.user, assignee=assignee, reason=why)
+    except ServiceError as err:
+        return _rerender(request, turn, status=err.status, error=err.detail)
+    messages.success(request, f"Turn {turn.turn_id} is assigned to {done.assignee.get_username()}.")
+    return HttpResponseRedirect(_next_url(request, turn))
+
+
+@operator_required
+@require_POST
+def unassign(request: HttpRequest, pk: int) -> HttpResponse:
+    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    try:
+        assignment.turn_unassign(turn=turn, actor=request.user, reason=request.POST.get("reason"))
+    except ServiceError as err:
+        return _rerender(request, turn, status=err.status, error=err.detail)
+    messages.success(request, f"Turn {turn.turn_id} has no reviewer now.")
+    return HttpResponseRedirect(_next_url(request, turn))

@@ -78,9 +78,16 @@ class TurnFilterForm(_GetForm):
     run = forms.CharField(required=False, max_length=200, label="Run id")
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
     sort = forms.ChoiceField(required=False, choices=TURN_SORT_CHOICES)
+    assignee = forms.RegexField(
+        required=False,
+        max_length=150,
+        regex=r"^[\w.@+-]+$",
+        label="Assigned to",
+        help_text="me, none, or a user name",
+    )
     per_page = forms.TypedChoiceField(required=False, choices=PAGE_CHOICES, coerce=int, empty_value=None, label="Rows")
 
-    FILTER_FIELDS = FILTER_NAMES
+    FILTER_FIELDS = (*FILTER_NAMES, "assignee")
 
 
 class RunFilterForm(_GetForm):

@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from recovery.assignment import assigned_to
 from recovery.state import state_of
 
 from . import vocabulary
@@ -135,6 +136,12 @@ def _decided(state: Any) -> str:
     return f'<span class="small">{_esc(verb)} by {who}<br>{_time(state.decided_at)}</span>'
 
 
+def _assignee(t: Any) -> str:
+    """The "Assigned to" cell: the turn's reviewer (recovery.assignment.assigned_to), not a worker's claim."""
+    name = assigned_to(t)
+    return f'<span class="small assignee">{_esc(_short(name, 24))}</span>' if name else _NONE
+
+
 def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str) -> SafeString:
     turn_url = _pk_url("console:turn")
     run_url = _pk_url("console:run")
@@ -154,6 +161,7 @@ def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token:
             f'<td class="small">{_next_step(state)}</td>'
             f'<td class="small">{_esc(t.status)}</td>'
             f"<td>{_decided(state)}</td>"
+            f"<td>{_assignee(t)}</td>"
             f"<td>{_time(t.updated_at)}</td>"
         )
         if can_operate:
@@ -220,6 +228,7 @@ def queue_rows(queue: list[Any]) -> SafeString:
             f'<td><a href="{turn_url[0]}{int(t.pk)}{turn_url[1]}">{_esc(_short(t.turn_id, 32))}</a></td>'
             f'<td class="mono small">{_esc(_short(t.run.run_id, 28))}</td>'
             f"<td>{state_badge(state)}</td>"
-            f'<td class="small">{_next_step(state)}</td></tr>'
+            f'<td class="small">{_next_step(state)}</td>'
+            f"<td>{_assignee(t)}</td></tr>"
         )
     return mark_safe("\n".join(out))

@@ -57,7 +57,7 @@ def turns_page(filters: dict[str, Any], number: int, per_page: int, *, scope: Ru
     sort = filters.get("sort") or "-updated"
     if total >= DENSE_MATCHES and sort in INDEXED_TURN_SORTS and any(filters.get(k) for k in STATE_FILTERS):
         rows = (
-            Turn.objects.select_related("run", "effective")
+            Turn.objects.select_related("run", "effective", "assignment__assignee")
             .filter(Exists(matching.order_by().filter(pk=OuterRef("pk"))))
             .order_by(*TURN_SORTS[sort])
         )
@@ -285,7 +285,7 @@ def blocked_queue(limit: int = 20, *, scope: RunScope) -> QuerySet[Turn]:
     operator blocked."""
     return (
         Turn.objects.filter(scope.q("run__run_id"), effective__gate=HOLD)
-        .select_related("run", "effective")
+        .select_related("run", "effective", "assignment__assignee")
         # Tied times in the turn's order; named on the state row (its key is the turn's) so that one index
         # (effective_gate_since) serves the filter and the whole order.
         .order_by("effective__since", "effective__turn_id")[:limit]

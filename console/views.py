@@ -8,6 +8,7 @@ absent, and its page a 404, the answer of a missing one.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from journals import access
 from journals.models import JournalRecord, Run, Turn
+from recovery import assignment
 from recovery.selectors import RUN_LEVEL_CODES
 
 from . import integrations, selectors
@@ -65,10 +67,17 @@ def overview(request: HttpRequest) -> HttpResponse:
     return render(request, "console/overview.html", context)
 
 
+def _resolved(filters: dict[str, Any], request: HttpRequest) -> dict[str, Any]:
+    """The filter as the selectors read it: ``assignee=me`` names the signed-in person."""
+    if filters.get("assignee"):
+        filters["assignee"] = assignment.assignee_filter(filters["assignee"], user=request.user)
+    return filters
+
+
 @viewer_required
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
-    filters = form.cleaned()
+    filters = _resolved(form.cleaned(), request)
     page = selectors.turns_page(filters, _page_number(request), filters.get("per_page") or 50, scope=_scope(request))
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
     role = _role_context(request)
@@ -84,11 +93,18 @@ def turns(request: HttpRequest) -> HttpResponse:
         "page": page,
         "filters": filters,
         "has_filter": has_filter,
-        "nav": "turns",
+        "nav": "inbox" if filters.get("assignee") == request.user.get_username() else "turns",
         "bulk_query": request.GET.urlencode(),
         **role,
     }
     return render(request, "console/turns.html", context)
+
+
+@viewer_required
+def inbox_count(request: HttpRequest) -> HttpResponse:
+    """The top bar's count of held turns assigned to the signed-in person (loaded by htmx: the pages
+    themselves keep their query counts)."""
+    return HttpResponse(str(assignment.inbox_count(user=request.user)), content_type="text/plain; charset=utf-8")
 
 
 @viewer_required
@@ -154,9 +170,17 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "block_form": ReasonForm(),
         "nav": "turns",
         "back": _safe_back(request),
+        **_review_context(request, page.turn),
         **_role_context(request),
     }
     return render(request, "console/turn_detail.html", context)
+
+
+def _review_context(request: HttpRequest, turn: Turn) -> dict[str, object]:
+    """Who reviews the turn, and whom an operator may hand it to (the "Assign to…" list)."""
+    review = assignment.assignment_of(turn_pk=turn.pk)
+    people = assignment.assignable_users(run_id=turn.run.run_id) if access.can_operate(request.user) else []
+    return {"review": review, "assignable": people}
 
 
 def _safe_back(request: HttpRequest) -> str:

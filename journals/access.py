@@ -71,6 +71,32 @@ def _load_person(user: Any) -> None:
     user._loopx_prefixes = tuple(sorted({prefix for _, prefix in pairs if prefix is not None}))
 
 
+def operators_of_run(*, run_id: str, limit: int = 200) -> list[str]:
+    """The usernames of active people who may act on ``run_id``'s turns (operator or admin, and a team that
+    sees the run; admins see every run), read in one query: whom a turn can be handed to."""
+    from django.contrib.auth import get_user_model
+
+    rows = (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]))
+        .values_list("username", "is_superuser", "groups__name", "loopx_teams__prefixes__prefix")
+        .order_by("username")
+    )
+    roles: dict[str, set[str]] = {}
+    prefixes: dict[str, set[str]] = {}
+    for username, superuser, group, prefix in rows:
+        roles.setdefault(username, set()).add(ADMIN if superuser else str(group))
+        if prefix is not None:
+            prefixes.setdefault(username, set()).add(prefix)
+    allowed = [
+        name
+        for name, have in roles.items()
+        if ADMIN in have or (OPERATOR in have and RunScope.of(sorted(prefixes.get(name, ()))).allows(run_id))
+    ]
+    return allowed[:limit]
+
+
 def _at_least(user: Any, role: str) -> bool:
     have = role_of(user)
     return have is not None and _RANK[have] >= _RANK[role]

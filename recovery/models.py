@@ -153,6 +153,7 @@ class GateDecision(AppendOnlyModel):
 
 # The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
 # modules; imported here so that Django registers them with this app.
+from recovery.assignment_models import TurnAssignment  # noqa: E402, F401
 from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
 from recovery.finding_models import Finding  # noqa: E402, F401
 from recovery.import_models import (  # noqa: E402, F401

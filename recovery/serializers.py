@@ -285,3 +285,24 @@ class BulkResultSerializer(serializers.Serializer[Any]):
                 for t, err in outcome.left
             ],
         }
+
+
+class AssignRequestSerializer(serializers.Serializer[Any]):
+    assignee = serializers.CharField(
+        max_length=150, help_text="The username of the operator who reviews the turn (your own: take it)."
+    )
+    reason = serializers.CharField(max_length=4000, required=False, allow_blank=True)
+
+
+class UnassignRequestSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=4000, required=False, allow_blank=True)
+
+
+class AssignmentSerializer(serializers.Serializer[Any]):
+    """Who reviews the turn now (``assignee`` null: nobody)."""
+
+    run = serializers.CharField()
+    turn = serializers.CharField()
+    assignee = serializers.CharField(allow_null=True)
+    assigned_by = serializers.CharField(allow_null=True)
+    assigned_at = serializers.DateTimeField(allow_null=True)

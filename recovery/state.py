@@ -439,7 +439,12 @@ def turns_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[T
     """The turns of ``scope``'s runs a filter names (values already validated by the caller's form), with
     their run and their effective state joined. ``state``: a TurnState, a group (held, waiting, proceeding)
     or unassessed; ``decision`` and ``reason``: the effective ones, as the gate answers."""
-    turns = Turn.objects.select_related("run", "effective").filter(scope.q("run__run_id"))
+    turns = Turn.objects.select_related("run", "effective", "assignment__assignee").filter(scope.q("run__run_id"))
+    assignee = filters.get("assignee")  # a username, or "none" (the console resolves "me")
+    if assignee == "none":
+        turns = turns.filter(assignment__isnull=True)
+    elif assignee:
+        turns = turns.filter(assignment__assignee__username=assignee)
     q = filters.get("q")
     if q:
         turns = turns.filter(Q(turn_id__icontains=q) | Q(run__run_id__icontains=q) | Q(lineage__icontains=q))
@@ -476,7 +481,7 @@ def states_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[
     """The state rows of the turns ``turns_matching`` finds, when the filter names only the state and the
     run (every state row has its turn): what counts them from the state's own indexes. None when the filter
     names a column of the turn, or turns with no state."""
-    if any(filters.get(k) for k in ("q", "status", "age")) or UNASSESSED in (
+    if any(filters.get(k) for k in ("q", "status", "age", "assignee")) or UNASSESSED in (
         filters.get("state"),
         filters.get("decision"),
     ):

@@ -24,6 +24,8 @@ urlpatterns = [
     path(f"{T}/release", views.ReleaseView.as_view(), name="api-turn-release"),
     path(f"{T}/approve", views.ApproveView.as_view(), name="api-turn-approve"),
     path(f"{T}/block", views.BlockView.as_view(), name="api-turn-block"),
+    path(f"{T}/assign", views.AssignView.as_view(), name="api-turn-assign"),
+    path(f"{T}/unassign", views.UnassignView.as_view(), name="api-turn-unassign"),
     path(f"{T}/evidence", views.EvidenceListView.as_view(), name="api-turn-evidence"),
     path(f"{T}/gate-decisions", views.GateDecisionListView.as_view(), name="api-turn-gate-decisions"),
 ]

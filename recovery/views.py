@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -14,12 +15,16 @@ from journals.api import ErrorSerializer, LoopxView
 from journals.models import Turn
 from journals.services import high_water_parse
 from journals.views import _ERRORS
+from recovery.assignment import AssignError, turn_assign, turn_unassign
+from recovery.assignment_models import TurnAssignment
 from recovery.models import Assessment, GateDecision, OperatorEvidence
 from recovery.selectors import assessments_list, evidence_list, gate_decisions_list
 from recovery.serializers import (
     ApproveRequestSerializer,
     AssessmentSerializer,
     AssessmentSummarySerializer,
+    AssignmentSerializer,
+    AssignRequestSerializer,
     BlockRequestSerializer,
     BulkRequestSerializer,
     BulkResultSerializer,
@@ -29,6 +34,7 @@ from recovery.serializers import (
     FencingRequestSerializer,
     GateDecisionSerializer,
     GateSerializer,
+    UnassignRequestSerializer,
 )
 from recovery.services import (
     BULK_MAX,
@@ -235,3 +241,50 @@ class BulkDecisionView(LoopxView):
             turns=candidates, action=action, actor=request.user, reason=body.validated_data["reason"]
         )
         return Response(BulkResultSerializer(outcome).data)
+
+
+def _assignment(turn: Turn, assignment: TurnAssignment | None) -> dict[str, object]:
+    return {
+        "run": turn.run.run_id,
+        "turn": turn.turn_id,
+        "assignee": assignment.assignee.get_username() if assignment else None,
+        "assigned_by": assignment.assigned_by.get_username() if assignment else None,
+        "assigned_at": assignment.assigned_at if assignment else None,
+    }
+
+
+class AssignView(LoopxView):
+    """An operator's review assignment of a turn (not the runtime's claim): the console's "Take it"."""
+
+    serializer_class = AssignmentSerializer
+    permission_classes = [CanOperate]
+
+    @extend_schema(
+        operation_id="turn_assign", request=AssignRequestSerializer, responses={200: AssignmentSerializer, **_ERRORS}
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = AssignRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        assignee = get_user_model().objects.filter(username=body.validated_data["assignee"]).first()
+        if assignee is None:
+            raise AssignError(400, "assignee_invalid", "no such user")
+        done = turn_assign(turn=turn, actor=request.user, assignee=assignee, reason=body.validated_data.get("reason"))
+        return Response(AssignmentSerializer(_assignment(turn, done)).data)
+
+
+class UnassignView(LoopxView):
+    serializer_class = AssignmentSerializer
+    permission_classes = [CanOperate]
+
+    @extend_schema(
+        operation_id="turn_unassign",
+        request=UnassignRequestSerializer,
+        responses={200: AssignmentSerializer, **_ERRORS},
+    )
+    def post(self, request: Request, run_id: str, turn_id: str) -> Response:
+        turn = self.get_turn(request, run_id, turn_id)
+        body = UnassignRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        turn_unassign(turn=turn, actor=request.user, reason=body.validated_data.get("reason"))
+        return Response(AssignmentSerializer(_assignment(turn, None)).data)

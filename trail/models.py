@@ -65,6 +65,9 @@ OPERATOR_ACTION_KINDS = (
     "team_create",
     "team_change",
     "team_delete",
+    # An operator's review assignment of a turn (who is looking at it) given or released.
+    "turn_assign",
+    "turn_unassign",
 )
 # How the act reached the service (kernel/via.py): a filter of the audit log, and part of the row's digest.
 # The digest the first row of the trail chains from.

@@ -104,6 +104,8 @@ def _owned(blue: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "console:turn": {"pk": turn.pk},
         "console:approve": {"pk": turn.pk},
         "console:block": {"pk": turn.pk},
+        "console:assign": {"pk": turn.pk},
+        "console:unassign": {"pk": turn.pk},
         "console:finding_acknowledge": {"pk": blue["finding"].pk},
         "console:finding_resolve": {"pk": blue["finding"].pk},
         "console:package": {"pk": blue["upload"].pk},
@@ -126,7 +128,7 @@ def _owned(blue: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name in (
         "api-turn", "api-turn-intents", "api-turn-records", "api-turn-decision", "api-turn-claim",
         "api-turn-release", "api-turn-approve", "api-turn-block", "api-turn-evidence", "api-turn-gate-decisions",
-        "api-turn-recovery", "api-turn-intent-classes", "api-turn-annotations",
+        "api-turn-recovery", "api-turn-intent-classes", "api-turn-annotations", "api-turn-assign", "api-turn-unassign",
     ):  # fmt: skip
         owned[name] = of_turn
     for name in ("api-recovery-audit", "api-recovery-actions", "api-recovery-close"):

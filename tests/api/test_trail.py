@@ -65,7 +65,7 @@ READ_ONLY_URLS = {
     "console:overview", "console:blocked_queue", "console:runs", "console:run", "console:turns", "console:turn",
     "console:findings", "console:packages", "console:package", "console:package_status", "console:audit_log",
     "console:imports", "console:import", "console:import_status", "console:effect_maps", "console:effect_map",
-    "console:records", "console:record", "favicon",
+    "console:records", "console:record", "console:inbox_count", "favicon",
     "password_change_done", "password_reset_done", "password_reset_complete", "healthz", "readyz", "metrics",
     "api-schema", "api-schema-ui",
 }
@@ -98,6 +98,10 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
     from recovery.services import turn_block
 
     turn_block(turn=Turn.objects.get(run=run, turn_id="t1"), actor=operator, reason="held first")
+    from recovery.assignment import turn_assign
+
+    # The operator has taken t1 for review: releasing it, or handing it on, is one act each.
+    turn_assign(turn=Turn.objects.get(run=run, turn_id="t1"), actor=operator, assignee=operator)
     from recovery.import_services import effect_map_create, history_upload_receive
 
     effect_map_create(name="fx", entries={"SendReceipt": "idempotent"}, actor=operator, reason="the first map")
@@ -168,12 +172,18 @@ SCENARIOS: dict[str, Scenario] = {
     "v1_webhooks_destroy": ("admin", lambda c, w: c.delete(f"/api/v1/webhooks/{w['hook'].pk}")),
     "v1_webhook_deliveries_resend_create": ("operator", lambda c, w: c.post(
         f"/api/v1/webhook-deliveries/{w['delivery'].pk}/resend")),
+    "turn_assign": ("operator", lambda c, w: c.post("/api/v1/runs/run-ok/turns/t1/assign", {
+        "assignee": _admin_name(), "reason": "the payments lead knows this card"}, format="json")),
+    "turn_unassign": ("operator", lambda c, w: c.post("/api/v1/runs/run-ok/turns/t1/unassign", {}, format="json")),
     # GETs that hand out what the trail must know about
     "api-run-export": ("operator", lambda c, w: c.get("/api/v1/runs/run-ok/export")),
     "api-operator-actions-export": ("operator", lambda c, w: c.get("/api/v1/operator-actions/export?output=csv")),
     # the console's paths (URL names)
     "console:approve": ("operator", lambda c, w: c.post(f"/turns/{w['turn'].pk}/approve/", {"reason": "looked"})),
     "console:block": ("operator", lambda c, w: c.post(f"/turns/{w['turn'].pk}/block/", {"reason": "hold"})),
+    "console:assign": ("operator", lambda c, w: c.post(f"/turns/{w['turn'].pk}/assign/", {
+        "assignee": _admin_name(), "reason": "handing over"})),
+    "console:unassign": ("operator", lambda c, w: c.post(f"/turns/{w['turn'].pk}/unassign/")),
     "console:finding_acknowledge": ("operator", lambda c, w: c.post(
         f"/findings/{w['finding'].pk}/acknowledge/", {"reason": "mine"})),
     "console:finding_resolve": ("operator", lambda c, w: c.post(f"/findings/{w['finding'].pk}/resolve/",
@@ -217,6 +227,12 @@ def _schedule() -> int:
     return PeriodicTask.objects.get(name="audit: trail verification").pk
 
 
+def _admin_name() -> str:
+    from django.contrib.auth.models import User
+
+    return User.objects.get(is_superuser=True).username
+
+
 def _group(name: str) -> int:
     from django.contrib.auth.models import Group
 
@@ -229,6 +245,7 @@ def _state() -> list[Any]:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     from console.models import TurnAnnotation
+    from recovery.assignment_models import TurnAssignment
 
     return [
         list(OperatorAction.objects.order_by("seq").values_list("seq", "digest")),
@@ -245,6 +262,7 @@ def _state() -> list[Any]:
         list(IntervalSchedule.objects.order_by("pk").values_list("pk", "every")),
         list(PeriodicTask.objects.order_by("pk").values_list("pk", "enabled", "interval_id")),
         list(TurnAnnotation.objects.order_by("pk").values_list("pk", "notes")),
+        list(TurnAssignment.objects.order_by("pk").values_list("pk", "assignee_id", "assigned_at")),
     ]
 
 

@@ -125,7 +125,8 @@ def test_the_turns_list_escapes_every_value_and_keeps_its_rows(op_pages, hostile
     assert set(rows) == {TURN_BLOCKED, TURN_RESUME}  # the text the browser shows is the value itself
     for turn in (blocked, resume):
         row = rows[turn.turn_id]
-        assert len(row["cells"]) == 8  # turn, run, state, step, status, operator, updated, decide (operator)
+        # turn, run, state, step, status, operator, assigned to, updated, decide (operator)
+        assert len(row["cells"]) == 9
         assert row["cells"][1] == RUN_ID
         detail, run_link = urlsplit(row["hrefs"][0]), urlsplit(row["hrefs"][1])
         assert detail.path == reverse("console:turn", args=[turn.pk])
@@ -133,7 +134,7 @@ def test_the_turns_list_escapes_every_value_and_keeps_its_rows(op_pages, hostile
         assert run_link.path == reverse("console:run", args=[run.pk]) and not run_link.query
     assert rows[TURN_BLOCKED]["cells"][2].endswith(REASON)
     assert rows[TURN_RESUME]["cells"][3] == f"from {RESUME_FROM}"
-    assert "Decide on " + TURN_BLOCKED in rows[TURN_BLOCKED]["cells"][7]
+    assert "Decide on " + TURN_BLOCKED in rows[TURN_BLOCKED]["cells"][8]
     # The row forms post to the turn's own approve and block URLs.
     for turn in (blocked, resume):
         assert f'action="{reverse("console:block", args=[turn.pk])}"' in html

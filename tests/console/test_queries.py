@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console.services import turn_annotate
 from journals.models import Run, Turn
+from recovery.assignment import turn_assign
 from recovery.audit_services import recovery_audit_action_report, recovery_audit_open
 from recovery.finding_models import Finding
 from recovery.services import turn_approve, turn_block, turn_claim
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.django_db
 LISTS = {
     reverse("console:turns") + "?per_page=100": 5,  # + capped count, rows
     reverse("console:turns") + "?decision=blocked&sort=updated": 5,
+    reverse("console:turns") + "?assignee=me": 5,  # the inbox
     reverse("console:runs") + "?per_page=100": 7,  # + capped count, rows, turn and state counts of the page
     # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), queue,
     # actions, heartbeats, findings
@@ -40,11 +42,11 @@ LISTS = {
 # actions and divergences; actions the history; evidence and an annotation their own. Was 24 for any turn.
 # The overview's counting queries, which a cached count saves.
 COUNTING = 3
-QUIET_TURN_PAGE_QUERIES = 14  # with the turn's records for the timeline (console/timeline.py)
-TURN_PAGE_QUERIES = 16  # + the decision in force and the history
+QUIET_TURN_PAGE_QUERIES = 16  # the turn's records for the timeline, its reviewer, whom it may go to
+TURN_PAGE_QUERIES = 18  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
 # evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
-BUSY_TURN_PAGE_QUERIES = 22
+BUSY_TURN_PAGE_QUERIES = 24
 
 
 def _rows(n: int, operator) -> None:
@@ -52,6 +54,8 @@ def _rows(n: int, operator) -> None:
     turns = list(Turn.objects.filter(run=run))
     for turn in turns[:2]:  # some rows carry an operator decision (the list's correlated subqueries)
         turn_block(turn=turn, actor=operator, reason="hold for the query test")
+    for turn in turns[: n // 2]:  # and half of them a reviewer (joined, never read per row)
+        turn_assign(turn=turn, actor=operator, assignee=operator)
     # Runs with turns of their own, and findings, so every list has n rows.
     runs = Run.objects.bulk_create([Run(run_id=f"q{n}-extra-{i}") for i in range(n)])
     Turn.objects.bulk_create(
