@@ -524,7 +524,7 @@ def _finish_checkpoints(run: Run, new: list[_Prepared]) -> None:
     _store_checkpoints(run, new, run.last_seq - len(new) + 1)
     # Test-only (kernel/failpoints.py): the composition gate kills the web process here, with the
     # whole batch written but not committed, and checks that none of it survives.
-    failpoint("records_ingest.before_commit")
+    failpoint("records_ingest.before_commit", key=run.run_id)
 
 
 def _drop_stored(run: Run, branches: dict[int, Branch], fresh: dict[tuple[int, int], _Prepared]) -> int:

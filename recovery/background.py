@@ -68,13 +68,13 @@ def assessment_run(*, run_id: str) -> str:
     # Lowered before the prefix is read; the UPDATE waits for a batch that holds the row (module doc, 2).
     assessment_flag_lower(run_pk=run.pk)
     before = Assessment.objects.filter(run_id=run.pk).order_by("-id").values_list("id", flat=True).first() or 0
-    failpoint("assess_run.before_assess")
+    failpoint("assess_run.before_assess", key=run_id)
     try:
         stored = assessment_refresh(run=run, newest_only=True)
     except PrefixSuperseded:
         outcome = "superseded"
     else:
         outcome = "stored" if stored.pk > before else "unchanged"
-    failpoint("assess_run.after_store")
+    failpoint("assess_run.after_store", key=run_id)
     assessment_flag_finished(run_pk=run.pk, outcome=outcome)
     return outcome

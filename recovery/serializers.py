@@ -213,7 +213,7 @@ class EvidenceSerializer(serializers.ModelSerializer[OperatorEvidence]):
 
     class Meta:
         model = OperatorEvidence
-        fields = ["intent", "finding", "actor", "reason", "created_at"]
+        fields = ["intent", "finding", "dispatch", "actor", "reason", "created_at"]
 
 
 class GateDecisionSerializer(serializers.ModelSerializer[GateDecision]):

@@ -20,12 +20,13 @@ from .errors import (
     LoopxError,
     LsnConflict,
     OffsetMismatch,
+    RecordNotVerbatim,
     RecordRefused,
     ShipDiverged,
     TransportError,
     UnsafeRedispatch,
 )
-from .gate import Claim, Decision, Gate, RecoveryAudit, ShipResult
+from .gate import Claim, Decision, Gate, RecoveryAudit, Shippable, ShipResult
 from .journal import DEFAULT_PHASES, Effect, Entry, Journal
 
 __version__ = "0.1.0"
@@ -50,9 +51,11 @@ __all__ = [
     "LoopxError",
     "LsnConflict",
     "OffsetMismatch",
+    "RecordNotVerbatim",
     "RecordRefused",
     "RecoveryAudit",
     "ShipDiverged",
+    "Shippable",
     "ShipResult",
     "TransportError",
     "UnsafeRedispatch",

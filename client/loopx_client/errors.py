@@ -71,6 +71,16 @@ class ShipDiverged(LoopxError):
         self.local_lsn = local_lsn
 
 
+class RecordNotVerbatim(LoopxError):
+    """A record read back from the server does not hash to the digest it was stored with (a field served
+    redacted): those bytes are not the journal's, and nothing may resume from them."""
+
+    def __init__(self, branch: int, lsn: int) -> None:
+        super().__init__(f"record {branch}:{lsn} is not served byte-identical to what was stored")
+        self.branch = branch
+        self.lsn = lsn
+
+
 class EffectFailed(LoopxError):
     """Raised by (or around) an effect's body to say the effect definitively did not happen: the readback
     is ``failed`` (a retry is then legal, also for an unsafe intent)."""

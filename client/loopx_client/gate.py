@@ -24,12 +24,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from .canonical import canonical_bytes, digest
 from .errors import (
     ApiError,
     NotFound,
     OffsetMismatch,
+    RecordNotVerbatim,
     ServerError,
     ShipDiverged,
     Throttled,
@@ -39,6 +41,18 @@ from .errors import (
 from .journal import Entry, Journal
 
 USER_AGENT = "loopx-client/0.1"
+
+
+class Shippable(Protocol):
+    """What ``Gate.ship`` sends: a run's records in file order (a :class:`Journal` is one)."""
+
+    @property
+    def run(self) -> str: ...
+
+    @property
+    def entries(self) -> list[Entry]: ...
+
+    def high_water(self) -> dict[int, int]: ...
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,9 @@ class Gate:
             self._sleep(delay * (0.5 + random.random() / 2))
             attempt += 1
 
+    def _get_retrying(self, path: str) -> Any:
+        return self._retrying(lambda: self._request("GET", path))
+
     @staticmethod
     def _q(value: str) -> str:
         return urllib.parse.quote(value, safe="")
@@ -197,7 +214,7 @@ class Gate:
         self._acked[run] = dict(cursors)
         return cursors
 
-    def ship(self, journal: Journal) -> ShipResult:
+    def ship(self, journal: Shippable) -> ShipResult:
         """Send the server every record of ``journal`` it has not acknowledged, in file order.
 
         Safe to repeat at any time, also after a crash: the server's ack cursors say where to resume, and a
@@ -314,6 +331,46 @@ class Gate:
         held = sorted((turn, self._fencing[(run, turn)]) for turn in turns if (run, turn) in self._fencing)
         return ", ".join(f"{self._q(turn)}={token}" for turn, token in held)
 
+    # -- reading back ------------------------------------------------------------------------------------
+    def records(self, run: str) -> list[bytes]:
+        """Every stored record of ``run`` in the order the server stored them, as canonical bytes: what a
+        runtime that lost its local journal rebuilds it from. Each record's bytes are checked against the
+        digest the server stored; ``RecordNotVerbatim`` when they differ (the API serves some fields
+        redacted), so that nobody resumes from bytes that are not the journal's. A run not stored yet: []."""
+        out: list[bytes] = []
+        url: str | None = f"/runs/{self._q(run)}/records"
+        while url is not None:
+            try:
+                page = self._get_retrying(url)
+            except NotFound:
+                if out:
+                    raise
+                return []
+            for item in page["results"]:
+                if digest(item["record"]) != item["digest"]:
+                    raise RecordNotVerbatim(int(item["branch"]), int(item["lsn"]))
+                out.append(canonical_bytes(item["record"]))
+            url = page.get("next")
+        return out
+
+    def evidence(self, run: str, turn: str) -> list[dict[str, Any]]:
+        """The operators' findings on the turn's intents, oldest first (``intent``, ``finding``: happened /
+        not_happened, ``dispatch``: the dispatch they are about, ``actor``, ``reason``, ``created_at``). A
+        runtime journals a finding as the readback it stands for. A turn not stored yet: []."""
+        found: list[dict[str, Any]] = []
+        url: str | None = self._turn_path(run, turn) + "/evidence"
+        while url is not None:
+            try:
+                page = self._get_retrying(url)
+            except NotFound:
+                if found:
+                    raise
+                return []
+            items = page["results"] if isinstance(page, dict) else page
+            found.extend(items)
+            url = page.get("next") if isinstance(page, dict) else None
+        return sorted(found, key=lambda item: str(item["created_at"]))
+
     # -- the gate --------------------------------------------------------------------------------------
     def decision(self, run: str, turn: str, *, expect: Mapping[int, int] | None = None) -> Decision:
         """The gate's decision for the turn under the committed prefix. ``expect`` (branch -> the last lsn
@@ -394,4 +451,4 @@ class Gate:
         return answer
 
 
-__all__ = ["ApiError", "Claim", "Decision", "Gate", "RecoveryAudit", "ShipResult"]
+__all__ = ["ApiError", "Claim", "Decision", "Gate", "RecoveryAudit", "Shippable", "ShipResult"]

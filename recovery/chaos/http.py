@@ -1,135 +1,110 @@
-"""The runtime's gateway over HTTP: the store's ingest API and recovery gate on a live server.
+"""The runtime's gateway over HTTP: the runtime client (``loopx_client.Gate``, the client/ package) against
+a live LoopX service, exactly as a runtime of a team's own would use it.
 
-Standard library only (urllib), so the runtime child process starts fast and imports no Django. The
-operator's side (`approve`) is the service call the console makes (`recovery.services.turn_approve`),
-run in a short Django process against the server's database (recovery/chaos/operator.py): a runtime token
-may never approve, by design of the API.
+Records are shipped with ``Gate.ship`` (ack cursors, ``LoopX-Expect``, the fencing tokens of claimed turns,
+a batch whose answer was lost sent again), the gate and claims are the client's, and a runtime that lost
+its memory reads the journal back with ``Gate.records``. The client retries what is safe to repeat, so a
+web process killed in the middle of a batch is, to the runtime, a pause.
+
+The operator's side is a person signed in to the console (recovery/chaos/operator.py), never a runtime
+token: a runtime token may never approve, by design of the API.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-from engine import canonical_bytes, digest
+from loopx_client import Entry, Gate
+from loopx_client.errors import ClaimHeld, NotFound
 
 from .store import EvidenceRow, GateAnswer
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {body[:300]}")
-        self.status = status
-        self.body = body
+class _Shipped:
+    """The run's records in the order the runtime wrote them (the client's ``Shippable``)."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.entries: list[Entry] = []
+        self._high: dict[int, int] = {}
+
+    def add(self, line: bytes) -> None:
+        record = json.loads(line)
+        turn = record.get("turn")
+        self.entries.append(
+            Entry(record["branch"], record["lsn"], record["kind"], turn if isinstance(turn, str) else None, line)
+        )
+        self._high[record["branch"]] = record["lsn"]
+
+    def high_water(self) -> dict[int, int]:
+        return dict(self._high)
+
+
+def evidence_id(item: dict[str, Any]) -> str:
+    """What a readback cites for a finding: its time, intent and finding (the API shows no row id)."""
+    return f"{item['created_at']}/{item['intent']}/{item['finding']}"
 
 
 class HttpGateway:
-    def __init__(self, base_url: str, token: str, run: str, *, operator_env: dict[str, str] | None = None) -> None:
-        self.base = base_url.rstrip("/") + "/api/v1"
-        self.token = token
+    def __init__(self, base_url: str, token: str, run: str, *, retries: int = 8) -> None:
+        # Enough retries to ride out a web restart (a killed service is back within a few seconds).
+        self.gate = Gate(base_url, token, retries=retries, backoff=0.1, max_backoff=1.0)
         self.run = run
-        self.operator_env = operator_env
-        self._run_path = f"/runs/{urllib.parse.quote(run, safe='')}"
-        # The fencing tokens of the turns this runtime claimed: a claimed turn takes records only from a
-        # batch that carries its current token (LoopX-Fencing, docs/api.md).
-        self.fencing: dict[str, int] = {}
-
-    def _call(
-        self, method: str, path: str, body: bytes | None = None, ctype: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        url = path if path.startswith("http") else self.base + path
-        request = urllib.request.Request(url, data=body, method=method)
-        request.add_header("Authorization", f"Bearer {self.token}")
-        request.add_header("Accept", "application/json")
-        if ctype:
-            request.add_header("Content-Type", ctype)
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            raise HttpError(error.code, error.read().decode("utf-8", "replace")) from None
-
-    def _turn(self, turn: str) -> str:
-        return f"{self._run_path}/turns/{urllib.parse.quote(turn, safe='')}"
+        self._shipped: _Shipped | None = None
 
     # -- ingest --------------------------------------------------------------------------------------
-    def ingest(self, lines: list[bytes]) -> None:
-        turns = {json.loads(line).get("turn") for line in lines}
-        held = sorted((t, self.fencing[t]) for t in turns if isinstance(t, str) and t in self.fencing)
-        headers = {"LoopX-Fencing": ", ".join(f"{urllib.parse.quote(t, safe='')}={n}" for t, n in held)} if held else {}
-        self._call(
-            "POST", f"{self._run_path}/records", b"".join(x + b"\n" for x in lines), "application/x-ndjson", headers
-        )
-
     def lines(self) -> list[bytes]:
-        """The stored records, in ingest order. The API serves them parsed (redacted for display): the
-        runtime writes canonical bytes, so the canonical form must give back the stored digest; when it does
-        not (a redacted field), fail closed rather than resume from bytes that are not the journal's."""
-        out: list[bytes] = []
-        url: str | None = f"{self._run_path}/records"
-        while url is not None:
-            try:
-                page = self._call("GET", url)
-            except HttpError as error:
-                if error.status == 404 and not out:
-                    return []  # the run does not exist yet
-                raise
-            for item in page["results"]:
-                line = canonical_bytes(item["record"])
-                if digest(item["record"]) != item["digest"]:
-                    raise RuntimeError(f"record {item['branch']}:{item['lsn']} is not served byte-identical")
-                out.append(line)
-            url = page.get("next")
-        return out
+        """The stored records, read back through the client (checked against their stored digests)."""
+        return self.gate.records(self.run)
+
+    def ingest(self, lines: list[bytes]) -> None:
+        if self._shipped is None:
+            self._shipped = _Shipped(self.run)
+            for line in self.lines():
+                self._shipped.add(line)
+        for line in lines:
+            self._shipped.add(line)
+        self.gate.ship(self._shipped)
 
     # -- the gate ------------------------------------------------------------------------------------
     def decision(self, turn: str) -> GateAnswer | None:
         try:
-            body = self._call("GET", f"{self._turn(turn)}/decision")
-        except HttpError as error:
-            if error.status == 404:
-                return None
-            raise
-        return GateAnswer(body["state"], body["engine"]["decision"], body["reason"] or body["engine"]["reason"])
+            answer = self.gate.decision(self.run, turn)
+        except NotFound:
+            return None
+        engine = answer.body["engine"]
+        return GateAnswer(answer.state, engine["decision"], answer.reason or engine["reason"])
 
     def claim(self, turn: str, worker: str) -> int:
-        body = self._call(
-            "POST", f"{self._turn(turn)}/claim", json.dumps({"worker_id": worker}).encode(), "application/json"
-        )
-        self.fencing[turn] = int(body["fencing_token"])
-        return self.fencing[turn]
+        return self.gate.claim(self.run, turn, worker).fencing_token
+
+    def claim_or_wait(self, turn: str, worker: str, *, patience: float = 30.0) -> tuple[int, bool]:
+        """Claim the turn; while another worker's lease holds (a dead worker's, after a takeover), wait for
+        it to run out and claim again. Returns (fencing token, whether a lease had to be waited out)."""
+        waited = False
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                return self.claim(turn, worker), waited
+            except ClaimHeld:
+                if time.monotonic() > deadline:
+                    raise
+                waited = True
+                time.sleep(0.25)
 
     def evidence_rows(self, turn: str | None = None) -> list[EvidenceRow]:
         turns = [turn] if turn is not None else self._turns()
         rows: list[EvidenceRow] = []
         for t in turns:
-            url: str | None = f"{self._turn(t)}/evidence"
-            found: list[dict[str, Any]] = []
-            while url is not None:
-                try:
-                    page = self._call("GET", url)
-                except HttpError as error:
-                    if error.status == 404:
-                        break  # the turn is not stored yet: no evidence for it
-                    raise
-                items = page["results"] if isinstance(page, dict) else page
-                found.extend(items)
-                url = page.get("next") if isinstance(page, dict) else None
-            # The API lists the newest first; the one in force is the latest. Its identity for citing is its
-            # time and content (the API does not expose a row id).
-            for item in sorted(found, key=lambda i: i["created_at"]):
-                rid = f"{item['created_at']}/{item['intent']}/{item['finding']}"
-                rows.append(EvidenceRow(rid, t, item["intent"], item["finding"], item["actor"], item["reason"]))
+            for item in self.gate.evidence(self.run, t):
+                rows.append(EvidenceRow(evidence_id(item), t, item["intent"], item["finding"], item["actor"],
+                                        item["reason"]))
         return rows
 
     def _turns(self) -> list[str]:
@@ -140,22 +115,33 @@ class HttpGateway:
                 seen.append(record["turn"])
         return seen
 
-    # -- the operator --------------------------------------------------------------------------------
     def approve(self, *, turn: str, actor: str, reason: str, evidence: dict[str, str]) -> None:
-        if self.operator_env is None:
-            raise RuntimeError("this gateway has no operator: pass operator_env (the server's settings)")
-        args = [sys.executable, "-m", "recovery.chaos.operator", "--run", self.run, "--turn", turn,
-                "--actor", actor, "--reason", reason]
-        for intent, finding in sorted(evidence.items()):
-            args += ["--evidence", f"{intent}={finding}"]
-        proc = subprocess.run(
-            args, env=self.operator_env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
-            timeout=120, check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"turn_approve refused: {(proc.stdout + proc.stderr).strip()[-400:]}")
+        raise RuntimeError("a runtime may never approve: the operator signs in to the console (operator.py)")
+
+
+def stale_write(base_url: str, token: str, run: str, line: bytes, turn: str, fencing_token: int) -> int:
+    """A dead worker's late write: one record naming ``turn``, sent with the token that worker held. Returns
+    the HTTP status (409 ``fenced`` when the fencing holds); the client is not used, because a client that
+    lost its claim would know better than to send it."""
+    request = urllib.request.Request(
+        f"{base_url.rstrip('/')}/api/v1/runs/{urllib.parse.quote(run, safe='')}/records",
+        data=line + b"\n",
+        method="POST",
+    )
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/x-ndjson")
+    request.add_header("LoopX-Fencing", f"{urllib.parse.quote(turn, safe='')}={fencing_token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        body = error.read()
+        if error.code == 409 and b'"fenced"' not in body:
+            return 4090  # refused, but not by the fence: the rig reports it
+        return int(error.code)
 
 
 def gateway_from_env(run: str) -> HttpGateway:
     """The runtime's HTTP gateway: LOOPX_CHAOS_URL and LOOPX_CHAOS_TOKEN (a token never goes on argv)."""
     return HttpGateway(os.environ["LOOPX_CHAOS_URL"], os.environ["LOOPX_CHAOS_TOKEN"], run)
+

@@ -1,49 +1,107 @@
-"""The rig's operator: `turn_approve` (the console's service call) against the server's database.
+"""The rig's operator: a person signed in to the console, deciding through the same services the console's
+pages call (`turn_approve`, `turns_bulk_decide`), over the session-authenticated API with its CSRF token.
 
-    python -m recovery.chaos.operator --run R --turn T --actor NAME --reason WHY [--evidence INTENT=FINDING]
-
-Exit 0 when approved; 4 with the service's refusal (its code and detail) on stdout otherwise.
+A runtime token may never approve; this is a user of the operator group, with a password, a session and
+the team that sees every run, as a person at the console would be.
 """
 
 from __future__ import annotations
 
-import argparse
+import http.cookiejar
 import json
-import os
-import sys
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.chaos.operator")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--turn", required=True)
-    parser.add_argument("--actor", required=True)
-    parser.add_argument("--reason", required=True)
-    parser.add_argument("--evidence", action="append", default=[], help="INTENT=happened|not_happened")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
-    import django
+class Refused(Exception):
+    """The service refused the decision: ``status`` and the API's ``code``."""
 
-    django.setup()
-    from django.contrib.auth.models import Group, User
-
-    from journals.models import Turn
-    from kernel.errors import ServiceError
-    from recovery.services import turn_approve
-
-    user, created = User.objects.get_or_create(username=args.actor)
-    if created:
-        user.groups.add(Group.objects.get(name="operator"))
-    turn = Turn.objects.select_related("run").get(run__run_id=args.run, turn_id=args.turn)
-    evidence = dict(item.split("=", 1) for item in args.evidence)
-    try:
-        view = turn_approve(turn=turn, actor=user, reason=args.reason, evidence=evidence)
-    except ServiceError as error:
-        print(json.dumps({"refused": getattr(error, "code", type(error).__name__), "detail": str(error)}))
-        return 4
-    print(json.dumps(view.summary(), default=str))
-    return 0
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status = status
+        self.code = code
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@dataclass
+class BulkAnswer:
+    done: list[str] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)  # turn -> the refusal's code
+
+
+class ConsoleOperator:
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        self.base = base_url.rstrip("/")
+        self.username = username
+        self.password = password
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+        self._signed_in = False
+
+    def _csrf(self) -> str:
+        return next((c.value or "" for c in self.cookies if c.name == "csrftoken"), "")
+
+    def _open(self, request: urllib.request.Request) -> tuple[int, bytes]:
+        """One request; a web restart in progress (connection refused or reset) is waited out."""
+        for attempt in range(40):
+            try:
+                with self.opener.open(request, timeout=60) as response:
+                    return int(response.status), response.read()
+            except urllib.error.HTTPError as error:
+                return int(error.code), error.read()
+            except (urllib.error.URLError, OSError):
+                if attempt == 39:
+                    raise
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
+
+    def sign_in(self) -> None:
+        status, page = self._open(urllib.request.Request(f"{self.base}/accounts/login/"))
+        match = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        if status != 200 or match is None:
+            raise RuntimeError(f"the sign-in page answered {status}")
+        form = urllib.parse.urlencode(
+            {"username": self.username, "password": self.password, "csrfmiddlewaretoken": match.group(1).decode()}
+        ).encode()
+        request = urllib.request.Request(f"{self.base}/accounts/login/", data=form, method="POST")
+        request.add_header("Referer", f"{self.base}/accounts/login/")
+        status, _ = self._open(request)
+        if not any(c.name == "sessionid" for c in self.cookies):
+            raise RuntimeError(f"sign-in as {self.username} failed ({status})")
+        self._signed_in = True
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+        if not self._signed_in:
+            self.sign_in()
+        request = urllib.request.Request(f"{self.base}/api/v1{path}", data=json.dumps(payload).encode(), method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Accept", "application/json")
+        request.add_header("X-CSRFToken", self._csrf())
+        request.add_header("Referer", f"{self.base}/")
+        status, body = self._open(request)
+        data = json.loads(body) if body else {}
+        if status >= 400:
+            raise Refused(status, str(data.get("code", data.get("detail", ""))), str(data.get("detail", "")))
+        return data
+
+    @staticmethod
+    def _turn(run: str, turn: str) -> str:
+        return f"/runs/{urllib.parse.quote(run, safe='')}/turns/{urllib.parse.quote(turn, safe='')}"
+
+    def approve(self, *, run: str, turn: str, reason: str, evidence: dict[str, str]) -> dict[str, Any]:
+        """``turn_approve`` with the operator's findings (intent -> happened / not_happened)."""
+        answer: dict[str, Any] = self._post(
+            f"{self._turn(run, turn)}/approve", {"reason": reason, "evidence": evidence}
+        )
+        return answer
+
+    def bulk(self, *, run: str, action: str, reason: str) -> BulkAnswer:
+        """``turns_bulk_decide`` over the run's held turns, as the console's bulk page does."""
+        data = self._post("/turns/bulk", {"action": action, "reason": reason, "filter": {"run": run, "state": "held"}})
+        return BulkAnswer(
+            done=[row["turn"] for row in data["done"]], left={row["turn"]: row["error"] for row in data["left"]}
+        )

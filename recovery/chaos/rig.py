@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -36,16 +38,34 @@ from pathlib import Path
 from typing import Any
 
 from engine import canonical_bytes, digest, fold_state, rebuild_state
+from kernel.failpoints import arm_file
 
 from .http import HttpGateway
 from .ledger import Ledger
-from .runtime import EXIT_BLOCKED, EXIT_DONE, INTENDED_EFFECTS, derive
-from .server import LiveServer
+from .operator import BulkAnswer, ConsoleOperator, Refused
+from .runtime import EXIT_BLOCKED, EXIT_DONE, EXIT_FENCE_BREACHED, INTENDED_EFFECTS, derive
+from .server import OPERATOR, LiveService
 from .store import FileGateway, Gateway, assessment_of
 
 # The number of transitions of the crash-free workload. The rig refuses to run when the workload has
 # drifted from it: a new transition must be added here deliberately, with its crash point.
-EXPECTED_TRANSITIONS = 51
+EXPECTED_TRANSITIONS = 54
+# The service's own kill points, placed at transitions of the workload (``service_points``): the web killed
+# in the middle of the batch of the first append of each kind, the worker killed in the middle of an
+# assessment at three places, and a worker taking each turn over from a dead one whose late write the fence
+# must refuse. Pinned like the transitions: a new kill point is added here deliberately.
+WEB_POINT = "records_ingest.before_commit"
+WORKER_POINT = "assess_run.before_assess"
+WEB_KINDS = (
+    "append:turn_planned",
+    "append:phase_committed",
+    "append:intent_dispatched",
+    "append:effect_observed",
+    "append:fork",
+    "append:checkpoint",
+    "append:turn_terminal",
+)
+EXPECTED_SERVICE_POINTS = 13  # 7 web, 3 worker, 3 takeovers (one per turn)
 # The kinds of transition every full sample must have crashed at (fresh run and recovery pass).
 REQUIRED_KINDS = frozenset(
     {
@@ -62,27 +82,73 @@ REQUIRED_KINDS = frozenset(
     }
 )
 RECOVERY_KINDS = frozenset({"recovery:gate", "recovery:claim", "recovery:operator-readback"})
+SERVICE_KINDS = frozenset({"web", "worker", "takeover"})
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_RESTARTS = 8
 FAILURE_COLUMNS = ("unrecoverable", "double_effects", "refold_mismatches", "recovery_idempotence", "other")
 
 
 @dataclass(frozen=True)
+class Point:
+    """One crash point of the matrix. ``kind``: ``runtime`` (the runtime SIGKILLed after transition ``at``),
+    ``web`` (the web killed in the middle of transition ``at``'s batch), ``worker`` (the worker killed in the
+    middle of the assessment after transition ``at``) or ``takeover`` (the runtime killed after transition
+    ``at``'s claim and the next transition; another worker takes the turn over and the dead one's late write
+    comes in). Every service point also kills the runtime (``crash_at``), so that recovery runs after it."""
+
+    kind: str
+    at: int
+    label: str
+
+    @property
+    def crash_at(self) -> int:
+        return self.at + 1 if self.kind in ("web", "takeover") else self.at
+
+
+def service_points(kinds: tuple[str, ...]) -> tuple[Point, ...]:
+    """The service's kill points, placed at transitions of the crash-free workload ``kinds``."""
+    first = {k: kinds.index(k) + 1 for k in WEB_KINDS}
+    web = [Point("web", first[k], f"web mid-batch, {k}") for k in WEB_KINDS]
+    last_checkpoint = len(kinds) - kinds[::-1].index("append:checkpoint")
+    worker = [
+        Point("worker", at, f"worker mid-assessment, after {kinds[at - 1]}")
+        for at in (first["append:intent_dispatched"], first["append:fork"], last_checkpoint)
+    ]
+    claims = [i + 1 for i, k in enumerate(kinds) if k == "claim"]
+    takeover = [Point("takeover", at, f"takeover of turn {n + 1}") for n, at in enumerate(claims)]
+    return (*web, *worker, *takeover)
+
+
+def crash_matrix(kinds: tuple[str, ...], *, service: bool) -> tuple[Point, ...]:
+    runtime = tuple(Point("runtime", i + 1, kind) for i, kind in enumerate(kinds))
+    return runtime + (service_points(kinds) if service else ())
+
+
+@dataclass(frozen=True)
 class SeedPlan:
     seed: int
-    crash_at: int
+    point: Point
     upgrade: bool
     v_first: int
     v_after: int
     recovery_crash_at: int  # 0: recovery is not crashed
+    bulk: str  # the operator's first move on a held run: "" (none), "approve" or "block", in bulk
+
+    @property
+    def crash_at(self) -> int:
+        return self.point.crash_at
 
     @classmethod
-    def of(cls, seed: int, transitions: int = EXPECTED_TRANSITIONS) -> SeedPlan:
+    def of(cls, seed: int, points: tuple[Point, ...] | int = EXPECTED_TRANSITIONS) -> SeedPlan:
+        if isinstance(points, int):
+            points = tuple(Point("runtime", i + 1, "?") for i in range(points))
         rng = random.Random(seed)
         upgrade = seed % 2 == 1
         v_first = 1 if upgrade else rng.choice((1, 2))
         recovery_crash_at = rng.randint(1, 5) if rng.random() < 0.5 else 0
-        return cls(seed, seed % transitions + 1, upgrade, v_first, 2 if upgrade else v_first, recovery_crash_at)
+        bulk = rng.choice(("", "approve", "block"))
+        point = points[seed % len(points)]
+        return cls(seed, point, upgrade, v_first, 2 if upgrade else v_first, recovery_crash_at, bulk)
 
 
 @dataclass
@@ -92,6 +158,10 @@ class SeedResult:
     recovery_crash_kind: str | None = None
     approvals: int = 0
     v1_checkpoint_with_v2_above: bool = False
+    service_kills: int = 0  # the armed kill of the service fired
+    stale_writes_refused: int = 0
+    bulk_left_alone: int = 0  # turns a bulk approval left alone (an effect unconfirmed)
+    bulk_blocked: int = 0
     failures: dict[str, list[str]] = field(default_factory=dict)
 
     def fail(self, column: str, message: str) -> None:
@@ -106,11 +176,12 @@ class SeedResult:
 
 
 class SeedDir:
-    def __init__(self, root: Path, seed: int, *, naive: bool = False, server: LiveServer | None = None) -> None:
+    def __init__(self, root: Path, seed: int, *, naive: bool = False, server: LiveService | None = None) -> None:
         self.server = server
         self.root = root / f"seed-{seed}"
         if self.root.exists():
             shutil.rmtree(self.root)  # a rerun into the same workdir starts from nothing
+        self.root.mkdir(parents=True)
         self.naive = naive
         self.store = self.root / "store"
         self.ledger_path = self.root / "ledger.db"
@@ -121,26 +192,43 @@ class SeedDir:
 
     def gateway(self) -> Gateway:
         if self.server is not None:
-            return HttpGateway(self.server.base_url, self.server.token, self.run, operator_env=self.server.env)
+            return HttpGateway(self.server.base_url, self.server.token, self.run)
         return FileGateway(self.store, self.run)
 
-    def launch(self, *, crash_at: int, version: int) -> tuple[int, str, str]:
-        """Run the runtime as a child process; returns (returncode, stdout, last trace kind)."""
+    def claims(self, worker: str) -> Path:
+        return self.root / f"claims-{worker}.jsonl"
+
+    def launch(
+        self, *, crash_at: int, version: int, worker: str = "runtime", zombie_of: str | None = None,
+        arm: tuple[int, str, str] | None = None,
+    ) -> tuple[int, str, str]:
+        """Run the runtime as a child process; returns (returncode, stdout, last trace kind). ``arm``:
+        (after transition, role, failpoint) of the service to arm for this run."""
         trace = self.root / f"trace-{self.launches}"
         self.launches += 1
+        extra = ["--claims", str(self.claims(worker)), "--worker", worker]
+        if zombie_of is not None:
+            extra += ["--zombie-of", str(self.claims(zombie_of))]
+        if arm is not None and self.server is not None:
+            after, role, point = arm
+            if after == 0:
+                self.server.arm(role, point, self.run)  # before the first transition: armed from the start
+            else:
+                target = self.server.arm_dirs[role] / arm_file(point, self.run)
+                extra += ["--arm-after", str(after), "--arm-file", str(target)]
         proc = subprocess.run(
             [
                 sys.executable, "-m", "recovery.chaos.runtime",
                 "--dir", str(self.store), "--ledger", str(self.ledger_path), "--run", self.run,
                 "--seed", str(self.seed), "--crash-at", str(crash_at), "--version", str(version),
                 "--trace", str(trace), *(["--naive"] if self.naive else []),
-                *(["--store", "http"] if self.server else []),
+                *(["--store", "http"] if self.server else []), *extra,
             ],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=False, env=self._child_env(),
+            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, check=False, env=self._child_env(),
         )
         kinds = trace.read_text().split("\n")[:-1] if trace.exists() else []
         last = kinds[-1].split(" ", 1)[1] if kinds else "start"
-        if proc.returncode not in (EXIT_DONE, EXIT_BLOCKED, -9):
+        if proc.returncode not in (EXIT_DONE, EXIT_BLOCKED, EXIT_FENCE_BREACHED, -9):
             tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
             return proc.returncode, tail[0], last
         return proc.returncode, proc.stdout, last
@@ -186,36 +274,61 @@ def check_legal(gw: Gateway, result: SeedResult, stage: str, *, final: bool = Fa
             result.fail("unrecoverable", f"{stage}: turn {turn.turn} was discarded by the rewind")
 
 
-def play_operator(sd: SeedDir, result: SeedResult) -> None:
-    """The console's `turn_approve` with evidence = the ledger's answer, for every blocked live intent."""
+def play_operator(sd: SeedDir, result: SeedResult, operator: ConsoleOperator | None = None) -> None:
+    """The operator at the console: for every blocked live intent, ``turn_approve`` with evidence = the
+    ledger's answer. Over HTTP the operator is signed in to the console, and on some seeds first tries a
+    bulk decision over the run's held turns (``SeedPlan.bulk``): a bulk approval must leave every turn with
+    an unconfirmed effect alone (``evidence_required``); a bulk block holds them, and the approval with
+    evidence then lifts that block."""
     gw = sd.gateway()
     ledger = Ledger(sd.ledger_path)
     acted = 0
     try:
-        for turn in assessment_of(gw).turns:
-            if turn.decision.value != "blocked":
-                continue
+        held = [t for t in assessment_of(gw).turns if t.decision.value == "blocked"]
+        if operator is not None and held and result.plan.bulk:
+            _bulk(operator, sd, result)
+        for turn in held:
             evidence = {
                 i.intent: "happened" if ledger.happened(run=sd.run, turn=turn.turn, intent=i.intent) else "not_happened"
                 for i in turn.intents
                 if i.live and i.resolution == "indeterminate"
             }
-            if evidence:
-                try:
-                    gw.approve(
-                        turn=turn.turn, actor="chaos-operator", reason=f"external ledger readback, seed {sd.seed}",
-                        evidence=evidence,
-                    )
-                except RuntimeError as refused:
-                    # The operator cannot act: the turn is stuck, which is exactly an unrecoverable state.
-                    result.fail("unrecoverable", f"{turn.turn}: the operator's approval was refused: {refused}")
-                    return
-                acted += len(evidence)
+            if not evidence:
+                continue
+            reason = f"external ledger readback, seed {sd.seed}"
+            try:
+                if operator is not None:
+                    operator.approve(run=sd.run, turn=turn.turn, reason=reason, evidence=evidence)
+                else:
+                    gw.approve(turn=turn.turn, actor="chaos-operator", reason=reason, evidence=evidence)
+            except (RuntimeError, Refused) as refused:
+                # The operator cannot act: the turn is stuck, which is exactly an unrecoverable state.
+                result.fail("unrecoverable", f"{turn.turn}: the operator's approval was refused: {refused}")
+                return
+            acted += len(evidence)
     finally:
         ledger.close()
     if not acted:
         result.fail("unrecoverable", "blocked, and no intent an operator could give evidence for")
     result.approvals += acted
+
+
+def _bulk(operator: ConsoleOperator, sd: SeedDir, result: SeedResult) -> None:
+    action = result.plan.bulk
+    try:
+        answer: BulkAnswer = operator.bulk(run=sd.run, action=action, reason=f"bulk {action}, seed {sd.seed}")
+    except Refused as refused:
+        result.fail("other", f"the bulk {action} was refused as a whole: {refused}")
+        return
+    if action == "approve":
+        if answer.done:
+            result.fail("other", f"a bulk approval lifted {answer.done}, whose effects nobody confirmed")
+        wrong = {t: code for t, code in answer.left.items() if code != "evidence_required"}
+        if wrong:
+            result.fail("other", f"a bulk approval left turns alone for another reason: {wrong}")
+        result.bulk_left_alone += len(answer.left)
+    else:
+        result.bulk_blocked += len(answer.done)
 
 
 def check_refold(lines: list[bytes], result: SeedResult) -> None:
@@ -312,10 +425,11 @@ class Golden:
     transitions: int
     kinds: tuple[str, ...]
     end: dict[str, Any]
+    points: tuple[Point, ...]
 
 
-def golden_run(workdir: Path, server: LiveServer | None = None) -> Golden:
-    """The crash-free workload, at both schema versions: the transition count and the end state."""
+def golden_run(workdir: Path, server: LiveService | None = None) -> Golden:
+    """The crash-free workload, at both schema versions: the transition count, the end state, the matrix."""
     ends = []
     kinds: tuple[str, ...] = ()
     for version in (1, 2):
@@ -337,13 +451,59 @@ def golden_run(workdir: Path, server: LiveServer | None = None) -> Golden:
         raise RuntimeError("the crash-free workload ends differently at v1 and v2")
     if ends[1]["effects"] != INTENDED_EFFECTS:
         raise RuntimeError(f"the crash-free workload's ledger is {ends[1]['effects']}, not {INTENDED_EFFECTS}")
-    return Golden(EXPECTED_TRANSITIONS, kinds, ends[1])
+    if len(service_points(kinds)) != EXPECTED_SERVICE_POINTS:
+        raise RuntimeError(
+            f"the workload places {len(service_points(kinds))} service kill points, the rig expects"
+            f" {EXPECTED_SERVICE_POINTS}: update EXPECTED_SERVICE_POINTS together with the workload"
+        )
+    return Golden(EXPECTED_TRANSITIONS, kinds, ends[1], crash_matrix(kinds, service=server is not None))
+
+
+def check_settled(server: LiveService, gw: Gateway, run: str, result: SeedResult, *, patience: float = 30.0) -> None:
+    """The service at rest agrees with the journal: the worker (killed or not) has assessed the final
+    prefix, and the run's stored decisions are the engine's. A lost assessment is a failure, not a wait."""
+    import json as _json
+    import urllib.request
+
+    expected: dict[str, int] = {}
+    for turn in assessment_of(gw).turns:
+        expected[turn.decision.value] = expected.get(turn.decision.value, 0) + 1
+    deadline = time.monotonic() + patience
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(f"{server.base_url}/api/v1/runs/{run}")
+        request.add_header("Authorization", f"Bearer {server.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                body = _json.loads(response.read())
+        except OSError:
+            time.sleep(0.2)  # a web restart in progress
+            continue
+        if body.get("assessed_seq") == body.get("last_seq") and body.get("decisions") == expected:
+            return
+        time.sleep(0.2)
+    result.fail(
+        "other",
+        f"the service never settled: assessed {body.get('assessed_seq')} of {body.get('last_seq')},"
+        f" decisions {body.get('decisions')} (the journal says {expected})",
+    )
+
+
+def _traced(sd: SeedDir, kind: str) -> int:
+    return sum(sd.transitions(n).count(kind) for n in range(sd.launches) if (sd.root / f"trace-{n}").exists())
 
 
 def run_seed(
-    seed: int, workdir: Path, golden: Golden, *, naive: bool = False, server: LiveServer | None = None
+    seed: int,
+    workdir: Path,
+    golden: Golden,
+    *,
+    naive: bool = False,
+    server: LiveService | None = None,
+    operator: ConsoleOperator | None = None,
 ) -> SeedResult:
-    plan = SeedPlan.of(seed, golden.transitions)
+    plan = SeedPlan.of(seed, golden.points)
+    point = plan.point
     result = SeedResult(plan)
     sd = SeedDir(workdir, seed, naive=naive, server=server)
     gw = sd.gateway()
@@ -352,27 +512,34 @@ def run_seed(
 
     def stage_checks(stage: str) -> None:
         nonlocal previous
-        data = journal_bytes(gw)
+        lines = gw.lines()
+        data = b"".join(line + b"\n" for line in lines)
         if not data.startswith(previous):
             result.fail("unrecoverable", f"{stage}: the journal was rewritten, not appended to")
         previous = data
-        lines = gw.lines()
         for key, line in discarded_suffix(lines).items():
             if seen.setdefault(key, line) != line:
                 result.fail("unrecoverable", f"{stage}: discarded record {key} changed")
         check_legal(gw, result, stage)
 
-    rc, out, result.crash_kind = sd.launch(crash_at=plan.crash_at, version=plan.v_first)
+    arm: tuple[int, str, str] | None = None
+    if point.kind == "web":
+        arm = (point.at - 1, "web", WEB_POINT)  # armed before the batch of transition `at`
+    elif point.kind == "worker":
+        arm = (point.at - 1, "worker", WORKER_POINT)  # the assessment of transition `at`'s batch, or a later one
+    rc, out, result.crash_kind = sd.launch(crash_at=plan.crash_at, version=plan.v_first, arm=arm)
     if rc != -9:
         result.fail("unrecoverable", f"crash point {plan.crash_at} was not reached: rc={rc} {out.strip()}")
         return result
     stage_checks(f"after crash at {plan.crash_at} ({result.crash_kind})")
 
+    # A takeover: the restarted runtime is another worker, and the dead one's late write comes in after it.
+    worker, zombie = ("runtime-b", "runtime") if point.kind == "takeover" else ("runtime", None)
     # The recovery crash stays armed until it fires: a restart that stops at the gate (blocked, operator
     # needed) has not run recovery yet, and the next one will.
     armed = plan.recovery_crash_at
     for attempt in range(MAX_RESTARTS):
-        rc, out, last = sd.launch(crash_at=armed, version=plan.v_after)
+        rc, out, last = sd.launch(crash_at=armed, version=plan.v_after, worker=worker, zombie_of=zombie)
         if rc == -9:
             armed = 0
             result.recovery_crash_kind = last
@@ -380,8 +547,11 @@ def run_seed(
             continue
         if rc == EXIT_BLOCKED:
             stage_checks(f"blocked on restart {attempt + 1}: {out.strip()}")
-            play_operator(sd, result)
+            play_operator(sd, result, operator)
             continue
+        if rc == EXIT_FENCE_BREACHED:
+            result.fail("other", f"the dead worker's late write was stored: {out.strip()}")
+            return result
         if rc != EXIT_DONE:
             result.fail("unrecoverable", f"restart {attempt + 1} failed: rc={rc} {out.strip()}")
             return result
@@ -409,13 +579,34 @@ def run_seed(
     end = end_state(gw, sd.ledger_path, sd.run)
     if end != golden.end:
         result.fail("other", f"end state differs from the crash-free run: {end}")
+    if server is not None:
+        # Settled first: an armed worker kill may fire only in the assessment of the final prefix, once the
+        # worker is back from another seed's kill.
+        check_settled(server, gw, sd.run, result)
+        check_service_point(server, sd, result)
 
     # Recovery again: a crash loop's next pass must find nothing to do and change nothing.
     before = snapshot(sd)
-    rc, out, _ = sd.launch(crash_at=0, version=plan.v_after)
+    rc, out, _ = sd.launch(crash_at=0, version=plan.v_after, worker=worker, zombie_of=zombie)
     if rc != EXIT_DONE or snapshot(sd) != before:
         result.fail("recovery_idempotence", f"a second recovery pass changed the state (rc={rc} {out.strip()})")
     return result
+
+
+def check_service_point(server: LiveService, sd: SeedDir, result: SeedResult) -> None:
+    """The seed's service kill really happened where it was placed (or its late write was refused)."""
+    point = result.plan.point
+    if point.kind in ("web", "worker"):
+        failpoint = WEB_POINT if point.kind == "web" else WORKER_POINT
+        if server.fired(point.kind, failpoint, sd.run):
+            result.service_kills += 1
+        else:
+            server.disarm(point.kind, failpoint, sd.run)
+            result.fail("other", f"the {point.kind}'s kill at {failpoint} was armed and never reached")
+    elif point.kind == "takeover":
+        result.stale_writes_refused = _traced(sd, "recovery:stale-write-refused")
+        if not result.stale_writes_refused:
+            result.fail("other", "the turn was taken over, and no late write of the dead worker was tried")
 
 
 # --- many seeds ----------------------------------------------------------------------------------------
@@ -425,6 +616,10 @@ def run_seed(
 class Summary:
     results: list[SeedResult]
     transitions: int
+    points: tuple[Point, ...] = ()
+    seconds: float = 0.0
+    restarts: dict[str, int] = field(default_factory=dict)
+    store: str = "file"
 
     def column(self, name: str) -> int:
         return sum(1 for r in self.results if name in r.failures)
@@ -434,7 +629,11 @@ class Summary:
         return all(r.ok for r in self.results)
 
     def covered_points(self) -> set[int]:
-        return {r.plan.crash_at for r in self.results}
+        """The runtime crash points covered (transitions of the workload)."""
+        return {r.plan.crash_at for r in self.results if r.plan.point.kind == "runtime"}
+
+    def covered_matrix(self) -> set[Point]:
+        return {r.plan.point for r in self.results}
 
     def covered_kinds(self) -> set[str]:
         kinds = {r.crash_kind for r in self.results}
@@ -443,20 +642,38 @@ class Summary:
 
     def table(self) -> str:
         recovery_kinds = sorted(k for k in self.covered_kinds() if k.startswith("in-recovery:"))
+        by_kind = {kind: sum(1 for r in self.results if r.plan.point.kind == kind) for kind in ("web", "worker",
+                                                                                            "takeover")}
+        matrix = self.points or tuple(Point("runtime", i + 1, "?") for i in range(self.transitions))
         rows = [
+            ("store", self.store),
             ("seeds", str(len(self.results))),
-            ("crash points covered", f"{len(self.covered_points())}/{self.transitions}"),
+            ("crash points covered", f"{len(self.covered_matrix() & set(matrix))}/{len(matrix)}"),
+            ("runtime crash points", f"{len(self.covered_points())}/{self.transitions}"),
             ("crash point kinds", str(len({r.crash_kind for r in self.results}))),
             ("crashes inside recovery", f"{sum(1 for r in self.results if r.recovery_crash_kind)} "
              f"({', '.join(k.removeprefix('in-recovery:') for k in recovery_kinds)})"),
             ("seeds with v1->v2 upgrade", str(sum(1 for r in self.results if r.plan.upgrade))),
             ("v1 checkpoint, v2 above", str(sum(1 for r in self.results if r.v1_checkpoint_with_v2_above))),
             ("operator approvals", str(sum(r.approvals for r in self.results))),
+        ]
+        if self.store == "http":
+            rows += [
+                ("web killed mid-batch", f"{by_kind['web']} seeds, {self.restarts.get('web', 0)} restarts"),
+                ("worker killed mid-assessment",
+                 f"{by_kind['worker']} seeds, {self.restarts.get('worker', 0)} restarts"),
+                ("turns taken over", f"{by_kind['takeover']} seeds, "
+                 f"{sum(r.stale_writes_refused for r in self.results)} late writes fenced"),
+                ("bulk decisions", f"{sum(r.bulk_left_alone for r in self.results)} left alone by an approval, "
+                 f"{sum(r.bulk_blocked for r in self.results)} blocked"),
+            ]
+        rows += [
             ("unrecoverable", str(self.column("unrecoverable"))),
             ("double effects", str(self.column("double_effects"))),
             ("re-fold mismatches", str(self.column("refold_mismatches"))),
             ("recovery-idempotence failures", str(self.column("recovery_idempotence"))),
             ("other invariant failures", str(self.column("other"))),
+            ("took", f"{self.seconds:.0f} s"),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -464,10 +681,14 @@ class Summary:
 
 def describe(result: SeedResult) -> str:
     p = result.plan
+    where = p.point.label if p.point.kind != "runtime" else f"crash at {p.crash_at} ({result.crash_kind})"
+    if p.point.kind != "runtime":
+        where += f", runtime crash at {p.crash_at} ({result.crash_kind})"
     head = (
-        f"seed {p.seed}: crash at {p.crash_at} ({result.crash_kind}) v{p.v_first}->v{p.v_after}"
+        f"seed {p.seed}: {where} v{p.v_first}->v{p.v_after}"
         f" recovery crash {p.recovery_crash_at or '-'}"
         + (f" ({result.recovery_crash_kind})" if result.recovery_crash_kind else "")
+        + (f" bulk {p.bulk}" if p.bulk and result.approvals else "")
     )
     if result.ok:
         return f"{head}: ok"
@@ -484,21 +705,35 @@ def run_seeds(
     naive: bool = False,
     store: str = "file",
 ) -> Summary:
-    """``store``: ``file`` (the adapter, fast) or ``http`` (a live server; the runtime talks HTTP to it)."""
+    """``store``: ``http`` (the certification: a live service on PostgreSQL and Redis with a real worker, the
+    runtime talking to it through the runtime client, the service killed too) or ``file`` (the adapter,
+    for quick checks of the workload and the rig itself)."""
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="loopx-chaos-") as tmp, ExitStack() as stack:
         root = workdir or Path(tmp)
-        server = stack.enter_context(LiveServer(root / "server")) if store == "http" else None
+        server = stack.enter_context(LiveService(root / "service")) if store == "http" else None
         golden = golden_run(root, server)
+        local = threading.local()
+
+        def operator() -> ConsoleOperator | None:
+            if server is None:
+                return None
+            if not hasattr(local, "operator"):  # one signed-in session per rig thread
+                local.operator = ConsoleOperator(server.base_url, OPERATOR, server.operator_password)
+            found: ConsoleOperator = local.operator
+            return found
+
         results: list[SeedResult] = []
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for result in pool.map(lambda s: run_seed(s, root, golden, naive=naive, server=server), list(seeds)):
+            for result in pool.map(
+                lambda s: run_seed(s, root, golden, naive=naive, server=server, operator=operator()), list(seeds)
+            ):
                 results.append(result)
                 if echo is not None:
                     echo(describe(result))
-        return Summary(results, golden.transitions)
+        restarts = dict(server.restarts) if server is not None else {}
+        return Summary(results, golden.transitions, golden.points, time.monotonic() - started, restarts, store)
 
 
 def failed_seeds(summary: Summary) -> list[int]:
     return [r.plan.seed for r in summary.results if not r.ok]
-
-

@@ -33,12 +33,13 @@ from typing import Any
 from engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
 from engine.writer import JournalWriter, fixed_clock
 
-from .http import gateway_from_env
+from .http import HttpGateway, gateway_from_env, stale_write
 from .ledger import Ledger
 from .store import EvidenceRow, FileGateway, Gateway, cited_evidence, latest_evidence
 
 EXIT_DONE = 0
 EXIT_BLOCKED = 3
+EXIT_FENCE_BREACHED = 5  # a dead worker's late write was stored: the fence did not hold
 
 
 @dataclass(frozen=True)
@@ -268,11 +269,15 @@ class Failpoint:
     """Counts transitions; SIGKILLs this process right after transition ``crash_at`` (0: never).
 
     Each transition is written to the trace first, so the rig knows which kind of point it killed at.
+    ``arm`` (transition, file): right after that transition, the file is written, which arms a kill in the
+    live service (kernel/failpoints.py) for this run: the service then dies at its named point inside the
+    next request or assessment of this run, placed by the workload, not by a clock.
     """
 
-    def __init__(self, crash_at: int, trace: Path | None) -> None:
+    def __init__(self, crash_at: int, trace: Path | None, arm: tuple[int, Path] | None = None) -> None:
         self.crash_at = crash_at
         self.count = 0
+        self.arm = arm
         self.trace = open(trace, "a", buffering=1) if trace else None  # open for the life of the process
 
     def __call__(self, kind: str) -> None:
@@ -280,6 +285,10 @@ class Failpoint:
         if self.trace is not None:
             self.trace.write(f"{self.count} {kind}\n")
             self.trace.flush()
+        if self.arm is not None and self.count == self.arm[0]:
+            tmp = self.arm[1].with_name(self.arm[1].name + ".tmp")
+            tmp.write_text("kill-group")
+            tmp.rename(self.arm[1])
         if self.count == self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -314,6 +323,8 @@ class Runtime:
         worker: str,
         *,
         naive: bool = False,
+        claims: Path | None = None,
+        zombie_of: Path | None = None,
     ) -> None:
         # naive: a runtime that skips the gate and simply re-runs what looks unfinished. It exists only so
         # that the rig's tests can show the rig catches it (a double effect); never use it otherwise.
@@ -324,7 +335,49 @@ class Runtime:
         self.version = version
         self.tick = tick
         self.worker = worker
+        # This worker's own claims (turn, token), kept the way a worker process knows what it holds; the rig
+        # hands a dead worker's file to its successor to play that worker's late write (``zombie_of``).
+        self.claims = claims
+        self.zombie_of = zombie_of
         self.writer = resume_writer(run, version, gateway.lines())
+
+    def _claim(self, turn: str, label: str) -> int:
+        waited = False
+        if isinstance(self.gw, HttpGateway):
+            token, waited = self.gw.claim_or_wait(turn, self.worker)
+        else:
+            token = self.gw.claim(turn, self.worker)
+        if self.claims is not None:
+            with open(self.claims, "a") as fh:
+                fh.write(json.dumps({"turn": turn, "token": token, "worker": self.worker}) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        self.tick(label)
+        if waited:
+            self.tick("recovery:lease-waited")
+        self._late_write_of_the_dead(turn, token)
+        return token
+
+    def _late_write_of_the_dead(self, turn: str, token: int) -> None:
+        """After taking a turn over from a dead worker: that worker, come back from the dead, writes what it
+        would have written next, with the token it held. The fence must refuse it and store nothing."""
+        if self.zombie_of is None or not self.zombie_of.exists() or not isinstance(self.gw, HttpGateway):
+            return
+        held = [json.loads(line) for line in self.zombie_of.read_text().splitlines() if line.strip()]
+        stale = [c["token"] for c in held if c["turn"] == turn and c["worker"] != self.worker and c["token"] < token]
+        if not stale:
+            return
+        zombie = resume_writer(self.run, self.version, list(self.writer.lines))
+        done = derive(zombie.lines).committed.get(turn, [])
+        phase = next((p for p in DEFAULT_PHASES if p not in done), None)
+        record = zombie.commit(turn, phase) if phase is not None else zombie.terminal(turn, "completed")
+        status = stale_write(self.gw.gate.base[: -len("/api/v1")], os.environ["LOOPX_CHAOS_TOKEN"], self.run,
+                             canonical_bytes(record), turn, max(stale))
+        if status != 409:
+            print(json.dumps({"fence_breached": turn, "status": status}))
+            sys.stdout.flush()
+            os._exit(EXIT_FENCE_BREACHED)
+        self.tick("recovery:stale-write-refused")
 
     def _store(self, record: dict[str, Any], label: str | None = None) -> None:
         self.gw.ingest([canonical_bytes(record)])
@@ -359,8 +412,7 @@ class Runtime:
                 if row is None or row.id in cited:
                     return f"{turn}: effect_indeterminate ({intent} has no finding the journal has not used)"
                 dangling.append((intent, row))
-            self.gw.claim(turn, self.worker)
-            self.tick("recovery:claim")
+            self._claim(turn, "recovery:claim")
             # Journal each finding as the readback it stands for, citing it: from here on the journal, not
             # the evidence table, says what happened to that dispatch.
             for intent, row in dangling:
@@ -380,6 +432,8 @@ class Runtime:
         if action.kind == "plan":
             assert action.turn is not None
             self._store(w.plan(action.turn, action.lineage))
+            # A worker claims a turn before working on it: its lease, and the token that fences its writes.
+            self._claim(action.turn, "claim")
         elif action.kind == "commit":
             assert action.turn is not None and action.phase is not None
             self._store(w.commit(action.turn, action.phase))
@@ -433,17 +487,24 @@ def main(argv: list[str] | None = None) -> int:
         help="file: the adapter over --dir; http: the live API at $LOOPX_CHAOS_URL with $LOOPX_CHAOS_TOKEN",
     )
     parser.add_argument("--naive", action="store_true", help="skip the gate (only to prove the rig catches it)")
+    parser.add_argument("--claims", type=Path, default=None, help="append this worker's claims (turn, token) here")
+    parser.add_argument("--zombie-of", type=Path, default=None, help="a dead worker's claims: play its late write")
+    parser.add_argument("--arm-after", type=int, default=0, help="after this transition, write --arm-file")
+    parser.add_argument("--arm-file", type=Path, default=None, help="the service failpoint to arm (its file)")
     args = parser.parse_args(argv)
     print(f"chaos runtime seed={args.seed} run={args.run} crash_at={args.crash_at} v={args.version}", file=sys.stderr)
     ledger = Ledger(args.ledger)
     try:
         gateway: Gateway = gateway_from_env(args.run) if args.store == "http" else FileGateway(args.dir, args.run)
+        arm = (args.arm_after, args.arm_file) if args.arm_file is not None else None
         runtime = Runtime(
-            gateway, ledger, args.run, args.version, Failpoint(args.crash_at, args.trace),
+            gateway, ledger, args.run, args.version, Failpoint(args.crash_at, args.trace, arm),
             # A stable worker id: the service's claim is a lease, and a restarted runtime must be able to
             # take its own turn back at once instead of waiting for the dead incarnation's lease to expire.
             f"{args.worker}:{args.run}",
             naive=args.naive,
+            claims=args.claims,
+            zombie_of=args.zombie_of,
         )
         return runtime.run_to_end()
     finally:
