@@ -134,7 +134,8 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
         result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair_input.py)
     blocked = result.run_blocked
-    failpoint("assessment.before_store", key=run.run_id)  # the fault tests park (and kill) a worker here, before it stores
+    # The fault tests park (and kill) a worker here, before it stores.
+    failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key

@@ -52,9 +52,9 @@ def evidence_id(item: dict[str, Any]) -> str:
 
 
 class HttpGateway:
-    def __init__(self, base_url: str, token: str, run: str, *, retries: int = 8) -> None:
+    def __init__(self, base_url: str, token: str, run: str, *, retries: int = 8, batch_records: int = 1000) -> None:
         # Enough retries to ride out a web restart (a killed service is back within a few seconds).
-        self.gate = Gate(base_url, token, retries=retries, backoff=0.1, max_backoff=1.0)
+        self.gate = Gate(base_url, token, retries=retries, backoff=0.1, max_backoff=1.0, batch_records=batch_records)
         self.run = run
         self._shipped: _Shipped | None = None
 

@@ -3,8 +3,8 @@
 Ingest commits a batch in one transaction or not at all, so after the restart the run holds either none
 of the batch or all of it, byte-identical; an acknowledged batch is never lost; and redelivering the
 batch (what a runtime does when its POST died with the server) ends with exactly the batch, once.
-The kill is timed, not placed by a failpoint (ingest has none), so a trial reports whether its POST was
-cut off; the checks hold either way.
+The kill is timed (seed 0's is placed: parked at ingest's failpoint, then killed), so a trial reports
+whether its POST was cut off; the checks hold either way.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopx_client import LoopxError
+
 from engine.writer import JournalWriter
 from kernel.failpoints import ENV, MARK_DIR_ENV
 
-from .http import HttpError, HttpGateway
+from .http import HttpGateway
 from .server import LiveServer
 
 
@@ -53,13 +55,14 @@ def web_kill_trial(server: LiveServer, seed: int, records: int = 3000, *, placed
         writer.complete_turn(f"t{n}", lineage=f"job-{n}")
     lines = list(writer.lines)
     trial = WebKillTrial(seed, rng.uniform(0.05, 1.2), len(lines))
-    gateway = HttpGateway(server.base_url, server.token, run)
+    # One batch, no retries: the trial sees the POST the kill cut off, and redelivers the batch itself below.
+    gateway = HttpGateway(server.base_url, server.token, run, retries=0, batch_records=len(lines))
 
     def post() -> None:
         try:
             gateway.ingest(lines)
             trial.acknowledged = True
-        except (OSError, HttpError):  # the server died under the request: that is the point
+        except (OSError, LoopxError):  # the server died under the request: that is the point
             trial.acknowledged = False
 
     marks = Path(tempfile.mkdtemp(prefix="loopx-failpoints-"))
@@ -89,7 +92,8 @@ def web_kill_trial(server: LiveServer, seed: int, records: int = 3000, *, placed
         trial.failures.append("the stored batch differs from the one sent")
     if trial.acknowledged and len(stored) != len(lines):
         trial.failures.append("an acknowledged batch was lost")
-    gateway.ingest(lines)  # redelivery: idempotent for what is stored, completes what is not
+    # Redelivery, by a runtime restarted with the same batch: idempotent for what is stored, completes the rest.
+    HttpGateway(server.base_url, server.token, run, batch_records=len(lines)).ingest(lines)
     if gateway.lines() != lines:
         trial.failures.append("after redelivery the run does not hold exactly the batch")
     return trial

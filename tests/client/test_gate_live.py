@@ -214,3 +214,40 @@ def test_no_answer_is_a_transport_error_after_the_retries(tmp_path):
     assert len(slept) == 2
     assert "lxr_x" not in repr(gate)
 
+
+
+def test_records_read_back_byte_identical_and_evidence_with_its_dispatch(tmp_path, gate, server):
+    """A runtime that lost its local journal rebuilds it from the server: the bytes it wrote, in order."""
+    with Journal(tmp_path / "j.jsonl", run="readback-1") as journal:
+        journal.plan("t1", "job")
+        journal.commit("t1", "plan")
+        journal.dispatch("t1", "send", "unsafe")
+        gate.ship(journal)
+        written = [entry.line for entry in journal.entries]
+    assert gate.records("readback-1") == written
+    assert gate.records("never-stored") == []
+    assert gate.evidence("readback-1", "t1") == []
+    # The operator's finding, as the console records it (turn_approve with evidence).
+    server._manage(
+        "shell", "-c",
+        "from django.contrib.auth.models import User;"
+        "from journals.models import Turn;"
+        "from recovery.services import turn_approve;"
+        "u = User.objects.create_user('readback-op');"
+        "t = Turn.objects.get(run__run_id='readback-1', turn_id='t1');"
+        "turn_approve(turn=t, actor=u, reason='the mail server has no such message',"
+        " evidence={'send': 'not_happened'})",
+    )
+    (finding,) = gate.evidence("readback-1", "t1")
+    assert (finding["intent"], finding["finding"], finding["dispatch"], finding["actor"]) == (
+        "send", "not_happened", 1, "readback-op"
+    )
+
+
+def test_a_record_served_redacted_is_not_taken_for_the_journal(tmp_path, gate, monkeypatch):
+    """Bytes whose digest is not the stored one (a field served redacted) are refused, typed."""
+    page = {"results": [{"branch": 0, "lsn": 0, "record": {"kind": "turn_planned"}, "digest": "0" * 64}]}
+    monkeypatch.setattr(gate, "_request", lambda method, path, **_: page)
+    with pytest.raises(errors.RecordNotVerbatim) as refused:
+        gate.records("any-run")
+    assert (refused.value.branch, refused.value.lsn) == (0, 0)

@@ -1,9 +1,14 @@
 """`manage.py chaos`: the composition gate. SIGKILLs the reference runtime at seeded crash points of the
-compound workload and checks recovery after every restart (recovery/chaos/rig.py says what is checked).
+compound workload, and the service itself (web mid-batch, worker mid-assessment, a dead worker's claim
+taken over), and checks recovery after every restart (recovery/chaos/rig.py says what is checked).
 
-    manage.py chaos --seeds 500        # seeds 0..499, a summary table; exit 1 on any failure
+    manage.py chaos --seeds 500        # seeds 0..499 over HTTP against a live service; exit 1 on any failure
     manage.py chaos --seed 137         # rerun one seed alone, with its details
-    manage.py chaos --seeds 20 --store http   # the runtime talks HTTP to a live server (slower)
+    manage.py chaos --seeds 20 --store file   # the runtime's file adapter: checks the workload, fast
+
+The live service runs on a PostgreSQL database made for the run (on LOOPX_CHAOS_DATABASE_URL's server, else
+DATABASE_URL's when it names PostgreSQL, else 127.0.0.1:5432) and dropped after it, with a redis-server of
+its own, gunicorn, one Celery worker and beat.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--workdir", type=Path, default=None, help="keep every seed's files here")
         parser.add_argument(
             "--store",
-            choices=("file", "http"),
-            default="file",
-            help="file: the runtime's adapter over files (fast); http: a live server, the runtime talks HTTP to it",
+            choices=("http", "file"),
+            default="http",
+            help="http: a live service, the runtime talks to it through the runtime client (the certification);"
+            " file: the runtime's adapter over files (fast, no service)",
         )
         parser.add_argument("--quiet", action="store_true", help="print only failing seeds and the table")
 
@@ -43,9 +49,13 @@ class Command(BaseCommand):
         if options["workdir"] is not None:
             options["workdir"].mkdir(parents=True, exist_ok=True)
 
+        done = 0
+
         def echo(line: str) -> None:
+            nonlocal done
+            done += 1
             if not options["quiet"] or ": FAIL" in line:
-                self.stdout.write(line)
+                self.stdout.write(f"[{done}/{len(seeds)}] {line}")
 
         summary = run_seeds(seeds, jobs=options["jobs"], workdir=options["workdir"], echo=echo, store=options["store"])
         self.stdout.write("")
