@@ -57,11 +57,18 @@ class HttpGateway:
         self.gate = Gate(base_url, token, retries=retries, backoff=0.1, max_backoff=1.0, batch_records=batch_records)
         self.run = run
         self._shipped: _Shipped | None = None
+        self._turn_ids: list[str] = []  # the planned turns of the journal as last read (they only grow)
 
     # -- ingest --------------------------------------------------------------------------------------
     def lines(self) -> list[bytes]:
         """The stored records, read back through the client (checked against their stored digests)."""
-        return self.gate.records(self.run)
+        lines = self.gate.records(self.run)
+        for line in lines:
+            if b'"turn_planned"' in line:
+                record = json.loads(line)
+                if record["kind"] == "turn_planned" and record["turn"] not in self._turn_ids:
+                    self._turn_ids.append(record["turn"])
+        return lines
 
     def ingest(self, lines: list[bytes]) -> None:
         if self._shipped is None:
@@ -108,12 +115,10 @@ class HttpGateway:
         return rows
 
     def _turns(self) -> list[str]:
-        seen: list[str] = []
-        for line in self.lines():
-            record = json.loads(line)
-            if record["kind"] == "turn_planned" and record["turn"] not in seen:
-                seen.append(record["turn"])
-        return seen
+        """The planned turns: as the journal was last read here, else read now."""
+        if not self._turn_ids:
+            self.lines()
+        return list(self._turn_ids)
 
     def approve(self, *, turn: str, actor: str, reason: str, evidence: dict[str, str]) -> None:
         raise RuntimeError("a runtime may never approve: the operator signs in to the console (operator.py)")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import canonical_bytes, digest, fold_state, rebuild_state
+from engine.types import Assessment
 from kernel.failpoints import arm_file
 
 from .http import HttpGateway
@@ -259,9 +260,11 @@ def discarded_suffix(lines: list[bytes]) -> dict[tuple[int, int], bytes]:
     return out
 
 
-def check_legal(gw: Gateway, result: SeedResult, stage: str, *, final: bool = False) -> None:
+def check_legal(
+    gw: Gateway, result: SeedResult, stage: str, *, final: bool = False, assessment: Assessment | None = None
+) -> None:
     """A state recovery can act on: no violation, every turn resumable, done, or operator-actionable."""
-    assessment = assessment_of(gw)
+    assessment = assessment or assessment_of(gw)
     for v in assessment.violations:
         result.fail("unrecoverable", f"{stage}: violation {v.code} at {v.branch}:{v.lsn} ({v.detail})")
     for turn in assessment.turns:
@@ -355,8 +358,8 @@ def check_refold(lines: list[bytes], result: SeedResult) -> None:
 _CLASS_RESOLUTIONS = {"safe": {"settled", "replay"}, "idempotent": {"settled", "reissue"}, "unsafe": {"settled"}}
 
 
-def check_intents(gw: Gateway, lines: list[bytes], result: SeedResult) -> None:
-    assessment = assessment_of(gw)
+def check_intents(gw: Gateway, lines: list[bytes], result: SeedResult, assessment: Assessment | None = None) -> None:
+    assessment = assessment or assessment_of(gw, lines)
     st = derive(lines)
     live_t2 = {r.get("intent") for r in st.timeline if r.get("turn") == "t2"}
     operator_happened = {
@@ -382,7 +385,7 @@ def check_intents(gw: Gateway, lines: list[bytes], result: SeedResult) -> None:
                 result.fail("other", f"{name}: {intent.effect_class} ends {intent.resolution} (live={intent.live})")
 
 
-def end_state(gw: Gateway, ledger_path: Path, run: str) -> dict[str, Any]:
+def end_state(gw: Gateway, ledger_path: Path, run: str, assessment: Assessment | None = None) -> dict[str, Any]:
     """What must converge: every turn's decision and progress, and what the world saw."""
     ledger = Ledger(ledger_path)
     try:
@@ -391,7 +394,7 @@ def end_state(gw: Gateway, ledger_path: Path, run: str) -> dict[str, Any]:
         ledger.close()
     turns = [
         {"turn": t.turn, "decision": t.decision.value, "phases": list(t.completed_phases), "terminal": t.terminal}
-        for t in assessment_of(gw).turns
+        for t in (assessment or assessment_of(gw)).turns
     ]
     return {"turns": turns, "effects": effects}
 
@@ -408,12 +411,13 @@ def snapshot(sd: SeedDir) -> tuple[bytes, list[tuple[object, ...]], bytes, bytes
         rows = ledger.snapshot()
     finally:
         ledger.close()
+    lines = gw.lines()
     evidence = json.dumps([list(vars(r).values()) for r in gw.evidence_rows()]).encode()
     return (
-        journal_bytes(gw),
+        b"".join(line + b"\n" for line in lines),
         rows,
         evidence,
-        canonical_bytes(assessment_of(gw).to_dict()),
+        canonical_bytes(assessment_of(gw, lines).to_dict()),
     )
 
 
@@ -520,7 +524,7 @@ def run_seed(
         for key, line in discarded_suffix(lines).items():
             if seen.setdefault(key, line) != line:
                 result.fail("unrecoverable", f"{stage}: discarded record {key} changed")
-        check_legal(gw, result, stage)
+        check_legal(gw, result, stage, assessment=assessment_of(gw, lines))
 
     arm: tuple[int, str, str] | None = None
     if point.kind == "web":
@@ -561,8 +565,9 @@ def run_seed(
         return result
 
     stage_checks("after recovery")
-    check_legal(gw, result, "end", final=True)
     lines = gw.lines()
+    assessment = assessment_of(gw, lines)
+    check_legal(gw, result, "end", final=True, assessment=assessment)
     ledger = Ledger(sd.ledger_path)
     try:
         effects = ledger.effect_counts(sd.run)
@@ -575,8 +580,8 @@ def run_seed(
         if name not in effects:
             result.fail("other", f"{name}: intended effect missing from the external ledger")
     check_refold(lines, result)
-    check_intents(gw, lines, result)
-    end = end_state(gw, sd.ledger_path, sd.run)
+    check_intents(gw, lines, result, assessment)
+    end = end_state(gw, sd.ledger_path, sd.run, assessment)
     if end != golden.end:
         result.fail("other", f"end state differs from the crash-free run: {end}")
     if server is not None:

@@ -1,10 +1,9 @@
 """The runtime's side of the service: ingest, the recovery gate, claims and operator approvals.
 
-The store's HTTP API (`POST /api/v1/runs/{run}/records`, `GET .../turns/{turn}/decision`,
-`POST .../claim`, `turn_approve`) is not in the tree yet, so the runtime talks to this adapter, which has
-the same calls with the same meaning over files in the run's directory, and derives every decision
-from the engine exactly as the gate does. When the API lands, an HTTP implementation of `Gateway` goes
-beside `FileGateway` and the rig selects it; nothing else changes.
+``Gateway`` is what the runtime needs of the service. ``HttpGateway`` (http.py) is the live service through
+the runtime client: the certification. ``FileGateway`` here has the same calls with the same meaning over
+files in the run's directory, and derives every decision from the engine exactly as the gate does: no
+service, fast, for checking the workload and the rig themselves (``--store file``).
 
 Crash model: the runtime is SIGKILLed between transitions, never inside a write, and every append is
 one ``write`` of whole lines followed by ``fsync``, so a stored batch is all or nothing (a torn tail
@@ -71,9 +70,11 @@ def unabsorbed_evidence(gateway: Gateway, lines: list[bytes]) -> dict[tuple[str,
     return {k: row for k, row in latest_evidence(gateway.evidence_rows()).items() if row.id not in cited}
 
 
-def assessment_of(gateway: Gateway) -> Assessment:
-    """The engine's assessment of the stored journal with the evidence in force (the rig's yardstick)."""
-    lines = gateway.lines()
+def assessment_of(gateway: Gateway, lines: list[bytes] | None = None) -> Assessment:
+    """The engine's assessment of the stored journal (``lines``, when just read) with the evidence in force
+    (the rig's yardstick)."""
+    if lines is None:
+        lines = gateway.lines()
     evidence = {k: Evidence(row.finding) for k, row in unabsorbed_evidence(gateway, lines).items()}
     return assess(lines, evidence=evidence)
 
