@@ -55,6 +55,7 @@ class HttpGateway:
     def __init__(self, base_url: str, token: str, run: str, *, retries: int = 8, batch_records: int = 1000) -> None:
         # Enough retries to ride out a web restart (a killed service is back within a few seconds).
         self.gate = Gate(base_url, token, retries=retries, backoff=0.1, max_backoff=1.0, batch_records=batch_records)
+        self.base_url = base_url
         self.run = run
         self._shipped: _Shipped | None = None
         self._turn_ids: list[str] = []  # the planned turns of the journal as last read (they only grow)
@@ -136,14 +137,18 @@ def stale_write(base_url: str, token: str, run: str, line: bytes, turn: str, fen
     request.add_header("Authorization", f"Bearer {token}")
     request.add_header("Content-Type", "application/x-ndjson")
     request.add_header("LoopX-Fencing", f"{urllib.parse.quote(turn, safe='')}={fencing_token}")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        body = error.read()
-        if error.code == 409 and b'"fenced"' not in body:
-            return 4090  # refused, but not by the fence: the rig reports it
-        return int(error.code)
+    for _ in range(40):  # another seed's kill may have the web down for a moment
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            body = error.read()
+            if error.code == 409 and b'"fenced"' not in body:
+                return 4090  # refused, but not by the fence: the rig reports it
+            return int(error.code)
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.25)
+    raise RuntimeError("the service did not answer the late write")
 
 
 def gateway_from_env(run: str) -> HttpGateway:

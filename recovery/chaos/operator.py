@@ -21,10 +21,11 @@ from typing import Any
 class Refused(Exception):
     """The service refused the decision: ``status`` and the API's ``code``."""
 
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(self, status: int, code: str, detail: str, *, repeated: bool = False) -> None:
         super().__init__(f"{status} {code}: {detail}")
         self.status = status
         self.code = code
+        self.repeated = repeated  # an earlier attempt got no answer and may have been carried out
 
 
 @dataclass
@@ -45,22 +46,27 @@ class ConsoleOperator:
     def _csrf(self) -> str:
         return next((c.value or "" for c in self.cookies if c.name == "csrftoken"), "")
 
-    def _open(self, request: urllib.request.Request) -> tuple[int, bytes]:
-        """One request; a web restart in progress (connection refused or reset) is waited out."""
+    def _open(self, request: urllib.request.Request) -> tuple[int, bytes, bool]:
+        """One request; a web restart in progress is waited out. Returns (status, body, repeated): repeated
+        when an earlier attempt got no answer, so that it may have been carried out (another seed's kill
+        took the whole web down in the middle of it)."""
+        repeated = False
         for attempt in range(40):
             try:
                 with self.opener.open(request, timeout=60) as response:
-                    return int(response.status), response.read()
+                    return int(response.status), response.read(), repeated
             except urllib.error.HTTPError as error:
-                return int(error.code), error.read()
-            except (urllib.error.URLError, OSError):
+                return int(error.code), error.read(), repeated
+            except (urllib.error.URLError, OSError) as error:
                 if attempt == 39:
                     raise
+                reason = getattr(error, "reason", error)
+                repeated = repeated or not isinstance(reason, ConnectionRefusedError)
                 time.sleep(0.25)
         raise AssertionError("unreachable")
 
     def sign_in(self) -> None:
-        status, page = self._open(urllib.request.Request(f"{self.base}/accounts/login/"))
+        status, page, _ = self._open(urllib.request.Request(f"{self.base}/accounts/login/"))
         match = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page)
         if status != 200 or match is None:
             raise RuntimeError(f"the sign-in page answered {status}")
@@ -69,7 +75,7 @@ class ConsoleOperator:
         ).encode()
         request = urllib.request.Request(f"{self.base}/accounts/login/", data=form, method="POST")
         request.add_header("Referer", f"{self.base}/accounts/login/")
-        status, _ = self._open(request)
+        status, _, _ = self._open(request)
         if not any(c.name == "sessionid" for c in self.cookies):
             raise RuntimeError(f"sign-in as {self.username} failed ({status})")
         self._signed_in = True
@@ -82,10 +88,11 @@ class ConsoleOperator:
         request.add_header("Accept", "application/json")
         request.add_header("X-CSRFToken", self._csrf())
         request.add_header("Referer", f"{self.base}/")
-        status, body = self._open(request)
+        status, body, repeated = self._open(request)
         data = json.loads(body) if body else {}
         if status >= 400:
-            raise Refused(status, str(data.get("code", data.get("detail", ""))), str(data.get("detail", "")))
+            raise Refused(status, str(data.get("code", data.get("detail", ""))), str(data.get("detail", "")),
+                          repeated=repeated)
         return data
 
     @staticmethod
@@ -93,10 +100,16 @@ class ConsoleOperator:
         return f"/runs/{urllib.parse.quote(run, safe='')}/turns/{urllib.parse.quote(turn, safe='')}"
 
     def approve(self, *, run: str, turn: str, reason: str, evidence: dict[str, str]) -> dict[str, Any]:
-        """``turn_approve`` with the operator's findings (intent -> happened / not_happened)."""
-        answer: dict[str, Any] = self._post(
-            f"{self._turn(run, turn)}/approve", {"reason": reason, "evidence": evidence}
-        )
+        """``turn_approve`` with the operator's findings (intent -> happened / not_happened). An approval whose
+        answer was lost and that the repeat finds done (``nothing_to_approve``) was the first attempt's."""
+        try:
+            answer: dict[str, Any] = self._post(
+                f"{self._turn(run, turn)}/approve", {"reason": reason, "evidence": evidence}
+            )
+        except Refused as refused:
+            if refused.repeated and refused.code == "nothing_to_approve":
+                return {}
+            raise
         return answer
 
     def bulk(self, *, run: str, action: str, reason: str) -> BulkAnswer:

@@ -1,9 +1,11 @@
-"""The rig: SIGKILL the reference runtime at every transition of the compound workload, restart it, let
-recovery run (playing the operator where a turn needs one) and check the joint recovery properties.
+"""The rig: SIGKILL the reference runtime at every transition of the compound workload, and the service
+at its own kill points, restart what died, let recovery run (playing the operator where a turn needs one)
+and check the joint recovery properties.
 
-Per seed: one crash point of the fresh workload (``seed % transitions + 1``, so every
-``transitions`` consecutive seeds cover every point), a v1->v2 runtime upgrade between crash and restart
-for odd seeds, and for about half the seeds a second SIGKILL inside the recovery pass itself (gate,
+Per seed: one point of the crash matrix (``seed % len(matrix)``, so every ``len(matrix)`` consecutive seeds
+cover every point): a transition of the fresh workload, or, over HTTP, the web killed mid-batch, the worker
+killed mid-assessment, or a turn taken over from a dead worker. Odd seeds upgrade the runtime v1->v2
+between crash and restart; about half the seeds are killed again inside the recovery pass itself (gate,
 claim, the operator's finding journaled, the first resumed records). Every stage is checked, and the end
 state jointly:
 
@@ -16,7 +18,9 @@ state jointly:
 - recovery run again changes nothing (journal, ledger, assessment);
 - every seed converges to the end state of the crash-free run;
 - the journal only grows: every record seen at any stage, the discarded suffix included, is still there
-  byte-identical.
+  byte-identical;
+- over HTTP: the service settles (the worker assessed the final prefix; the stored decisions are the
+  engine's), the armed kill fired, and a dead worker's late write was refused by the fence.
 """
 
 from __future__ import annotations

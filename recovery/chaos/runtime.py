@@ -371,8 +371,8 @@ class Runtime:
         done = derive(zombie.lines).committed.get(turn, [])
         phase = next((p for p in DEFAULT_PHASES if p not in done), None)
         record = zombie.commit(turn, phase) if phase is not None else zombie.terminal(turn, "completed")
-        status = stale_write(self.gw.gate.base[: -len("/api/v1")], os.environ["LOOPX_CHAOS_TOKEN"], self.run,
-                             canonical_bytes(record), turn, max(stale))
+        status = stale_write(self.gw.base_url, os.environ["LOOPX_CHAOS_TOKEN"], self.run, canonical_bytes(record),
+                             turn, max(stale))
         if status != 409:
             print(json.dumps({"fence_breached": turn, "status": status}))
             sys.stdout.flush()
