@@ -16,6 +16,7 @@ divergence), so a lost answer is the caller's to look into (``recoveries``), not
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import time
@@ -172,8 +173,10 @@ class Gate:
             except ValueError:
                 data = {}
             raise error_for(error.code, data) from None
-        except (urllib.error.URLError, OSError) as error:  # refused, reset, timed out
-            raise TransportError(f"{method} {url}: no answer ({error})") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            # Refused, reset, timed out, or cut off in the middle of the answer (a server that died while
+            # sending it): no answer, and the request may or may not have been carried out.
+            raise TransportError(f"{method} {url}: no answer ({error!r})") from None
         try:
             return json.loads(raw) if raw else None
         except ValueError:

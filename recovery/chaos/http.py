@@ -12,6 +12,7 @@ token: a runtime token may never approve, by design of the API.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -146,7 +147,7 @@ def stale_write(base_url: str, token: str, run: str, line: bytes, turn: str, fen
             if error.code == 409 and b'"fenced"' not in body:
                 return 4090  # refused, but not by the fence: the rig reports it
             return int(error.code)
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
             time.sleep(0.25)
     raise RuntimeError("the service did not answer the late write")
 

@@ -7,6 +7,7 @@ the team that sees every run, as a person at the console would be.
 
 from __future__ import annotations
 
+import http.client
 import http.cookiejar
 import json
 import re
@@ -57,7 +58,7 @@ class ConsoleOperator:
                     return int(response.status), response.read(), repeated
             except urllib.error.HTTPError as error:
                 return int(error.code), error.read(), repeated
-            except (urllib.error.URLError, OSError) as error:
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
                 if attempt == 39:
                     raise
                 reason = getattr(error, "reason", error)

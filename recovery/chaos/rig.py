@@ -25,6 +25,7 @@ state jointly:
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -484,7 +485,7 @@ def check_settled(server: LiveService, gw: Gateway, run: str, result: SeedResult
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 body = _json.loads(response.read())
-        except OSError:
+        except (OSError, http.client.HTTPException):
             time.sleep(0.2)  # a web restart in progress
             continue
         if body.get("assessed_seq") == body.get("last_seq") and body.get("decisions") == expected:
@@ -732,11 +733,17 @@ def run_seeds(
             found: ConsoleOperator = local.operator
             return found
 
+        def one(seed: int) -> SeedResult:
+            try:
+                return run_seed(seed, root, golden, naive=naive, server=server, operator=operator())
+            except Exception as error:  # the seed fails, with what raised; the other seeds still run
+                failed = SeedResult(SeedPlan.of(seed, golden.points))
+                failed.fail("other", f"the rig raised {error!r}")
+                return failed
+
         results: list[SeedResult] = []
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for result in pool.map(
-                lambda s: run_seed(s, root, golden, naive=naive, server=server, operator=operator()), list(seeds)
-            ):
+            for result in pool.map(one, list(seeds)):
                 results.append(result)
                 if echo is not None:
                     echo(describe(result))

@@ -251,3 +251,35 @@ def test_a_record_served_redacted_is_not_taken_for_the_journal(tmp_path, gate, m
     with pytest.raises(errors.RecordNotVerbatim) as refused:
         gate.records("any-run")
     assert (refused.value.branch, refused.value.lsn) == (0, 0)
+
+
+def test_an_answer_cut_off_by_a_dying_server_is_a_transport_error(tmp_path):
+    """A server killed while it sends its answer: the body ends short of its Content-Length. No answer came,
+    so a read is retried and the error, when the retries run out, is typed."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    served = []
+
+    def serve() -> None:
+        for _ in range(3):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8116\r\n\r\n{\"st")
+            conn.close()  # dies mid-answer
+            served.append(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    slept: list[float] = []
+    gate = Gate(f"http://127.0.0.1:{port}", "lxr_x", retries=2, sleep=slept.append, timeout=5)
+    try:
+        with pytest.raises(errors.TransportError) as cut:
+            gate.decision("r", "t")
+    finally:
+        listener.close()
+    assert "IncompleteRead" in str(cut.value) and len(served) == 3 and len(slept) == 2
