@@ -31,6 +31,7 @@ from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .rows import queue_rows, turn_rows
+from .saved_views import saved_views_context
 from .timeline import turn_timeline
 from .turn_detail import turn_page
 
@@ -100,6 +101,7 @@ def turns(request: HttpRequest) -> HttpResponse:
         "has_filter": has_filter,
         "nav": "inbox" if filters.get("assignee") == request.user.get_username() else "turns",
         "bulk_query": request.GET.urlencode(),
+        **saved_views_context(request, "turns"),
         **role,
     }
     return render_live(request, "console/turns.html", "console/_turns_results.html", "turns-live", context)
@@ -130,7 +132,8 @@ def runs(request: HttpRequest) -> HttpResponse:
     runs = selectors.runs_filtered(filters, scope=_scope(request))
     page = selectors.page_of(runs, _page_number(request), filters.get("per_page") or 50)
     selectors.decorate_runs(page.rows)
-    context = {"form": form, "page": page, "nav": "runs", **_role_context(request)}
+    context = {"form": form, "page": page, "nav": "runs", **saved_views_context(request, "runs")}
+    context |= _role_context(request)
     return render_live(request, "console/runs.html", "console/_runs_results.html", "runs-live", context)
 
 
