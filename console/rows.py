@@ -215,6 +215,36 @@ def _decide(t: Any, pk: int, state: Any, urls: _DecideUrls, hidden: str) -> str:
     )
 
 
+def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
+    """The event history's records (console.runs.RecordRow), each an <li> with its fields folded, built the
+    same way: fifty a page, each with a link, a code in words, a time and its redacted fields."""
+    from .templatetags.console_tags import code_words, redacted_json, stated_time
+
+    turn_url = _pk_url("console:turn")
+    out: list[str] = []
+    for r in rows:
+        turn = ""
+        if r.turn:
+            name = _esc(_short(r.turn, 30))
+            pk = turn_pks.get(r.turn)
+            ref = f'<span class="mono">{name}</span>'
+            if pk is not None:
+                ref = f'<a href="{turn_url[0]}{int(pk)}{turn_url[1]}" class="mono">{name}</a>'
+            turn = f' <span class="turnref">turn {ref}</span>'
+        at = f' <span class="small muted">{_esc(stated_time(r.at))}</span>' if r.at else ""
+        discarded = (" discarded-row", ' <span class="small">(discarded)</span>') if r.discarded else ("", "")
+        summary = (
+            f'<span class="seq muted">#{int(r.seq)}</span> <a href="{_esc(r.url)}" class="where">branch '
+            f'{int(r.branch)} · lsn {int(r.lsn)}</a> <span class="kind">{code_words(r.kind)}</span>{turn} '
+            f'<span class="gist small">{_esc(_short(r.summary, 80))}</span>{discarded[1]}{at}'
+        )
+        out.append(
+            f'<li id="r{int(r.seq)}" class="record{discarded[0]}">\n    <details>\n      <summary>{summary}</summary>\n'
+            f'      <pre class="fields">{_esc(redacted_json(r.fields))}</pre>\n    </details>\n  </li>'
+        )
+    return mark_safe("\n  ".join(out))
+
+
 def queue_rows(queue: list[Any]) -> SafeString:
     """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
     turn_url = _pk_url("console:turn")

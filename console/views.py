@@ -30,7 +30,7 @@ from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunF
 from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
-from .rows import queue_rows, turn_rows
+from .rows import queue_rows, record_items, turn_rows
 from .saved_views import saved_views_context
 from .timeline import turn_timeline
 from .turn_detail import turn_page
@@ -150,6 +150,7 @@ def run_records(request: HttpRequest, pk: int) -> HttpResponse:
     form = RecordFilterForm(request.GET)
     history = runs_pages.history(run, form.cleaned(), _page_number(request))
     context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
+    context["records_html"] = record_items(history.rows, history.turn_pks)
     return render(request, "console/run_records.html", context)
 
 
