@@ -41,13 +41,19 @@ def _short(text: str | None, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def reason_html(code: str) -> str:
+    """A held turn's reason: its words, with the code beside them (what a person reads, what a log says)."""
+    words = _esc(vocabulary.words_for(code))
+    return f'<span class="reason-words">{words}</span> <code class="reason">{_esc(code)}</code>'
+
+
 def badge(decision: str | None, reason: str | None = None) -> SafeString:
     key = decision or "unassessed"
     icon = vocabulary.DECISION_ICONS.get(key, "…")
     word = decision or "not assessed"
     html = f'<span class="badge badge-{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> {_esc(word)}</span>'
     if reason and key == "blocked":
-        html += f' <code class="reason">{_esc(reason)}</code>'
+        html += " " + reason_html(reason)
     return mark_safe(html)
 
 
@@ -71,7 +77,7 @@ def state_badge(state: Any) -> SafeString:
         f"{_esc(state_label(state))}</span>"
     )
     if state is not None and state.gate == "hold" and state.reason:
-        html += f' <code class="reason">{_esc(state.reason)}</code>'
+        html += " " + reason_html(str(state.reason))
     return mark_safe(html)
 
 

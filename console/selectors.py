@@ -32,6 +32,7 @@ from recovery.state import age_q as age_q
 from recovery.state import bulk_candidates as state_bulk_candidates
 from trail.models import OperatorAction
 
+from . import vocabulary
 from .forms import RUN_SORTS, TURN_SORTS
 
 COUNT_CAP = 10_000
@@ -377,7 +378,7 @@ def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) 
     queue = list(blocked_queue(queue_limit, scope=scope))
     return Overview(
         states=_bars(states, STATE_LABELS),
-        reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason]),
+        reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason], vocabulary.SHORT_REASONS),
         turn_total=sum(counts.by_state.values()),
         blocked_queue=queue,
         held_total=sum(n for s, n in counts.by_state.items() if s in STATE_GROUPS["held"]),
