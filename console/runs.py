@@ -27,6 +27,10 @@ from recovery.models import Assessment
 from recovery.state import StateValue, state_of
 
 from . import forktree, states
+from .rows import _esc as esc
+from .rows import _pk_url as pk_url
+from .rows import _short as short
+from .rows import state_badge
 from .selectors import Page, page_of
 
 RECORD_FIELDS = ("id", "run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "received_at")
@@ -197,6 +201,19 @@ class Grid:
     phases: list[str]
     rows: list[GridRow]
     page: Page
+
+    @property
+    def rows_html(self) -> SafeString:
+        """The grid's rows: the turn, its state and a cell a phase, composed as the list rows are."""
+        turn_url = pk_url("console:turn")
+        return mark_safe(
+            "\n".join(
+                f'<tr><th scope="row" class="sticky"><a href="{turn_url[0]}{int(r.turn.pk)}{turn_url[1]}">'
+                f"{esc(short(r.turn.turn_id, 28))}</a></th>\n        <td>{state_badge(r.shown)}</td>\n        "
+                f"{r.cells_html}\n      </tr>"
+                for r in self.rows
+            )
+        )
 
 
 @dataclass
