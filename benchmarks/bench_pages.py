@@ -9,6 +9,8 @@ turn page), then times, through Django's test client with a signed-in operator:
 - the turns list (default order), the turns list filtered to blocked turns, page 20, the turn page and the
   overview (its turn counts as an operator sees them: cached, recounted when a turn changes or a minute
   has passed, as the page says);
+- the run page of the real run (about 20,000 records at full size) and its event history, first page and
+  a page three quarters down;
 - a plain view that renders 50 rows of one indexed table (Turn by its (-updated_at, -id) index) with no
   auth, no filters and no counts: the floor any page pays.
 It prints p50/p95 per page and each page's ratio to the plain view at p50 and at p95; every page counts in
@@ -157,7 +159,8 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
 
 
 def _real_turn(records: int) -> int:
-    """A real run (writer -> ingest -> assessment) with a blocked turn: the turn page's subject."""
+    """A real run (writer -> ingest -> assessment) with a blocked turn: the turn page's subject, and with its
+    records the run page's and the event history's."""
     from engine.writer import JournalWriter
     from journals.models import Turn
     from journals.services import records_ingest
@@ -225,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         _fill(args.turns, args.records, runs, lambda m: print(m, flush=True))
         turn_pk = _real_turn(2_000 if args.small else 20_000)
+        from journals.models import Turn
+
         print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
 
         user = User.objects.create_user("bench-operator", password="bench-password-123")
@@ -237,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         plain = Client()
 
         urlpatterns[:] = _urls()
+        real = Turn.objects.select_related("run").get(pk=turn_pk).run
+        deep = max(1, (real.record_count // 50) * 3 // 4)  # three quarters down the history
         pages = {
             "plain view, 50 rows of one indexed table": (plain, "/bench/plain/"),
             "turns list": (client, "/turns/"),
@@ -244,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             "turns list, page 20": (client, "/turns/?page=20"),
             "turn page": (client, f"/turns/{turn_pk}/"),
             "overview": (client, "/"),
+            "run page (a run of the real turn)": (client, f"/runs/{real.pk}/"),
+            "event history, first page": (client, f"/runs/{real.pk}/records/"),
+            f"event history, page {deep}": (client, f"/runs/{real.pk}/records/?page={deep}"),
         }
         cold = "overview, counts recounted (informative)"
         results: dict[str, tuple[float, float]] = {}
@@ -267,9 +277,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def _effective_model() -> Any:
     from journals.models import TurnEffective
@@ -292,3 +299,7 @@ def _effective(decision: str | None, reason: str | None) -> dict[str, Any]:
     state, gate = _STATES[(decision, reason)]
     return {"state": state, "gate": gate, "decision": decision, "reason": reason,
             "resume_from": "execute" if decision == "resume" else None}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

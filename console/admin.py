@@ -17,6 +17,7 @@ from django.apps import apps
 from django.contrib import admin, messages
 from django.db import transaction
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
@@ -25,8 +26,10 @@ from kernel.errors import ServiceError
 from recovery.services import turn_block
 from recovery.state import DONE
 from trail.admin_mixin import AuditedAdminMixin
+from trail.models import OperatorAction
 from trail.services import operator_action_record
 
+from .changes import field_changes
 from .models import TurnAnnotation
 from .services import EDITABLE, turn_annotate
 
@@ -137,6 +140,22 @@ class TurnAdmin(admin.ModelAdmin[Turn]):
 class TurnAnnotationAdmin(ReadOnlyAdmin):
     list_display = ("turn", "updated_by", "updated_at")
     list_select_related = ("turn", "updated_by")
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(ReadOnlyAdmin):
+    """The operator trail, read-only. Its before and after are shown as the fields that changed, each with
+    its value before and after (console.changes), not as two JSON documents."""
+
+    list_display = ("seq", "created_at", "actor_name", "kind", "run", "turn", "via")
+    list_filter = ("kind", "via")
+    list_select_related = ("run", "turn")
+    exclude = ("before", "after")
+    readonly_fields = ("what_changed",)
+
+    @admin.display(description="what changed")
+    def what_changed(self, obj: OperatorAction) -> str:
+        return render_to_string("console/_changes.html", {"changes": field_changes(obj.before, obj.after)})
 
 
 def _register_the_rest() -> None:

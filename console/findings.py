@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -19,6 +19,7 @@ from recovery.finding_models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, F
 
 from . import selectors
 from .forms import ReasonForm
+from .live import render_live
 from .permissions import operator_required, viewer_required
 
 
@@ -55,9 +56,11 @@ def findings(request: HttpRequest) -> HttpResponse:
     page = selectors.page_of(qs, number, 50)
     from .views import _role_context
 
-    return render(
+    return render_live(
         request,
         "console/findings.html",
+        "console/_findings_results.html",
+        "findings-live",
         {
             "page": page,
             "state": state,

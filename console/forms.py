@@ -9,11 +9,14 @@ from django import forms
 
 from recovery.state import FILTER_CHOICES, FILTER_NAMES, UNASSESSED
 
+from .vocabulary import words_for
+
 # The filter's choices are recovery.state's, so that a list, a bulk decision and the bulk API accept the
 # same values under the same names.
 DECISION_CHOICES = [("", "any decision"), *FILTER_CHOICES["decision"]]
 STATE_CHOICES = [("", "any state"), *FILTER_CHOICES["state"]]
-REASON_CHOICES = [("", "any reason"), *FILTER_CHOICES["reason"]]
+# A reason's option reads as its words with the code in brackets (console.vocabulary).
+REASON_CHOICES = [("", "any reason")] + [(code, f"{words_for(code)} ({code})") for code, _ in FILTER_CHOICES["reason"]]
 STATUS_CHOICES = [("", "any status"), *FILTER_CHOICES["status"]]
 AGE_CHOICES = [("", "any age"), *FILTER_CHOICES["age"]]
 TURN_SORTS = {

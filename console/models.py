@@ -30,3 +30,23 @@ class TurnAnnotation(models.Model):
 
     def __str__(self) -> str:
         return f"annotation of {self.turn}"
+
+
+class SavedView(models.Model):
+    """A filter of a list a person named to come back to (console.services.saved_view_create writes it).
+
+    ``query`` is the list's query string as its own filter form accepted it; it is theirs alone: nobody
+    else sees it, and it names no run that a later change of their teams would let them see.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    page = models.CharField(max_length=16)  # the list: console.services.SAVED_VIEW_PAGES
+    name = models.CharField(max_length=80)
+    query = models.CharField(max_length=2000)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "page", "name"], name="savedview_user_page_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.page})"

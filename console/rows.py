@@ -41,13 +41,19 @@ def _short(text: str | None, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def reason_html(code: str) -> str:
+    """A held turn's reason: its words, with the code beside them (what a person reads, what a log says)."""
+    words = _esc(vocabulary.words_for(code))
+    return f'<span class="reason-words">{words}</span> <code class="reason">{_esc(code)}</code>'
+
+
 def badge(decision: str | None, reason: str | None = None) -> SafeString:
     key = decision or "unassessed"
     icon = vocabulary.DECISION_ICONS.get(key, "…")
     word = decision or "not assessed"
     html = f'<span class="badge badge-{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> {_esc(word)}</span>'
     if reason and key == "blocked":
-        html += f' <code class="reason">{_esc(reason)}</code>'
+        html += " " + reason_html(reason)
     return mark_safe(html)
 
 
@@ -71,7 +77,7 @@ def state_badge(state: Any) -> SafeString:
         f"{_esc(state_label(state))}</span>"
     )
     if state is not None and state.gate == "hold" and state.reason:
-        html += f' <code class="reason">{_esc(state.reason)}</code>'
+        html += " " + reason_html(str(state.reason))
     return mark_safe(html)
 
 
@@ -213,6 +219,36 @@ def _decide(t: Any, pk: int, state: Any, urls: _DecideUrls, hidden: str) -> str:
         f"{approve}{block}"
         "</form></details>"
     )
+
+
+def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
+    """The event history's records (console.runs.RecordRow), each an <li> with its fields folded, built the
+    same way: fifty a page, each with a link, a code in words, a time and its redacted fields."""
+    from .templatetags.console_tags import code_words, redacted_json, stated_time
+
+    turn_url = _pk_url("console:turn")
+    out: list[str] = []
+    for r in rows:
+        turn = ""
+        if r.turn:
+            name = _esc(_short(r.turn, 30))
+            pk = turn_pks.get(r.turn)
+            ref = f'<span class="mono">{name}</span>'
+            if pk is not None:
+                ref = f'<a href="{turn_url[0]}{int(pk)}{turn_url[1]}" class="mono">{name}</a>'
+            turn = f' <span class="turnref">turn {ref}</span>'
+        at = f' <span class="small muted">{_esc(stated_time(r.at))}</span>' if r.at else ""
+        discarded = (" discarded-row", ' <span class="small">(discarded)</span>') if r.discarded else ("", "")
+        summary = (
+            f'<span class="seq muted">#{int(r.seq)}</span> <a href="{_esc(r.url)}" class="where">branch '
+            f'{int(r.branch)} · lsn {int(r.lsn)}</a> <span class="kind">{code_words(r.kind)}</span>{turn} '
+            f'<span class="gist small">{_esc(_short(r.summary, 80))}</span>{discarded[1]}{at}'
+        )
+        out.append(
+            f'<li id="r{int(r.seq)}" class="record{discarded[0]}">\n    <details>\n      <summary>{summary}</summary>\n'
+            f'      <pre class="fields">{_esc(redacted_json(r.fields))}</pre>\n    </details>\n  </li>'
+        )
+    return mark_safe("\n  ".join(out))
 
 
 def queue_rows(queue: list[Any]) -> SafeString:

@@ -19,11 +19,20 @@ from django.utils import timezone
 from journals.access import RunScope
 from journals.models import Run, Turn, TurnEffective, TurnState
 from recovery import services
-from recovery.state import HOLD, STATE_GROUPS, UNASSESSED, state_counts, states_matching, turns_matching
+from recovery.state import (
+    FILTER_NAMES,
+    HOLD,
+    STATE_GROUPS,
+    UNASSESSED,
+    state_counts,
+    states_matching,
+    turns_matching,
+)
 from recovery.state import age_q as age_q
 from recovery.state import bulk_candidates as state_bulk_candidates
 from trail.models import OperatorAction
 
+from . import vocabulary
 from .forms import RUN_SORTS, TURN_SORTS
 
 COUNT_CAP = 10_000
@@ -61,7 +70,30 @@ def turns_page(filters: dict[str, Any], number: int, per_page: int, *, scope: Ru
             .filter(Exists(matching.order_by().filter(pk=OuterRef("pk"))))
             .order_by(*TURN_SORTS[sort])
         )
-    return page_of(rows, number, per_page, counted=(total, capped))
+    counted_at = None
+    if capped:
+        known = counted_total(filters, scope=scope)
+        if known is not None and known[0] > COUNT_CAP:
+            (total, counted_at), capped = known, False
+    page = page_of(rows, number, per_page, counted=(total, capped))
+    page.counted_at = counted_at
+    return page
+
+
+# Filters the overview's counts (turn_counts) do not break down by: a list so filtered keeps its capped count.
+UNCOUNTED_FILTERS = tuple(name for name in (*FILTER_NAMES, "assignee") if name != "state")
+
+
+def counted_total(filters: dict[str, Any], *, scope: RunScope) -> tuple[int, datetime] | None:
+    """(how many turns, when counted) for a list filtered by the state alone, or not at all, from the
+    overview's cached counts: what gives a list of more than COUNT_CAP turns its last page. None when the
+    filter names anything else."""
+    if any(filters.get(name) for name in UNCOUNTED_FILTERS):
+        return None
+    counts = turn_counts(scope=scope)
+    state = filters.get("state")
+    members = STATE_GROUPS.get(state, frozenset({state})) if state else counts.by_state.keys()
+    return sum(counts.by_state.get(m, 0) for m in members), counts.counted_at
 
 
 def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
@@ -82,8 +114,10 @@ def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
     return runs.order_by(*RUN_SORTS.get(filters.get("sort") or "-updated", RUN_SORTS["-updated"]))
 
 
-def capped_count(qs: QuerySet[Any], cap: int = COUNT_CAP) -> tuple[int, bool]:
-    """(count, capped): COUNT over at most cap+1 rows, so a huge match costs no more than a large one."""
+def capped_count(qs: QuerySet[Any], cap: int | None = None) -> tuple[int, bool]:
+    """(count, capped): COUNT over at most cap+1 rows (COUNT_CAP by default), so a huge match costs no more
+    than a large one."""
+    cap = COUNT_CAP if cap is None else cap
     n = qs.order_by()[: cap + 1].count()
     return (cap, True) if n > cap else (n, False)
 
@@ -96,6 +130,8 @@ class Page:
     total: int
     capped: bool
     has_next: bool
+    # When the total came from the overview's cached counts rather than a count of this page's rows.
+    counted_at: datetime | None = None
 
     @property
     def has_previous(self) -> bool:
@@ -342,7 +378,7 @@ def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) 
     queue = list(blocked_queue(queue_limit, scope=scope))
     return Overview(
         states=_bars(states, STATE_LABELS),
-        reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason]),
+        reasons=_bars([(r or "unknown", n) for r, n in counts.by_reason], vocabulary.SHORT_REASONS),
         turn_total=sum(counts.by_state.values()),
         blocked_queue=queue,
         held_total=sum(n for s, n in counts.by_state.items() if s in STATE_GROUPS["held"]),

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import actions, findings, imports, packages, trail, views
+from . import actions, findings, imports, packages, saved_views, trail, views
 
 app_name = "console"
 
@@ -45,4 +45,6 @@ urlpatterns = [
     path("effect-maps/<str:name>/save/", imports.effect_map_save, name="effect_map_save"),
     path("effect-maps/<str:name>/attach/", imports.effect_map_attach_view, name="effect_map_attach"),
     path("preferences/", views.preferences, name="preferences"),
+    path("saved-views/", saved_views.saved_view_new, name="saved_view_create"),
+    path("saved-views/<int:pk>/delete/", saved_views.saved_view_remove, name="saved_view_delete"),
 ]

@@ -22,15 +22,21 @@ from journals import access
 from journals.models import JournalRecord, Run, Turn
 from recovery import assignment
 from recovery.selectors import RUN_LEVEL_CODES
+from recovery.state import DONE
 
 from . import integrations, selectors
 from . import runs as runs_pages
 from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
+from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
-from .rows import queue_rows, turn_rows
+from .rows import queue_rows, record_items, turn_rows
+from .saved_views import saved_views_context
 from .timeline import turn_timeline
 from .turn_detail import turn_page
+
+TURN_REGION = "turn-live"
+FINISHED = "This turn is finished, so its state is not refreshed."
 
 
 def _page_number(request: HttpRequest) -> int:
@@ -95,9 +101,10 @@ def turns(request: HttpRequest) -> HttpResponse:
         "has_filter": has_filter,
         "nav": "inbox" if filters.get("assignee") == request.user.get_username() else "turns",
         "bulk_query": request.GET.urlencode(),
+        **saved_views_context(request, "turns"),
         **role,
     }
-    return render(request, "console/turns.html", context)
+    return render_live(request, "console/turns.html", "console/_turns_results.html", "turns-live", context)
 
 
 @viewer_required
@@ -125,7 +132,9 @@ def runs(request: HttpRequest) -> HttpResponse:
     runs = selectors.runs_filtered(filters, scope=_scope(request))
     page = selectors.page_of(runs, _page_number(request), filters.get("per_page") or 50)
     selectors.decorate_runs(page.rows)
-    return render(request, "console/runs.html", {"form": form, "page": page, "nav": "runs", **_role_context(request)})
+    context = {"form": form, "page": page, "nav": "runs", **saved_views_context(request, "runs")}
+    context |= _role_context(request)
+    return render_live(request, "console/runs.html", "console/_runs_results.html", "runs-live", context)
 
 
 @viewer_required
@@ -141,6 +150,7 @@ def run_records(request: HttpRequest, pk: int) -> HttpResponse:
     form = RecordFilterForm(request.GET)
     history = runs_pages.history(run, form.cleaned(), _page_number(request))
     context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
+    context["records_html"] = record_items(history.rows, history.turn_pks)
     return render(request, "console/run_records.html", context)
 
 
@@ -162,18 +172,23 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such turn.") from None
     if not _scope(request).allows(page.turn.run.run_id):
         raise Http404("No such turn.")  # another team's turn answers as a missing one
-    context = {
+    context: dict[str, object] = {
         "p": page,
-        "timeline": turn_timeline(page),
         "turn": page.turn,
-        "approve_form": ApproveForm(indeterminate=page.indeterminate),
-        "block_form": ReasonForm(),
-        "nav": "turns",
-        "back": _safe_back(request),
+        # A finished turn's state is not polled: nothing a person or the gate does moves it on.
+        "live_off": FINISHED if page.state and page.state.gate == DONE else "",
         **_review_context(request, page.turn),
         **_role_context(request),
     }
-    return render(request, "console/turn_detail.html", context)
+    if not live_part(request, TURN_REGION):  # the live part is the state card alone
+        context |= {
+            "timeline": turn_timeline(page),
+            "approve_form": ApproveForm(indeterminate=page.indeterminate),
+            "block_form": ReasonForm(),
+            "nav": "turns",
+            "back": _safe_back(request),
+        }
+    return render_live(request, "console/turn_detail.html", "console/_turn_state.html", TURN_REGION, context)
 
 
 def _review_context(request: HttpRequest, turn: Turn) -> dict[str, object]:

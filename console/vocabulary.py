@@ -29,6 +29,11 @@ REASONS: dict[str, str] = {
     "after its terminal record.",
     "effect_indeterminate": "An unsafe effect was sent out and no readback says whether it happened. "
     "Resuming could do it twice: a person must say whether it happened.",
+    "repair_quarantined": "A journal repair set aside records of this turn (after the accepted prefix): it stays "
+    "blocked, and no approval lifts it.",
+    "operator_blocked": "An operator blocked it: nothing resumes it until an operator approves it.",
+    "recovery_attempts_exceeded": "Recovery was attempted again and again without progress: parked until an "
+    "operator approves it.",
 }
 
 DECISIONS: dict[str, str] = {
@@ -147,14 +152,73 @@ SHORT_REASONS: dict[str, str] = {
     "effect_indeterminate": "unknown whether an effect happened",
     "operator_blocked": "held by an operator",
     "recovery_attempts_exceeded": "too many recovery attempts",
+    "repair_quarantined": "set aside by a journal repair",
 }
 
+# Every kind of the operator trail (trail.models.OPERATOR_ACTION_KINDS): what the person or token did.
 ACTIONS: dict[str, str] = {
     "turn_approve": "approved the turn",
     "turn_block": "blocked the turn",
     "turn_park": "parked the turn",
     "turn_edit": "edited the turn's notes",
-    "evidence_give": "gave evidence",
+    "evidence_record": "gave evidence",
+    "turn_assign": "assigned the turn",
+    "turn_unassign": "released the turn",
+    "api_token_create": "created a runtime token",
+    "api_token_revoke": "revoked a runtime token",
+    "finding_acknowledge": "acknowledged a finding",
+    "finding_resolve": "resolved a finding",
+    "retention_remove": "removed a run after exporting it",
+    "run_export": "exported a run",
+    "package_upload": "uploaded a package",
+    "package_requeue": "queued a package again",
+    "webhook_create": "added a webhook",
+    "webhook_change": "changed a webhook",
+    "webhook_delete": "removed a webhook",
+    "delivery_resend": "resent a webhook delivery",
+    "schedule_create": "added a schedule",
+    "schedule_change": "changed a schedule",
+    "schedule_delete": "removed a schedule",
+    "user_create": "added a user",
+    "user_change": "changed a user",
+    "user_delete": "removed a user",
+    "role_create": "added a role",
+    "role_change": "changed a role",
+    "role_delete": "removed a role",
+    "journal_repair": "repaired a journal",
+    "trail_export": "exported the audit log",
+    "effect_map_create": "saved a new effect map",
+    "effect_map_update": "saved an effect map's new version",
+    "effect_map_attach": "attached an effect map",
+    "history_upload": "uploaded another runtime's history",
+    "history_requeue": "queued a history's import again",
+    "team_create": "added a team",
+    "team_change": "changed a team",
+    "team_delete": "removed a team",
+}
+
+# What the scheduled audits find (recovery.finding_models.KINDS).
+FINDINGS: dict[str, str] = {
+    "lost_turn": "turn gone quiet",
+    "chain_broken": "hash chain broken",
+    "storage_corruption": "damaged journal line",
+    "decision_changed": "engine now decides otherwise",
+    "blocked_turn_unclaimed": "held turn nobody took",
+    "assessment_missed": "assessment never ran",
+    "trail_broken": "audit trail altered",
+}
+
+# How a recovery did otherwise than it planned (recovery.audit_models.DIVERGENCE_CODES).
+DIVERGENCES: dict[str, str] = {
+    "unplanned_action": "done but not planned",
+    "repeated_action": "done more than once",
+    "planned_action_missing": "planned but not done",
+}
+
+# How an operator repaired a journal (recovery.repair_models.REPAIR_KINDS).
+REPAIRS: dict[str, str] = {
+    "accept_prefix": "accepted the records up to a point",
+    "supersede": "replaced by a corrected journal",
 }
 
 OTHER: dict[str, str] = {
@@ -167,7 +231,7 @@ def words_for(code: str | None) -> str:
     """A code in plain words (the code itself, spaced, when it has none yet)."""
     if not code:
         return ""
-    for table in (KINDS, SHORT_REASONS, ACTIONS, OTHER):
+    for table in (KINDS, SHORT_REASONS, ACTIONS, FINDINGS, DIVERGENCES, REPAIRS, OTHER):
         if code in table:
             return table[code]
     return code.replace("_", " ")

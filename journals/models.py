@@ -198,6 +198,8 @@ class Turn(models.Model):
             models.Index(fields=["-updated_at", "-id"], name="turn_updated_id"),
             # A run's turn list, newest change first, without sorting all of a long run's turns.
             models.Index(fields=["run", "-updated_at", "-id"], name="turn_run_updated_id"),
+            # A run's turns in journal order (the run page's grid): one page read along it, not all sorted.
+            models.Index(fields=["run", "first_seq", "id"], name="turn_run_first_seq_id"),
         ]
 
     def __str__(self) -> str:

@@ -23,19 +23,11 @@ register = template.Library()
 
 @register.simple_tag
 def decision_badge(decision: str | None, reason: str | None = None) -> str:
-    """Colour plus a glyph plus the word: never colour alone."""
-    key = decision or "unassessed"
-    icon = vocabulary.DECISION_ICONS.get(key, "…")
-    word = decision or "not assessed"
-    if reason and key == "blocked":
-        return format_html(
-            '<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span> <code class="reason">{}</code>',
-            key,
-            icon,
-            word,
-            reason,
-        )
-    return format_html('<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span>', key, icon, word)
+    """Colour plus a glyph plus the word, never colour alone; a blocked one's reason in words and code (the
+    same markup the list rows use)."""
+    from console.rows import badge
+
+    return badge(decision, reason)
 
 
 @register.simple_tag
@@ -158,6 +150,23 @@ def code_words(code: str | None) -> str:
     if words == code:
         return format_html('<code class="code">{}</code>', code)
     return format_html('{} <code class="code">{}</code>', words, code)
+
+
+@register.filter
+def changes(action: Any) -> list[Any]:
+    """An operator action's changed fields (console.changes): what its before and after differ in."""
+    from console.changes import field_changes
+
+    return field_changes(getattr(action, "before", None), getattr(action, "after", None))
+
+
+@register.filter
+def code_label(code: str | None) -> str:
+    """Plain words with the code in brackets, where no markup may go (a select's option)."""
+    if not code:
+        return ""
+    words = vocabulary.words_for(code)
+    return code if words == code else f"{words} ({code})"
 
 
 @register.filter

@@ -52,6 +52,10 @@ EXEMPT_OPERATIONS = {
 # Console paths that change state (or hand out raw bytes) and are scenarios; the rest are read-only pages.
 EXEMPT_URLS = {
     "console:preferences": "the operator's own session (time zone), no shared state",
+    "console:saved_view_create": "a person's own saved filter (console.SavedView), seen by nobody else; no run's "
+    "state",
+    "console:saved_view_delete": "a person's own saved filter (console.SavedView), seen by nobody else; no run's "
+    "state",
     "console:bulk": "each decision is turn_approve / turn_block, one row per turn (tests/api/test_bulk.py counts "
     "them; the API's turns_bulk is a scenario here)",
     "console:effect_map_propose": "opens the map editor pre-filled; stores nothing",

@@ -31,7 +31,7 @@ def test_operator_filters_reads_the_reason_and_approves_with_evidence(live_serve
 
     page.get_by_role("link", name="t-charge", exact=True).click()
     reason = page.locator("#blocking-reason")
-    assert "The engine blocks it: effect indeterminate" in reason.inner_text()
+    assert "The engine blocks it: unknown whether an effect happened effect_indeterminate" in reason.inner_text()
     assert "a person must say whether it happened" in reason.inner_text()
     assert "intent_dispatched" in reason.inner_text()
     assert SECRET not in page.content()
@@ -45,7 +45,7 @@ def test_operator_filters_reads_the_reason_and_approves_with_evidence(live_serve
     page.wait_for_selector(".messages")
     assert "Approved turn t-charge" in page.locator(".messages").inner_text()
     history = page.locator("#history")
-    assert "turn approve" in history.inner_text()
+    assert "approved the turn turn_approve" in history.inner_text()
     assert "The bank shows no charge" in history.inner_text()
     # The operator's evidence turned the effect into a replay: the engine resumes the turn, approved.
     assert "approved by olivia" in page.locator("h1 .badge").inner_text()
@@ -226,7 +226,7 @@ def test_upload_a_torn_package_see_its_kept_lines_and_resolve_one(
     first = PackageUpload.objects.get().result["corrupt_lines"][0]["finding"]
     box.get_by_role("link", name=f"finding {first}").click()
     row = page.locator(f"#finding-{first}")
-    assert "storage corruption" in row.inner_text()
+    assert "damaged journal line storage_corruption" in row.inner_text()
     row.get_by_text("Act").click()
     row.get_by_label("Reason").fill("the runtime died mid-write; the line is dropped")
     row.get_by_role("button", name="Resolve").click()

@@ -98,7 +98,7 @@ def test_editing_a_blocked_turn_is_recorded_with_the_diff(staff_admin, pay):
     assert second.after == {"engine_lineage": "job-10", "notes": "called the ETL owner"}
     # And the console shows both the annotation and the history entry.
     html = staff_admin.get(reverse("console:turn", args=[turn.pk])).content.decode()
-    assert "job-10-repaired" in html and "turn edit" in html
+    assert "job-10-repaired" in html and 'edited the turn&#x27;s notes <code class="code">turn_edit</code>' in html
 
 
 def test_blocking_from_the_admin_is_the_operators_block(staff_admin, pay, operator_client):

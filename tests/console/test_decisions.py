@@ -27,7 +27,8 @@ def test_approve_records_who_why_and_shows_in_the_history(op_pages, operator, pa
     assert action.before["state"] == "hold" and action.after["state"] == "proceed"
     html = op_pages.get(response["Location"]).content.decode()
     assert "Approved turn t-skip" in html
-    assert "turn approve" in html and "the skipped phase is harmless" in html
+    assert 'approved the turn <code class="code">turn_approve</code>' in html
+    assert "the skipped phase is harmless" in html
     assert "proceeds" in html  # the gate's effect, as the store computes it
 
 

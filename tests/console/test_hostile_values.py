@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audits.heartbeat import heartbeat_record
+from console.vocabulary import words_for
 from journals.models import Run, Turn, TurnEffective
 from tests.console.test_queries import COUNTING, LISTS
 
@@ -107,8 +108,9 @@ def _escaped_only(html: str, *values: str) -> None:
 
 
 def _no_injected_markup(page: Page, html: str) -> None:
-    # The base page's one script (htmx, in the head), the overview's own charts; no element the values carry.
-    assert page.tags.count("script") == 1
+    # The base page's two scripts (htmx and the live refresh, in the head), the overview's own charts; no
+    # element the values carry.
+    assert page.tags.count("script") == 2 == html.count('<script src="/static/')
     assert page.tags.count("svg") == html.count('<svg class="bars"')
     assert not {"img", "b", "i"} & set(page.tags)
 
@@ -172,12 +174,13 @@ def test_the_overview_and_its_blocked_queue_escape_every_value(op_pages, hostile
     queue = [r for r in page.rows if r["hrefs"] == [reverse("console:turn", args=[blocked.pk])]]
     assert len(queue) == 1
     assert queue[0]["cells"][1:3] == [TURN_BLOCKED, RUN_ID]
-    assert queue[0]["cells"][3] == f"✖ held for review {REASON}"  # the state's words, the reason as text
+    held = f"✖ held for review {words_for(REASON)} {REASON}"  # the state's words, the reason's, and the reason
+    assert queue[0]["cells"][3] == held
     assert WORKER in [r["cells"][0] for r in page.rows]  # the heartbeats' process name, as text
     # The live refresh renders the same rows.
     partial, queries = _get(op_pages, reverse("console:blocked_queue"))
     assert queries == LISTS[reverse("console:blocked_queue")]
     _escaped_only(partial, TURN_BLOCKED, RUN_ID, REASON)
     rows = parse(partial).rows
-    assert [r["cells"][1:4] for r in rows] == [[TURN_BLOCKED, RUN_ID, f"✖ held for review {REASON}"]]
+    assert [r["cells"][1:4] for r in rows] == [[TURN_BLOCKED, RUN_ID, held]]
     assert "script" not in parse(partial).tags

@@ -136,7 +136,7 @@ def test_the_turn_page_names_the_kept_lines_as_the_cause(op_pages, imported):
     assert len(ctx.captured_queries) == QUIET_TURN_PAGE_QUERIES + 1
     _no_torn_bytes(page)
     block = page[page.index('id="blocking-reason"') : page.index('id="decide"')]
-    assert "The engine blocks it: storage corruption" in block
+    assert "The engine blocks it: damaged journal line" in block
     assert "kept as evidence (not a stored record; their bytes are never shown)" in block
     package = reverse("console:package", args=[upload.pk])
     for (line, offset, size), corruption in zip(kept, JournalCorruption.objects.order_by("line_no"), strict=True):

@@ -43,7 +43,7 @@ def test_the_timeline_names_each_phase_and_the_blocking_record(op_pages, pay):
     html = op_pages.get(reverse("console:turn", args=[pay.turns["t-skip"].pk])).content.decode()
     for phase in ("plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"):
         assert f'data-phase="{phase}"' in html
-    assert "The engine blocks it: phase prefix violation" in html
+    assert "The engine blocks it: phase out of order" in html
     assert "A phase was committed out of order" in html
     assert "journal line" in html and "branch 0" in html and "phase_committed" in html
     resume = op_pages.get(reverse("console:turn", args=[pay.turns["t-resume"].pk])).content.decode()
@@ -52,7 +52,7 @@ def test_the_timeline_names_each_phase_and_the_blocking_record(op_pages, pay):
 
 def test_the_indeterminate_effect_points_at_its_dispatch(op_pages, pay):
     html = op_pages.get(reverse("console:turn", args=[pay.turns["t-charge"].pk])).content.decode()
-    assert "The engine blocks it: effect indeterminate" in html and "held: effect unconfirmed" in html
+    assert "The engine blocks it: unknown whether an effect happened" in html and "held: effect unconfirmed" in html
     assert "intent_dispatched" in html
     assert "Did intent <code>charge-card</code> happen?" in html
 
@@ -107,6 +107,6 @@ def test_pagination(op_pages, db):
 def test_the_overview_counts_and_charts(op_pages, pay, torn):
     html = op_pages.get(reverse("console:overview")).content.decode()
     assert '<svg class="bars"' in html and "<title" in html
-    assert "phase prefix violation" in html and "effect indeterminate" in html
+    assert "phase out of order" in html and "unknown whether an effect happened" in html  # reasons in words
     assert 'hx-get="/queue/blocked/"' in html and 'hx-trigger="every 10s"' in html
     assert "t-skip" in html  # in the blocked queue

@@ -23,10 +23,11 @@ pytestmark = pytest.mark.django_db
 # Session, user and role (3), then the page's own reads, correlated subqueries inlined: never per row.
 # The overview's 8 are with its turn counts cached; recounting them (a turn changed) adds 2.
 LISTS = {
-    reverse("console:turns") + "?per_page=100": 5,  # + capped count, rows
-    reverse("console:turns") + "?decision=blocked&sort=updated": 5,
-    reverse("console:turns") + "?assignee=me": 5,  # the inbox
-    reverse("console:runs") + "?per_page=100": 7,  # + capped count, rows, turn and state counts of the page
+    reverse("console:turns") + "?per_page=100": 6,  # + capped count, rows, the person's saved views
+    reverse("console:turns") + "?decision=blocked&sort=updated": 6,
+    reverse("console:turns") + "?assignee=me": 6,  # the inbox
+    # + capped count, rows, turn and state counts of the page, the person's saved views
+    reverse("console:runs") + "?per_page=100": 8,
     # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), queue,
     # actions, heartbeats, findings
     reverse("console:overview"): 12,

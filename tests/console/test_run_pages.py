@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from engine.writer import JournalWriter
-from journals.models import JournalRecord, Run
+from journals.models import JournalRecord, Run, Turn
 from journals.services import records_ingest
 from recovery.services import assessment_refresh
 from tests.console.scenarios import SECRET
@@ -113,24 +113,44 @@ def _run_of(records: int, run_id: str) -> Run:
 
 # Session, user and role (3), then: the run; the run page its branches, fork records, first and last record,
 # turn counts by state, latest assessment, the grid's capped count, its turns and their phases (9); the
-# history its capped count, records, branches and the turns its page names (4).
-RUN_PAGE_QUERIES = {"console:run": 13, "console:records": 8}
+# history its records, branches and the turns its page names (3), and a filtered history its capped count
+# (every record is counted by the run itself).
 QUERIES = {
-    "console:run": ("", "?page=3"),
-    "console:records": ("", "?page=3&kind=phase_committed", "?turn=t-1&branch=0", "?page=150"),
+    "console:run": {"": 13, "?page=3": 13},
+    "console:records": {"": 7, "?page=3&kind=phase_committed": 8, "?turn=t-1&branch=0": 8, "?page=150": 7},
 }
+
+
+def _shown(name: str, html: str) -> int:
+    """What a page shows of the run: the grid's turn rows, or the history's records."""
+    if name == "console:run":
+        return html.split('id="turn-grid"')[1].split("</section>")[0].count('<tr><th scope="row"')
+    return html.count('<li id="r')
 
 
 def test_constant_queries_at_10_and_10000_records(viewer_pages, django_assert_num_queries):
     small = _run_of(10, "small-run")
     large = _run_of(10_000, "large-run")
     assert small.record_count <= 10 and large.record_count >= 10_000
+    turns = {run.pk: Turn.objects.filter(run=run).count() for run in (small, large)}
     for name, queries in QUERIES.items():
         for run in (small, large):
             for query in queries:
-                with django_assert_num_queries(RUN_PAGE_QUERIES[name]):
+                # Exactly this many queries (pytest-django's count is exact), the same at 10 and 10,000.
+                with django_assert_num_queries(queries[query]):
                     html = _html(viewer_pages, reverse(name, args=[run.pk]) + query)
                 assert SECRET not in html
+                # And the page shows a full page of what it lists, not an empty one that costs less.
+                shown = _shown(name, html)
+                if run is small:
+                    assert 0 < shown <= (turns[run.pk] if name == "console:run" else run.record_count), (name, query)
+                elif query.startswith("?turn="):
+                    assert shown == JournalRecord.objects.filter(run=run, turn="t-1", branch=0).count() > 0
+                else:
+                    assert shown == (25 if name == "console:run" else 50), (name, query)
+    # The large run's deep page holds the records of its place in the journal, 7,451 to 7,500.
+    html = _html(viewer_pages, reverse("console:records", args=[large.pk]) + "?page=150")
+    assert 'id="r7451"' in html and 'id="r7500"' in html and 'id="r7501"' not in html
     # The large run's last page of history is reachable by its number and holds its last record.
     last_page = -(-large.record_count // 50)
     html = _html(viewer_pages, reverse("console:records", args=[large.pk]) + f"?page={last_page}")
