@@ -407,6 +407,7 @@ FILTER_CHOICES: dict[str, list[tuple[str, str]]] = {
             (EFFECT_INDETERMINATE, "effect indeterminate"),
             (OPERATOR_BLOCKED, "operator blocked"),
             (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
+            (REPAIR_QUARANTINED, "repair quarantined"),
         ]
     ),
     "status": [(s, s) for s in TURN_STATUSES],

@@ -328,7 +328,20 @@ class DeliveryBusy(Conflict):
     pass
 
 
-# Refusals of the operator-side API (bulk decisions, repairs, imports, effect maps, tokens, schedules).
+# Refusals of the operator-side API (bulk decisions, review assignments, repairs, imports, effect maps,
+# tokens, schedules).
+class AssigneeInvalid(BadRequest):
+    """The reviewer named is not an operator of a team that sees the turn's run."""
+
+
+class OperatorRequired(Forbidden):
+    pass
+
+
+class TurnDone(Conflict):
+    """A finished or discarded turn needs no reviewer."""
+
+
 class EffectMapExists(Conflict):
     pass
 
@@ -462,6 +475,9 @@ class UploadFinished(Conflict):
 
 
 BY_CODE: dict[str, type[ApiError]] = {
+    "assignee_invalid": AssigneeInvalid,
+    "operator_required": OperatorRequired,
+    "turn_done": TurnDone,
     "effect_map_exists": EffectMapExists,
     "effect_map_invalid": EffectMapInvalid,
     "effect_map_name_invalid": EffectMapNameInvalid,

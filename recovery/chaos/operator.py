@@ -92,8 +92,7 @@ class ConsoleOperator:
         status, body, repeated = self._open(request)
         data = json.loads(body) if body else {}
         if status >= 400:
-            raise Refused(status, str(data.get("code", data.get("detail", ""))), str(data.get("detail", "")),
-                          repeated=repeated)
+            raise Refused(status, str(data.get("error", "")), str(data.get("detail", "")), repeated=repeated)
         return data
 
     @staticmethod
