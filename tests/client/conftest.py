@@ -25,3 +25,21 @@ def limited_token(live_server_for_client: LiveServer) -> str:
     """A runtime token that may only touch runs whose id starts with `only-`."""
     out = live_server_for_client._manage("create_api_token", "limited-runtime", "--run-prefix", "only-")
     return out.strip().splitlines()[-1]
+
+
+def operator_approves(
+    server: LiveServer, run: str, turn: str, evidence: dict[str, str], *, actor: str, reason: str
+) -> None:
+    """An operator's approval with evidence, through the console's service (turn_approve), in a Django
+    process against the server's database: a runtime token may never approve."""
+    server._manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import Group, User\n"
+        "from journals.models import Turn\n"
+        "from recovery.services import turn_approve\n"
+        f"user, made = User.objects.get_or_create(username={actor!r})\n"
+        "if made: user.groups.add(Group.objects.get(name='operator'))\n"
+        f"turn = Turn.objects.select_related('run').get(run__run_id={run!r}, turn_id={turn!r})\n"
+        f"turn_approve(turn=turn, actor=user, reason={reason!r}, evidence={evidence!r})\n",
+    )

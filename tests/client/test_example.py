@@ -16,6 +16,7 @@ import pytest
 
 from engine import assess
 from recovery.chaos.server import PROJECT_ROOT, LiveServer
+from tests.client.conftest import operator_approves
 
 EXAMPLE = PROJECT_ROOT / "client" / "examples" / "agent_loop.py"
 sys.path.insert(0, str(EXAMPLE.parent))
@@ -31,15 +32,6 @@ def agent(server: LiveServer, work: Path, run: str, crash_at: str | None = None)
         args += ["--crash-at", crash_at]
     env = {**os.environ, "LOOPX_TOKEN": server.token, "PYTHONPATH": str(PROJECT_ROOT / "client")}
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
-
-
-def operator_approves(server: LiveServer, run: str, turn: str, intent: str, finding: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "recovery.chaos.operator", "--run", run, "--turn", turn, "--actor", "ops-1",
-         "--reason", f"checked the mailer: {finding}", "--evidence", f"{intent}={finding}"],
-        env=server.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def ledger(work: Path) -> Counter[str]:
@@ -78,7 +70,7 @@ def test_the_agent_loop_recovers_from_a_crash_at_every_point(live_server_for_cli
         assert held == {"t1": "effect_indeterminate"}, held
         # The operator looks at the world: was the reply sent before the crash?
         finding = "happened" if ledger(tmp_path)["t1/reply"] else "not_happened"
-        operator_approves(server, run, "t1", "reply", finding)
+        operator_approves(server, run, "t1", {"reply": finding}, actor="ops-1", reason=f"checked the mailer: {finding}")
         approvals.append(finding)
     else:
         raise AssertionError("the agent did not finish after three restarts")

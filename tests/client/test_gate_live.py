@@ -13,6 +13,7 @@ import pytest
 from loopx_client import Claim, Gate, Journal, ShipDiverged, errors
 
 from recovery.chaos.server import LiveServer
+from tests.client.conftest import operator_approves
 
 
 @pytest.fixture
@@ -228,15 +229,9 @@ def test_records_read_back_byte_identical_and_evidence_with_its_dispatch(tmp_pat
     assert gate.records("never-stored") == []
     assert gate.evidence("readback-1", "t1") == []
     # The operator's finding, as the console records it (turn_approve with evidence).
-    server._manage(
-        "shell", "-c",
-        "from django.contrib.auth.models import User;"
-        "from journals.models import Turn;"
-        "from recovery.services import turn_approve;"
-        "u = User.objects.create_user('readback-op');"
-        "t = Turn.objects.get(run__run_id='readback-1', turn_id='t1');"
-        "turn_approve(turn=t, actor=u, reason='the mail server has no such message',"
-        " evidence={'send': 'not_happened'})",
+    operator_approves(
+        server, "readback-1", "t1", {"send": "not_happened"}, actor="readback-op",
+        reason="the mail server has no such message",
     )
     (finding,) = gate.evidence("readback-1", "t1")
     assert (finding["intent"], finding["finding"], finding["dispatch"], finding["actor"]) == (

@@ -204,6 +204,7 @@ def test_indeterminate_effect_needs_evidence_which_the_engine_reads(runtime, jou
         {
             "intent": "charge",
             "finding": "not_happened",
+            "dispatch": 1,  # the finding is about the first dispatch, the one the operator looked at
             "actor": operator.username,
             "reason": "the provider shows no charge",
             "created_at": evidence[0]["created_at"],
