@@ -54,6 +54,17 @@ def postgres_server_url() -> str:
     return "postgres://postgres@127.0.0.1:5432/postgres"
 
 
+def manage(env: dict[str, str], *args: str) -> str:
+    """``manage.py ARGS`` against the service's settings (``env``): its output, or RuntimeError with its error."""
+    proc = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"manage.py {args[0]} failed: {proc.stderr.strip()[-800:]}")
+    return proc.stdout
+
+
 def _with_database(url: str, name: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
@@ -147,13 +158,7 @@ class LiveService:
 
     # -- setup ---------------------------------------------------------------------------------------
     def _manage(self, *args: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=PROJECT_ROOT, env=self.env, capture_output=True, text=True,
-            timeout=600, check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"manage.py {args[0]} failed: {proc.stderr.strip()[-800:]}")
-        return proc.stdout
+        return manage(self.env, *args)
 
     def _admin(self, sql: str) -> None:
         import psycopg
@@ -320,13 +325,7 @@ class LiveServer:
         self.log = root / "server.log"
 
     def _manage(self, *args: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=PROJECT_ROOT, env=self.env, capture_output=True, text=True,
-            timeout=300, check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"manage.py {args[0]} failed: {proc.stderr.strip()[-800:]}")
-        return proc.stdout
+        return manage(self.env, *args)
 
     def __enter__(self) -> LiveServer:
         for stale in self.root.glob("server.sqlite3*"):
