@@ -35,6 +35,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -468,23 +470,23 @@ def golden_run(workdir: Path, server: LiveService | None = None) -> Golden:
     return Golden(EXPECTED_TRANSITIONS, kinds, ends[1], crash_matrix(kinds, service=server is not None))
 
 
-def check_settled(server: LiveService, gw: Gateway, run: str, result: SeedResult, *, patience: float = 30.0) -> None:
+def check_settled(
+    server: LiveService, run: str, assessment: Assessment, result: SeedResult, *, patience: float = 30.0
+) -> None:
     """The service at rest agrees with the journal: the worker (killed or not) has assessed the final
-    prefix, and the run's stored decisions are the engine's. A lost assessment is a failure, not a wait."""
-    import json as _json
-    import urllib.request
-
+    prefix, and the run's stored decisions are the engine's (``assessment``, the rig's own of the final
+    journal). A lost assessment is a failure, not a wait."""
     expected: dict[str, int] = {}
-    for turn in assessment_of(gw).turns:
+    for turn in assessment.turns:
         expected[turn.decision.value] = expected.get(turn.decision.value, 0) + 1
     deadline = time.monotonic() + patience
     body: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        request = urllib.request.Request(f"{server.base_url}/api/v1/runs/{run}")
+        request = urllib.request.Request(f"{server.base_url}/api/v1/runs/{urllib.parse.quote(run, safe='')}")
         request.add_header("Authorization", f"Bearer {server.token}")
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                body = _json.loads(response.read())
+                body = json.loads(response.read())
         except (OSError, http.client.HTTPException):
             time.sleep(0.2)  # a web restart in progress
             continue
@@ -592,7 +594,7 @@ def run_seed(
     if server is not None:
         # Settled first: an armed worker kill may fire only in the assessment of the final prefix, once the
         # worker is back from another seed's kill.
-        check_settled(server, gw, sd.run, result)
+        check_settled(server, sd.run, assessment, result)
         check_service_point(server, sd, result)
 
     # Recovery again: a crash loop's next pass must find nothing to do and change nothing.

@@ -342,11 +342,7 @@ class Runtime:
         self.writer = resume_writer(run, version, gateway.lines())
 
     def _claim(self, turn: str, label: str) -> int:
-        waited = False
-        if isinstance(self.gw, HttpGateway):
-            token, waited = self.gw.claim_or_wait(turn, self.worker)
-        else:
-            token = self.gw.claim(turn, self.worker)
+        token, waited = self.gw.claim_or_wait(turn, self.worker)
         if self.claims is not None:
             with open(self.claims, "a") as fh:
                 fh.write(json.dumps({"turn": turn, "token": token, "worker": self.worker}) + "\n")
