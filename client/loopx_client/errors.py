@@ -53,6 +53,29 @@ class RecordRefused(JournalError, ValueError):
     """A record the contract would call invalid; nothing was written."""
 
 
+class RecordTooLarge(RecordRefused):
+    """The record's line is longer than the server's line limit (``size`` > ``limit`` bytes): the server
+    would refuse it on every ship and wedge the run, so it is refused before it is written. Nothing was
+    written; the journal stays usable (store the large value elsewhere and journal its digest)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the record is {size} bytes, over the server's line limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class NothingToDrop(JournalError):
+    """``drop_torn_tail`` found no torn last line: the file ends with a complete record (or is empty, or
+    the damage is not on its last line). Nothing was changed."""
+
+
+class WriteAheadRequired(JournalError):
+    """An unsafe effect (or one marked ``write_ahead=True``) asked of a journal with no gate: its dispatch
+    cannot be acknowledged by the server before the body runs. Use a turn session (``Gate.turn``), or
+    pass ``local_write_ahead=True`` knowingly (no protection against a stalled worker). Nothing was
+    written."""
+
+
 class UnsafeRedispatch(RecordRefused):
     """An ``unsafe`` intent dispatched again while its previous dispatch has no ``failed`` readback: that
     would be the double effect recovery exists to prevent (contract section 2). Nothing was written."""
@@ -81,6 +104,61 @@ class RecordNotVerbatim(LoopxError):
         self.lsn = lsn
 
 
+class LeaseError(LoopxError):
+    """The turn's lease does not allow an effect now; nothing was dispatched by this call."""
+
+
+class LeaseLost(LeaseError):
+    """The lease on the turn is gone (a renewal was refused or came too late, or the turn was released):
+    this worker may no longer act on the turn. ``turn``, ``reason``."""
+
+    def __init__(self, turn: str, reason: str) -> None:
+        super().__init__(f"turn {turn}: the lease is lost ({reason})")
+        self.turn = turn
+        self.reason = reason
+
+
+class LeaseTooShort(LeaseError):
+    """What is left of the lease (``remaining`` seconds, by the local monotonic clock) is shorter than what
+    the effect needs (``needed``: its ``max_duration`` plus the clock margin): it could still be running
+    when another worker takes the turn over. Nothing was sent."""
+
+    def __init__(self, turn: str, intent: str, remaining: float, needed: float) -> None:
+        super().__init__(
+            f"turn {turn}, intent {intent}: {max(remaining, 0.0):.3f} s of lease left, {needed:.3f} s needed"
+        )
+        self.turn = turn
+        self.intent = intent
+        self.remaining = remaining
+        self.needed = needed
+
+
+class WriteAheadFailed(LoopxError):
+    """The server did not acknowledge the effect's dispatch (no answer, or a refusal other than
+    ``Fenced``): the body never ran, and the journal holds the dispatch with a ``failed`` readback.
+    ``turn``, ``intent``, ``lsn`` (of the dispatch) and ``cause`` (the error, also ``__cause__``)."""
+
+    def __init__(self, turn: str, intent: str, lsn: int, cause: BaseException | None, detail: str = "") -> None:
+        super().__init__(
+            f"turn {turn}, intent {intent}: the dispatch (lsn {lsn}) was not acknowledged by the server; "
+            f"the effect was not run ({detail or cause!r})"
+        )
+        self.turn = turn
+        self.intent = intent
+        self.lsn = lsn
+        self.cause = cause
+
+
+class TurnHeld(LoopxError):
+    """The gate holds the turn (``decision.state == "hold"``, for ``decision.reason``): nothing of the turn
+    may run until an operator decides. ``Gate.wait_for_decision`` waits for that."""
+
+    def __init__(self, turn: str, decision: Any) -> None:
+        super().__init__(f"turn {turn}: the gate holds it ({decision.reason or decision.decision})")
+        self.turn = turn
+        self.decision = decision
+
+
 class EffectFailed(LoopxError):
     """Raised by (or around) an effect's body to say the effect definitively did not happen: the readback
     is ``failed`` (a retry is then legal, also for an unsafe intent)."""
@@ -99,12 +177,16 @@ class ApiError(LoopxError):
 
     status_family: ClassVar[int] = 0
 
-    def __init__(self, status: int, code: str, detail: str, body: dict[str, Any]) -> None:
+    def __init__(
+        self, status: int, code: str, detail: str, body: dict[str, Any], *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"HTTP {status} {code}: {detail}")
         self.status = status
         self.code = code
         self.detail = detail
         self.body = body
+        # Seconds the server asked to wait before a repeat (its Retry-After header), when it said.
+        self.retry_after = retry_after
 
     @property
     def line(self) -> int | None:
@@ -137,6 +219,10 @@ class PayloadTooLarge(ApiError):
     status_family = 413
 
 
+class MethodNotAllowed(ApiError):
+    status_family = 405
+
+
 class UnsupportedMediaType(ApiError):
     status_family = 415
 
@@ -147,6 +233,13 @@ class Throttled(ApiError):
 
 class ServerError(ApiError):
     status_family = 500
+
+
+class Unavailable(ServerError):
+    """503: the database or another dependency is down for now; ``retry_after`` says when to try again.
+    Requests that are safe to repeat are retried after it."""
+
+    status_family = 503
 
 
 # 400: the request or a record of the batch is malformed; nothing was stored or changed.
@@ -214,7 +307,20 @@ class InvalidRequest(BadRequest):
     """The request body failed validation; ``body["fields"]`` says which field."""
 
 
+# 401
+class Unauthenticated(Unauthorized):
+    """No credentials were sent."""
+
+
+class TokenInvalid(Unauthorized):
+    """The token is unknown, revoked or malformed."""
+
+
 # 403
+class RoleRequired(Forbidden):
+    """The caller's role may not do this (a runtime token never approves, for instance)."""
+
+
 class RunForbidden(Forbidden):
     """The token's run prefix does not cover this run."""
 
@@ -248,7 +354,33 @@ class OffsetMismatch(Conflict):
 
 class Fenced(Conflict):
     """The fencing token sent is not the turn's current one (a newer claim took the turn): ``turn``,
-    ``token``, ``current``. Nothing of the batch was stored; stop writing this turn."""
+    ``token`` (sent), ``current``. Nothing of the batch was stored; stop writing this turn."""
+
+    @property
+    def turn(self) -> str | None:
+        value = self.body.get("turn")
+        return value if isinstance(value, str) else None
+
+    @property
+    def token(self) -> int | None:
+        value = self.body.get("token")
+        return value if isinstance(value, int) else None
+
+    @property
+    def current(self) -> int | None:
+        value = self.body.get("current")
+        return value if isinstance(value, int) else None
+
+
+class ChainMismatch(Conflict):
+    """Under ``LoopX-Expect``, the batch does not continue the stored head of a branch (its first lsn or its
+    ``prev`` is not the next one): ``branch``, ``lsn``, ``expected_lsn``, ``expected_prev``. Nothing of the
+    batch was stored."""
+
+
+class ClaimLive(Conflict):
+    """Evidence that an intent did not happen, refused while the dispatching worker's claim is still live
+    (it may still be sending it): ``holder``, ``expires_at``."""
 
 
 class FencingRequired(Conflict):
@@ -533,6 +665,15 @@ BY_CODE: dict[str, type[ApiError]] = {
     "batch_too_large": BatchTooLarge,
     "too_many_records": TooManyRecords,
     "lsn_conflict": LsnConflict,
+    "chain_mismatch": ChainMismatch,
+    "claim_live": ClaimLive,
+    "unavailable": Unavailable,
+    "unauthenticated": Unauthenticated,
+    "token_invalid": TokenInvalid,
+    "role_required": RoleRequired,
+    "method_not_allowed": MethodNotAllowed,
+    "unsupported_media_type": UnsupportedMediaType,
+    "throttled": Throttled,
     "offset_mismatch": OffsetMismatch,
     "fenced": Fenced,
     "fencing_required": FencingRequired,
@@ -562,6 +703,7 @@ _FAMILIES: dict[int, type[ApiError]] = {
     401: Unauthorized,
     403: Forbidden,
     404: NotFound,
+    405: MethodNotAllowed,
     409: Conflict,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
@@ -583,8 +725,8 @@ _DEFAULT_CODES = {
 }
 
 
-def error_for(status: int, body: Any) -> ApiError:
-    """The typed error of an answer with a 4xx or 5xx status."""
+def error_for(status: int, body: Any, *, retry_after: float | None = None) -> ApiError:
+    """The typed error of an answer with a 4xx or 5xx status (``retry_after``: its Retry-After, seconds)."""
     data: dict[str, Any] = body if isinstance(body, dict) else {}
     code = data.get("error")
     if not isinstance(code, str) or not code:
@@ -592,8 +734,8 @@ def error_for(status: int, body: Any) -> ApiError:
     detail = data.get("detail")
     if not isinstance(detail, str):
         detail = "" if detail is None else str(detail)
-    family = ServerError if status >= 500 else _FAMILIES.get(status, ApiError)
+    family = (Unavailable if status == 503 else ServerError) if status >= 500 else _FAMILIES.get(status, ApiError)
     cls = BY_CODE.get(code, family)
     if cls.status_family != status and cls is not ApiError:
         cls = family  # a known code under another status: trust the status's family
-    return cls(status, code, detail, data)
+    return cls(status, code, detail, data, retry_after=retry_after)

@@ -9,6 +9,9 @@ Retries, with exponential backoff and jitter, only where repeating a request can
   stored with the same bytes is a duplicate), so a batch whose answer was lost is sent again;
 - a claim: the holder claiming again renews its lease and keeps its token.
 
+A throttle (429) or an outage (503 ``unavailable``) is waited out as long as the server's ``Retry-After``
+asks (at most ``max_retry_after`` seconds), on top of the backoff.
+
 Never retried: release, opening a recovery, reporting an action and closing an audit. Each changes the
 gate's state once (a second open counts a second attempt; a second report is a ``repeated_action``
 divergence), so a lost answer is the caller's to look into (``recoveries``), not this client's to repeat.
@@ -19,17 +22,20 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .canonical import canonical_bytes, digest
 from .errors import (
     ApiError,
+    MethodNotAllowed,
     NotFound,
     OffsetMismatch,
     RecordNotVerbatim,
@@ -40,8 +46,12 @@ from .errors import (
     error_for,
 )
 from .journal import Entry, Journal
+from .limits import DEFAULT_LIMITS, Limits
 
-USER_AGENT = "loopx-client/0.1"
+if TYPE_CHECKING:
+    from .session import TurnSession
+
+USER_AGENT = "loopx-client/0.2"
 
 
 class Shippable(Protocol):
@@ -58,13 +68,25 @@ class Shippable(Protocol):
 
 @dataclass(frozen=True)
 class Claim:
-    """A lease on a turn and its fencing token (the token only grows per turn)."""
+    """A lease on a turn and its fencing token (the token only grows per turn).
+
+    ``expires_at``: the server's end of the lease (timezone-aware; for people and logs: the two machines'
+    wall clocks need not agree). ``lease_seconds``: the lease the server granted. ``deadline``: the local
+    ``time.monotonic()`` at which the lease is over for this worker, counted from *before* the claim was
+    sent, so it is never later than the server's own end of the lease (given clocks that run at about the
+    same rate). ``remaining()`` is what a worker checks before it acts."""
 
     run: str
     turn: str
     worker_id: str
     fencing_token: int
-    expires_at: str
+    expires_at: datetime
+    lease_seconds: float = 0.0
+    deadline: float = 0.0
+
+    def remaining(self) -> float:
+        """Seconds of lease left by the local monotonic clock (negative: over)."""
+        return self.deadline - time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,31 @@ class ShipResult:
     acknowledged: dict[int, int] = field(default_factory=dict)
 
 
+def _aware(text: Any) -> datetime:
+    """An ISO 8601 instant as a timezone-aware datetime (a naive one is taken as UTC)."""
+    value = datetime.fromisoformat(str(text))
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds of a Retry-After header (delta-seconds; an HTTP date is read too)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
 class Gate:
     """The LoopX API for a runtime: ``Gate("https://loopx.example", token)``.
 
@@ -125,6 +172,7 @@ class Gate:
         max_backoff: float = 5.0,
         batch_records: int = 1000,
         batch_bytes: int = 4 * 1024 * 1024,
+        max_retry_after: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.base = base_url.rstrip("/") + "/api/v1"
@@ -135,7 +183,10 @@ class Gate:
         self.max_backoff = max_backoff
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
+        self.max_retry_after = max_retry_after
         self._sleep = sleep
+        self._limits: Limits | None = None
+        self._limits_lock = threading.Lock()
         self._fencing: dict[tuple[str, str], int] = {}
         # run -> branch -> the ack cursor of the server's last answer (None: ask the server first).
         self._acked: dict[str, dict[int, int]] = {}
@@ -167,12 +218,16 @@ class Gate:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as error:
-            raw = error.read()
+            try:
+                raw = error.read()
+            except (OSError, http.client.HTTPException):
+                raw = b""
             try:
                 data = json.loads(raw) if raw else {}
             except ValueError:
                 data = {}
-            raise error_for(error.code, data) from None
+            retry = _retry_after(error.headers.get("Retry-After") if error.headers is not None else None)
+            raise error_for(error.code, data, retry_after=retry) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             # Refused, reset, timed out, or cut off in the middle of the answer (a server that died while
             # sending it): no answer, and the request may or may not have been carried out.
@@ -189,12 +244,11 @@ class Gate:
         while True:
             try:
                 return call()
-            except (TransportError, ServerError, Throttled):
+            except (TransportError, ServerError, Throttled) as error:
                 if attempt >= self.retries:
                     raise
-            delay = min(self.max_backoff, self.backoff * 2**attempt)
-            self._sleep(delay * (0.5 + random.random() / 2))
-            attempt += 1
+                attempt += 1
+                self._pause(attempt, error)
 
     def _get_retrying(self, path: str) -> Any:
         return self._retrying(lambda: self._request("GET", path))
@@ -248,13 +302,13 @@ class Gate:
             batch = self._batch(pending)
             try:
                 answer = self._post_batch(journal.run, batch, cursors)
-            except (TransportError, ServerError, Throttled):
+            except (TransportError, ServerError, Throttled) as error:
                 # The batch may have been stored: ask where the server is, and resume from there.
                 self._acked.pop(journal.run, None)
                 failures += 1
                 if failures > self.retries:
                     raise
-                self._pause(failures)
+                self._pause(failures, error)
                 cursors, probe = self._acknowledged_retrying(journal.run), True
                 continue
             except OffsetMismatch:
@@ -297,21 +351,40 @@ class Gate:
         while True:
             try:
                 return self.acknowledged(run)
-            except (TransportError, ServerError, Throttled):
+            except (TransportError, ServerError, Throttled) as error:
                 attempt += 1
                 if attempt > self.retries:
                     raise
-                self._pause(attempt)
+                self._pause(attempt, error)
 
-    def _pause(self, attempt: int) -> None:
-        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
-        self._sleep(delay * (0.5 + random.random() / 2))
+    def _pause(self, attempt: int, error: BaseException | None = None) -> None:
+        """Back off before the ``attempt``-th repeat; at least the server's Retry-After when it gave one."""
+        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+        asked = error.retry_after if isinstance(error, ApiError) else None
+        if asked is not None:
+            delay = max(delay, min(asked, self.max_retry_after))
+        self._sleep(delay)
+
+    # -- limits ----------------------------------------------------------------------------------------
+    def limits(self) -> Limits:
+        """The server's ingest limits and claim lease (``GET /api/v1/limits``), asked once per Gate. A
+        server without the endpoint: the documented defaults."""
+        with self._limits_lock:
+            if self._limits is None:
+                try:
+                    self._limits = Limits.from_answer(self._get_retrying("/limits"))
+                except (NotFound, MethodNotAllowed):
+                    self._limits = DEFAULT_LIMITS
+            return self._limits
 
     def _batch(self, pending: list[Entry]) -> list[Entry]:
+        limits = self.limits()
+        max_records = min(self.batch_records, limits.max_batch_records)
+        max_bytes = min(self.batch_bytes, limits.max_batch_bytes)
         batch: list[Entry] = []
         size = 0
         for entry in pending:
-            if batch and (len(batch) >= self.batch_records or size + len(entry.line) + 1 > self.batch_bytes):
+            if batch and (len(batch) >= max_records or size + len(entry.line) + 1 > max_bytes):
                 break
             batch.append(entry)
             size += len(entry.line) + 1
@@ -396,15 +469,23 @@ class Gate:
         )
 
     def claim(self, run: str, turn: str, worker_id: str) -> Claim:
-        """A lease on the turn and its fencing token; ``ClaimHeld`` while another worker's lease holds.
-        Claiming again as the holder renews the lease and keeps the token (so this is retried)."""
+        """A lease on the turn and its fencing token; ``ClaimHeld`` while another worker's lease holds,
+        ``NothingToRecover`` for a turn that is complete or discarded. Claiming again as the holder renews
+        the lease and keeps the token (so this is retried)."""
         payload = json.dumps({"worker_id": worker_id}).encode()
+        started = time.monotonic()  # before the request: the local deadline is never later than the server's
         body = self._retrying(
             lambda: self._request(
                 "POST", self._turn_path(run, turn) + "/claim", body=payload, content_type="application/json"
             )
         )
-        claim = Claim(run, turn, body["worker_id"], int(body["fencing_token"]), body["expires_at"])
+        expires_at = _aware(body["expires_at"])
+        lease = body.get("lease_seconds")
+        if not isinstance(lease, int | float) or isinstance(lease, bool) or lease <= 0:
+            # A server that does not say: what is left until its expires_at by this machine's clock.
+            lease = max(0.0, (expires_at - datetime.now(UTC)).total_seconds())
+        claim = Claim(run, turn, body["worker_id"], int(body["fencing_token"]), expires_at, float(lease),
+                      started + float(lease))
         self._fencing[(run, turn)] = claim.fencing_token
         return claim
 
@@ -419,6 +500,52 @@ class Gate:
         payload = json.dumps({"fencing_token": claim.fencing_token}).encode()
         self._request("POST", self._turn_path(claim.run, claim.turn) + "/release", body=payload,
                       content_type="application/json")
+
+    def turn(
+        self,
+        journal: Journal,
+        turn: str,
+        *,
+        lineage: str,
+        worker_id: str,
+        phases: list[str] | None = None,
+        keep_lease: bool = True,
+        clock_drift: float = 0.01,
+        lease_margin: float = 1.0,
+    ) -> TurnSession:
+        """A turn session (a context manager): plans the turn if the journal has not, ships, asks the gate
+        (``TurnHeld`` on ``hold``), claims, keeps the lease in the background, and on exit ships and
+        releases. Its ``call``/``effect`` run an unsafe effect only after the server acknowledged its
+        dispatch. See ``loopx_client.session.TurnSession``."""
+        from .session import TurnSession
+
+        return TurnSession(self, journal, turn, lineage=lineage, worker_id=worker_id, phases=phases,
+                           keep_lease=keep_lease, clock_drift=clock_drift, lease_margin=lease_margin)
+
+    def wait_for_decision(
+        self,
+        run: str,
+        turn: str,
+        *,
+        timeout: float,
+        poll: float = 1.0,
+        max_poll: float = 30.0,
+        expect: Mapping[int, int] | None = None,
+    ) -> Decision:
+        """Ask the gate until the turn is no longer held (an operator decided) or ``timeout`` seconds have
+        passed; the poll interval grows from ``poll`` to ``max_poll``. Returns the last decision: check its
+        ``state`` (still ``hold`` after the timeout)."""
+        deadline = time.monotonic() + timeout
+        interval = poll
+        while True:
+            answer = self.decision(run, turn, expect=expect)
+            if answer.state not in ("hold", "pending"):
+                return answer
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return answer
+            self._sleep(min(interval, left))
+            interval = min(max_poll, interval * 2)
 
     def forget(self, run: str, turn: str) -> None:
         """Stop sending the turn's fencing token (its records then go without one)."""

@@ -9,7 +9,10 @@ what a caller was told is written survives a crash of the process or the machine
 Reopening a file continues it: the chain, the lsns and the live branch are read back from the file and
 checked. A line that is not a complete record (a write cut short by a crash, a damaged file) raises
 :class:`~loopx_client.errors.JournalCorrupt` and the file is left exactly as it is: a torn tail is never
-silently dropped, because the records it held may have had effects (contract section 1).
+silently dropped. ``loopx_client.repair.drop_torn_tail`` drops one, audited, when a person says so.
+
+A record longer than the server's line limit is refused before it is written
+(:class:`~loopx_client.errors.RecordTooLarge`): the server would refuse it on every ship.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from .errors import (
     JournalError,
     JournalMismatch,
     RecordRefused,
+    RecordTooLarge,
     UnsafeRedispatch,
+    WriteAheadRequired,
 )
+from .limits import DEFAULT_LIMITS, Limits
 
 try:  # POSIX: one writer per journal file
     import fcntl
@@ -112,11 +118,21 @@ class Journal:
     ``commit``, ``dispatch``, ``observe``, ``terminal``, ``fork``, ``checkpoint``. ``effect`` wraps a side
     effect between its dispatch and its readback. ``close`` (or the ``with`` block) ends the writer.
     One process writes a journal at a time (a second one gets JournalError while the first holds it).
+    ``limits``: the server's (``Gate.limits()``); without, the server's documented defaults. A turn
+    session (``Gate.turn``) sets the gate's.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, run: str, clock: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        run: str,
+        clock: Callable[[], str] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.path = Path(path)
         self.run = _nonempty_str(run, "run")
+        self.limits = limits or DEFAULT_LIMITS
         self._clock = clock or utc_now
         self._lock = threading.Lock()
         self._entries: list[Entry] = []
@@ -137,7 +153,7 @@ class Journal:
                 except OSError:
                     raise JournalError(f"{self.path}: another writer has this journal open") from None
             if created:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
             self._load(_read_all(fd))
         except BaseException:
             os.close(fd)
@@ -277,6 +293,8 @@ class Journal:
                 raise RecordRefused(str(exc)) from None
             self._check(record)
             line = canonical_bytes(record)
+            if len(line) > self.limits.max_line_bytes:
+                raise RecordTooLarge(len(line), self.limits.max_line_bytes)
             self._write((b"\n" if self._needs_newline else b"") + line + b"\n")
             self._needs_newline = False
             self._account(record)
@@ -432,14 +450,23 @@ class Journal:
         idempotency_key: str | None = None,
         args_digest: str | None = None,
         failed_on: tuple[type[BaseException], ...] = (),
+        write_ahead: bool | None = None,
+        local_write_ahead: bool = False,
         **extra: Any,
     ) -> Iterator[Effect]:
-        """Run a side effect between its dispatch and its readback::
+        """Run a side effect between its dispatch and its readback, the dispatch written (fsynced) locally
+        before the block runs::
 
-            with journal.effect("t1", "send-mail", "unsafe") as effect:
-                mailer.send(...)
+            with journal.effect("t1", "save-note", "idempotent", idempotency_key="run-42/t1/note"):
+                notes.save(...)
 
-        The dispatch is journaled (durably) before the block runs; the readback after it:
+        An unsafe effect (or one with ``write_ahead=True``) needs its dispatch acknowledged by the server
+        under the turn's fencing token before it runs: use a turn session (``Gate.turn(...).effect``). Here
+        it is refused (``WriteAheadRequired``, nothing written) unless ``local_write_ahead=True``: the
+        dispatch is then only local, which protects against a crash but not against a stalled worker whose
+        turn another worker took over (both would send).
+
+        The readback after the block:
 
         - the block returns: ``succeeded`` (or what it set with ``effect.failed()`` / ``effect.unknown()``);
         - it raises :class:`~loopx_client.errors.EffectFailed`, or one of ``failed_on`` (exception types the
@@ -451,12 +478,25 @@ class Journal:
 
         The exception is re-raised after its readback is written. A process killed inside the block writes
         no readback at all: the gate sees the dispatch alone, which is the same as ``unknown``."""
+        needs_authority = write_ahead if write_ahead is not None else effect_class == "unsafe"
+        if needs_authority and not local_write_ahead:
+            raise WriteAheadRequired(
+                f"{turn}/{intent}: this {effect_class} effect runs only after the server acknowledged its dispatch; "
+                "use Gate.turn(...).effect, or local_write_ahead=True (no protection against a stalled worker)"
+            )
         record = self.dispatch(
             turn, intent, effect_class, idempotency_key=idempotency_key, args_digest=args_digest, **extra
         )
         effect = Effect(turn, intent, effect_class, idempotency_key, record)
-        try:
+        with self.readback_of(effect, failed_on):
             yield effect
+
+    @contextlib.contextmanager
+    def readback_of(self, effect: Effect, failed_on: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        """Write the readback of ``effect`` (whose dispatch is written) after the block, as ``effect`` says."""
+        turn, intent = effect.turn, effect.intent
+        try:
+            yield
         except EffectFailed:
             effect.readback = self.observe(turn, intent, "failed")
             raise
@@ -468,6 +508,28 @@ class Journal:
             raise
         outcome = effect.outcome or "succeeded"
         effect.readback = self.observe(turn, intent, outcome)  # type: ignore[arg-type]
+
+    @classmethod
+    def rebuild(
+        cls, path: str | os.PathLike[str], *, run: str, lines: list[bytes], limits: Limits | None = None
+    ) -> Journal:
+        """A new local journal at ``path`` holding ``lines`` (e.g. ``Gate.records(run)``: a worker taking a
+        run over from another machine starts from what the server stores). Written whole to a temporary
+        file, fsynced, then renamed into place, so ``path`` is never half-written; refused when ``path``
+        exists. The records are checked as on any reopen (``JournalMismatch``)."""
+        target = Path(path)
+        if target.exists():
+            raise JournalError(f"{target}: exists; rebuild writes a new journal only")
+        tmp = target.with_name(f".{target.name}.rebuild-{os.getpid()}")
+        write_durably(tmp, b"".join(line + b"\n" for line in lines))
+        try:
+            os.link(tmp, target)  # never replaces a journal that appeared meanwhile
+        except FileExistsError:
+            raise JournalError(f"{target}: exists; rebuild writes a new journal only") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(target.parent)
+        return cls(target, run=run, limits=limits)
 
     # -- closing ---------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -501,7 +563,19 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _fsync_dir(directory: Path) -> None:
+def write_durably(path: Path, data: bytes) -> None:
+    """``data`` as the whole of the file at ``path`` (created or truncated), fsynced before returning."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
     """A new journal's directory entry made durable too (else a crash could lose the whole file)."""
     try:
         fd = os.open(directory, os.O_RDONLY)

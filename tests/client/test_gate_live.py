@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -211,7 +212,7 @@ def test_no_answer_is_a_transport_error_after_the_retries(tmp_path):
         gate.decision("r", "t")
     assert len(slept) == 2 and slept[0] <= slept[1] * 2  # backoff between the attempts
     with pytest.raises(errors.TransportError):
-        gate.release(Claim("r", "t", "w", 1, ""))  # never retried
+        gate.release(Claim("r", "t", "w", 1, datetime.now(UTC)))  # never retried
     assert len(slept) == 2
     assert "lxr_x" not in repr(gate)
 

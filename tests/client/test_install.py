@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
         journal.plan("t1", "first-journal")
         for phase in DEFAULT_PHASES:
             if phase == "dispatch":
-                with journal.effect("t1", "send", "unsafe"):
+                with journal.effect("t1", "send", "unsafe", local_write_ahead=True):
                     pass
             journal.commit("t1", phase)
         journal.terminal("t1")

@@ -31,7 +31,7 @@ def full_turn(journal: Journal, turn: str) -> None:
                 pass
             with journal.effect(turn, f"{turn}-write", "idempotent", idempotency_key=f"k-{turn}"):
                 pass
-            with journal.effect(turn, f"{turn}-send", "unsafe"):
+            with journal.effect(turn, f"{turn}-send", "unsafe", local_write_ahead=True):
                 pass
         journal.commit(turn, phase)
     journal.terminal(turn)
@@ -167,19 +167,21 @@ def test_the_effect_helper_journals_dispatch_before_and_readback_after(tmp_path)
     journal = Journal(path, run="r1")
     journal.plan("t1", "job")
     seen: list[int] = []
-    with journal.effect("t1", "ok", "unsafe") as effect:
+    with journal.effect("t1", "ok", "unsafe", local_write_ahead=True) as effect:
         seen.append(len(path.read_bytes().splitlines()))  # the dispatch is on disk before the body runs
     assert seen == [2] and effect.readback is not None and effect.readback["outcome"] == "succeeded"
 
-    with pytest.raises(EffectFailed), journal.effect("t1", "refused", "unsafe"):
+    with pytest.raises(EffectFailed), journal.effect("t1", "refused", "unsafe", local_write_ahead=True):
         raise EffectFailed("the provider refused the charge")
     assert journal.readback("t1", "refused") == "failed"
 
-    with pytest.raises(ValueError), journal.effect("t1", "bad-input", "unsafe", failed_on=(ValueError,)):
+    with pytest.raises(ValueError), journal.effect(
+        "t1", "bad-input", "unsafe", local_write_ahead=True, failed_on=(ValueError,)
+    ):
         raise ValueError("rejected before sending")
     assert journal.readback("t1", "bad-input") == "failed"
 
-    with pytest.raises(TimeoutError), journal.effect("t1", "timeout", "unsafe"):
+    with pytest.raises(TimeoutError), journal.effect("t1", "timeout", "unsafe", local_write_ahead=True):
         raise TimeoutError("no reply")  # it may have gone out: fail closed
     assert journal.readback("t1", "timeout") == "unknown"
 
@@ -195,7 +197,7 @@ def test_the_effect_helper_journals_dispatch_before_and_readback_after(tmp_path)
     for intent in ("ok", "timeout"):
         with pytest.raises(UnsafeRedispatch):
             journal.dispatch("t1", intent, "unsafe")
-    with journal.effect("t1", "refused", "unsafe"):
+    with journal.effect("t1", "refused", "unsafe", local_write_ahead=True):
         pass
     journal.close()
     result = assess(path)
