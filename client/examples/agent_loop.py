@@ -8,15 +8,18 @@ The world is a file (``--ledger``): one JSON line per effect a receiver carried 
 idempotent (it keeps one draft per key), the mailer is not (every send is a line). ``--crash-at`` kills
 this process with SIGKILL at one of CRASH_POINTS, the way a host losing power would.
 
-On every start the loop claims again the turns of records the server lacks, ships its local journal (what
-the server has not acknowledged), then asks the gate about every turn it has not finished:
+Each turn runs in a turn session (``Gate.turn``), which on every start claims back the turns of records the
+server lacks, ships the local journal, and asks the gate before anything of the turn runs:
 
-- ``proceed``: claim the turn, open a recovery audit, journal the operator's finding about an unsafe send
-  as its readback (``happened``: it was sent; ``not_happened``: send again), run only what the journal
-  says is missing, report each action, close the audit;
-- ``hold``: stop, print why and exit 3 (an unsafe send without a readback waits for an operator's
-  evidence: only a person who looked at the mailer can say whether it went out);
+- ``proceed``: the session claims the turn, keeps its lease, journals an operator's finding about an
+  unsafe send as its readback (``happened``: it was sent; ``not_happened``: send again), opens a recovery
+  audit when the turn had started before, and the loop runs only what the journal says is missing;
+- ``hold`` (``TurnHeld``): stop, print why and exit 3 (an unsafe send without a readback waits for an
+  operator's evidence: only a person who looked at the mailer can say whether it went out);
 - ``done``: nothing to do.
+
+The unsafe send runs only after the server acknowledged its dispatch under the turn's fencing token: a
+worker stalled past its lease and taken over is refused (``Fenced``) before it could send a second time.
 
 Exit 0 when every turn is complete.
 """
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loopx_client import DEFAULT_PHASES, Claim, Gate, Journal, RecoveryAudit
+from loopx_client import DEFAULT_PHASES, Gate, Journal, TurnHeld, TurnSession
 
 EXIT_DONE = 0
 EXIT_HELD = 3
@@ -118,22 +121,7 @@ class World:
         self._append({"effect": effect, "chars": len(text)})
 
 
-# --- the journal, as this loop reads it back -----------------------------------------------------------
-
-
-def progress(journal: Journal) -> tuple[dict[str, list[str]], set[str]]:
-    """(turn -> committed phases, terminal turns) of the journal (this loop never forks: branch 0)."""
-    committed: dict[str, list[str]] = {}
-    terminal: set[str] = set()
-    for entry in journal.entries:
-        record = json.loads(entry.line)
-        if entry.kind == "turn_planned":
-            committed.setdefault(record["turn"], [])
-        elif entry.kind == "phase_committed":
-            committed.setdefault(record["turn"], []).append(record["phase"])
-        elif entry.kind == "turn_terminal":
-            terminal.add(record["turn"])
-    return committed, terminal
+# --- the agent ---------------------------------------------------------------------------------------------
 
 
 class Agent:
@@ -144,95 +132,41 @@ class Agent:
         self.worker = worker
         self.crash_at = crash_at
         self.run = journal.run
-        self.claims: dict[str, Claim] = {}
-        self.audits: dict[str, RecoveryAudit] = {}
-        self.reported: set[tuple[str, str, str]] = set()
 
-    def ship(self) -> None:
-        self.gate.ship(self.journal)
-
-    def report(self, turn: str, kind: str, target: str) -> None:
-        """Tell the turn's open recovery audit (if any) what was done, once, when the gate planned it."""
-        audit = self.audits.get(turn)
-        if audit is None or (turn, kind, target) in self.reported:
-            return
-        if any(a["kind"] == kind and a["target"] == target for a in audit.planned):
-            self.gate.report(audit, kind, target)
-            self.reported.add((turn, kind, target))
-
-    # -- recovery: the gate first ---------------------------------------------------------------------
-    def recover(self) -> dict[str, str]:
-        """Ask the gate about every unfinished turn; claim and open a recovery where it says proceed.
-        Returns the turns it holds, with the reason."""
-        held: dict[str, str] = {}
-        committed, terminal = progress(self.journal)
-        for turn in committed:
-            if turn in terminal:
-                continue
-            decision = self.gate.decision(self.run, turn, expect=self.journal.high_water())
-            if decision.state == "done":
-                continue
-            if decision.state == "hold":
-                held[turn] = decision.reason or decision.decision
-                continue
-            claim = self.gate.claim(self.run, turn, self.worker)  # a renewal when reclaimed already
-            self.claims[turn] = claim
-            self.audits[turn] = self.gate.open_recovery(claim)
-            # An unsafe send without a readback got past the gate only with an operator's finding: it
-            # becomes the send's readback, saying where it came from.
-            for spec in _steps(turn):
-                if spec.effect_class != "unsafe" or not self.journal.dispatched(turn, spec.intent):
-                    continue
-                if self.journal.readback(turn, spec.intent) not in (None, "unknown"):
-                    continue
-                seen = decision.intent(spec.intent) or {}
-                if seen.get("resolution") == "settled":
-                    self.journal.observe(turn, spec.intent, "succeeded", source="operator_evidence")
-                elif seen.get("resolution") == "replay":
-                    self.journal.observe(turn, spec.intent, "failed", source="operator_evidence")
-                else:
-                    held[turn] = "effect_indeterminate"
-            self.ship()
-        return held
-
-    # -- the work: a pure function of the journal ------------------------------------------------------
-    def work(self) -> None:
+    def run_to_end(self) -> int:
         for spec in WORKLOAD:
-            committed, terminal = progress(self.journal)
-            if spec.turn in terminal:
-                continue
-            if spec.turn not in committed:
+            if spec.turn not in self.journal.planned():  # what a session does itself; here to crash in between
                 self.journal.plan(spec.turn, spec.lineage)
                 crash_here(f"{spec.turn}-planned", self.crash_at)
-                self.ship()
+                self.gate.ship(self.journal)
                 crash_here(f"{spec.turn}-shipped", self.crash_at)
-            if spec.turn not in self.claims:
-                self.claims[spec.turn] = self.gate.claim(self.run, spec.turn, self.worker)
-            done = committed.get(spec.turn, [])
-            for phase in DEFAULT_PHASES:
-                if phase in done:
-                    continue
-                for step in spec.work.get(phase, ()):
-                    self.effect(spec.turn, step)
-                self.journal.commit(spec.turn, phase)
-                self.ship()
-                self.report(spec.turn, "phase", phase)
-                crash_here(f"{spec.turn}-{phase}-committed", self.crash_at)
-            crash_here(f"{spec.turn}-before-terminal", self.crash_at)
-            self.journal.terminal(spec.turn, "completed")
-            self.ship()
-            self.report(spec.turn, "terminal", "turn_terminal")
-            audit = self.audits.pop(spec.turn, None)
-            if audit is not None:
-                self.gate.close_recovery(audit, note="recovered by the example loop")
-            self.gate.release(self.claims.pop(spec.turn))
+            try:
+                with self.gate.turn(self.journal, spec.turn, lineage=spec.lineage, worker_id=self.worker) as t:
+                    self.work(t, spec)
+            except TurnHeld as held:
+                print(json.dumps({"held": {spec.turn: held.decision.reason or held.decision.decision}}))
+                return EXIT_HELD
+        print(json.dumps({"done": [t.turn for t in WORKLOAD]}))
+        return EXIT_DONE
 
-    def effect(self, turn: str, step: Step) -> None:
-        if self.journal.readback(turn, step.intent) == "succeeded":
-            return  # done before the crash (or settled by the operator's finding)
+    def work(self, t: TurnSession, spec: TurnSpec) -> None:
+        """The turn's work: a pure function of the journal (the session skips what is done)."""
+        for phase in DEFAULT_PHASES:
+            for step in spec.work.get(phase, ()):
+                self.effect(t, step)
+            if phase not in t.committed():
+                t.commit(phase)
+                self.gate.ship(self.journal)
+                crash_here(f"{spec.turn}-{phase}-committed", self.crash_at)
+        crash_here(f"{spec.turn}-before-terminal", self.crash_at)
+        t.complete()
+
+    def effect(self, t: TurnSession, step: Step) -> None:
+        turn = t.turn
         key = f"{self.run}/{turn}/{step.intent}" if step.key else None
         name = f"{turn}/{step.intent}"
-        with self.journal.effect(turn, step.intent, step.effect_class, idempotency_key=key):  # type: ignore[arg-type]
+
+        def body() -> None:
             crash_here(f"{turn}-{step.intent}-dispatched", self.crash_at)
             if step.effect_class == "safe":
                 self.world.read()
@@ -241,28 +175,9 @@ class Agent:
                 self.world.store(name, key, "draft text")
             else:
                 self.world.send(name, "reply text")
-            crash_here(
-                f"{turn}-{step.intent}-{'sent' if step.effect_class == 'unsafe' else 'written'}", self.crash_at
-            )
-        self.ship()
-        self.report(turn, "intent", step.intent)
+            crash_here(f"{turn}-{step.intent}-{'sent' if step.effect_class == 'unsafe' else 'written'}", self.crash_at)
 
-    def run_to_end(self) -> int:
-        # A restart first takes back its claims on the turns it has records for that the server lacks (the
-        # same worker id gets the same token while the lease holds), so that they ship with their tokens.
-        self.claims.update(self.gate.reclaim(self.journal, self.worker))
-        self.ship()
-        held = self.recover()
-        if held:
-            print(json.dumps({"held": held}, sort_keys=True))
-            return EXIT_HELD
-        self.work()
-        print(json.dumps({"done": [t.turn for t in WORKLOAD]}))
-        return EXIT_DONE
-
-
-def _steps(turn: str) -> list[Step]:
-    return [step for spec in WORKLOAD if spec.turn == turn for steps in spec.work.values() for step in steps]
+        t.call(step.intent, step.effect_class, body, key=key)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,8 +108,13 @@ class LeaseKeeper:
             self.mark_lost(f"the renewal was refused: {error.code}")
             raise LeaseLost(held.turn, self.lost or "") from error
         if renewed.fencing_token != held.fencing_token:
-            # The lease had run out on the server: this worker may have acted while nobody held it.
+            # The lease had run out on the server: this worker may have acted while nobody held it. The new
+            # token is not this session's to write with: forgotten (a batch naming the turn is then refused
+            # for want of a token) and handed back.
             self.mark_lost("the lease had run out on the server (the renewal came back with another token)")
+            self.gate.forget(renewed.run, renewed.turn)
+            with contextlib.suppress(LoopxError):
+                self.gate.release(renewed)
             raise LeaseLost(held.turn, self.lost or "")
         with self._lock:
             self._claim = renewed
@@ -198,9 +203,10 @@ class TurnSession:
     def __enter__(self) -> TurnSession:
         journal, gate = self.journal, self.gate
         journal.limits = gate.limits()
-        resuming = self.turn in journal.planned()
-        if not resuming:
+        if self.turn not in journal.planned():
             journal.plan(self.turn, self.lineage, phases=self.phases if self.phases != list(DEFAULT_PHASES) else None)
+        # A recovery when something of the turn beyond its plan was journaled before this session.
+        resuming = any(e.turn == self.turn and e.kind != "turn_planned" for e in journal.entries)
         gate.reclaim(journal, self.worker_id)  # this worker's tokens back for records the server lacks
         gate.ship(journal)
         decision = gate.decision(self.run, self.turn, expect=journal.high_water())

@@ -43,3 +43,16 @@ def operator_approves(
         f"turn = Turn.objects.select_related('run').get(run__run_id={run!r}, turn_id={turn!r})\n"
         f"turn_approve(turn=turn, actor=user, reason={reason!r}, evidence={evidence!r})\n",
     )
+
+
+# The claim lease of the short-lease server: a stalled worker's lease runs out within the test.
+SHORT_LEASE_SECONDS = 3
+
+
+@pytest.fixture(scope="session")
+def short_lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A second live server whose claim lease is a few seconds (LOOPX_CLAIM_LEASE_SECONDS)."""
+    server = LiveServer(tmp_path_factory.mktemp("client-short-lease"))
+    server.env["LOOPX_CLAIM_LEASE_SECONDS"] = str(SHORT_LEASE_SECONDS)
+    with server:
+        yield server

@@ -149,6 +149,12 @@ class FakeGate:
         self.answers = answers
         self.renewals = 0
 
+    def forget(self, run: str, turn: str) -> None:
+        self.forgotten = (run, turn)
+
+    def release(self, held: Claim) -> None:
+        self.released = held.fencing_token
+
     def renew(self, held: Claim) -> Claim:
         self.renewals += 1
         answer = self.answers.pop(0) if self.answers else "same"
@@ -181,9 +187,11 @@ def test_a_refused_renewal_or_a_new_token_loses_the_lease_and_no_answer_does_not
     with pytest.raises(LeaseLost):
         keeper.check("send", 0.0)
 
-    taken = LeaseKeeper(FakeGate([2]), claim(token=1))  # type: ignore[arg-type]
+    fake = FakeGate([2])
+    taken = LeaseKeeper(fake, claim(token=1))  # type: ignore[arg-type]
     with pytest.raises(LeaseLost):  # the lease ran out on the server meanwhile: another token
         taken.renew()
+    assert fake.forgotten == ("r", "t") and fake.released == 2  # never written with, handed back
 
     flaky = LeaseKeeper(FakeGate([errors.TransportError("reset"), "same"]), claim())  # type: ignore[arg-type]
     with pytest.raises(errors.TransportError):

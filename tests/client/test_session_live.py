@@ -1,0 +1,118 @@
+"""Turn sessions against a live server whose claim lease is a few seconds: the README's pattern runs a
+turn end to end, and a worker stalled past its lease never sends its unsafe effect after another worker
+took the turn over. The world is an effect ledger file: each effect that reached it is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from loopx_client import Fenced, Gate, Journal, LeaseLost, canonical_bytes, digest
+
+from recovery.chaos.server import PROJECT_ROOT, LiveServer
+from tests.client.conftest import SHORT_LEASE_SECONDS
+from tests.client.stall_worker import run_turn
+
+WORKER = Path(__file__).with_name("stall_worker.py")
+
+
+def ledger(path: Path) -> Counter[str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(json.loads(line)["effect"] for line in lines)
+
+
+def stored(gate: Gate, run: str) -> list[dict]:
+    return [json.loads(line) for line in gate.records(run)]
+
+
+def takeover(server: LiveServer, tmp_path: Path, run: str, world: Path) -> Gate:
+    """Worker B, on another machine: its journal rebuilt from what the server stores, then the same code."""
+    gate = Gate(server.base_url, server.token, backoff=0.05)
+    with Journal.rebuild(tmp_path / "b.jsonl", run=run, lines=gate.records(run)) as journal:
+        run_turn(gate, journal, run, world, "worker-b")
+    return gate
+
+
+def wait_stopped(pid: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the worker did not stop itself")
+
+
+def test_the_quick_start_pattern_runs_a_turn_end_to_end(short_lease_server, tmp_path):
+    gate = Gate(short_lease_server.base_url, short_lease_server.token, backoff=0.05)
+    world = tmp_path / "world.jsonl"
+    with Journal(tmp_path / "j.jsonl", run="session-1") as journal:
+        run_turn(gate, journal, "session-1", world, "worker-a")
+        assert gate.ship(journal).stored == 0  # the session shipped everything at its end
+        # A second pass is a no-op: the gate says done, nothing runs again.
+        run_turn(gate, journal, "session-1", world, "worker-a")
+    assert ledger(world) == {"t1/draft": 1, "t1/send": 1}
+    answer = gate.decision("session-1", "t1")
+    assert (answer.state, answer.decision) == ("done", "complete")
+    kinds = [r["kind"] for r in stored(gate, "session-1")]
+    assert kinds.count("turn_terminal") == 1 and kinds.count("intent_dispatched") == 3
+
+
+def test_a_worker_stalled_before_its_write_ahead_is_fenced_and_the_send_happens_once(short_lease_server, tmp_path):
+    server, run, world = short_lease_server, "stall-1", tmp_path / "world.jsonl"
+    env = {**os.environ, "LOOPX_TOKEN": server.token, "PYTHONPATH": f"{PROJECT_ROOT / 'client'}:{PROJECT_ROOT}"}
+    a = subprocess.Popen(
+        [sys.executable, str(WORKER), server.base_url, run, str(tmp_path / "a.jsonl"), str(world), "worker-a",
+         "before-write-ahead"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_stopped(a.pid)  # A's send is dispatched locally (fsynced), not yet acknowledged by the server
+        time.sleep(SHORT_LEASE_SECONDS + 0.5)  # A's lease runs out while it is stopped
+        gate = takeover(server, tmp_path, run, world)  # B claims the turn and completes it, the send included
+        assert ledger(world) == {"t1/draft": 1, "t1/send": 1}
+        os.kill(a.pid, signal.SIGCONT)  # A wakes and ships its dispatch under its old token
+        out, err = a.communicate(timeout=120)
+    finally:
+        if a.poll() is None:
+            a.kill()  # our own child, by its handle
+            a.wait()
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert a.returncode == 4 and outcome["outcome"] == "fenced", out + err
+    assert outcome["turn"] == "t1" and outcome["current"] > outcome["token"]
+    # The world saw the send once, B's; the server holds one dispatch of it, B's bytes, and none of A's.
+    sends = [json.loads(line) for line in world.read_text().splitlines() if "t1/send" in line]
+    assert [s["by"] for s in sends] == ["worker-b"]
+    records = stored(gate, run)
+    dispatches = [r for r in records if r["kind"] == "intent_dispatched" and r["intent"] == "send"]
+    b_lines = (tmp_path / "b.jsonl").read_bytes().splitlines()
+    assert len(dispatches) == 1 and canonical_bytes(dispatches[0]) in b_lines
+    a_send = [line for line in (tmp_path / "a.jsonl").read_bytes().splitlines() if b'"intent":"send"' in line]
+    assert a_send and not {digest(json.loads(line)) for line in a_send} & {digest(r) for r in records}
+    answer = gate.decision(run, "t1")
+    assert (answer.state, answer.decision) == ("done", "complete")
+
+
+def test_a_worker_that_did_not_renew_is_refused_locally_and_its_records_are_fenced(short_lease_server, tmp_path):
+    server, run, world = short_lease_server, "stall-2", tmp_path / "world.jsonl"
+    gate_a = Gate(server.base_url, server.token, backoff=0.05)
+    with Journal(tmp_path / "a.jsonl", run=run) as journal:
+        with pytest.raises(LeaseLost), gate_a.turn(journal, "t1", lineage="ticket-1", worker_id="worker-a",
+                                                   keep_lease=False) as t:
+            t.commit("plan", "envelope")
+            time.sleep(SHORT_LEASE_SECONDS + 0.5)  # a stall with nobody renewing: the lease runs out
+            gate_b = takeover(server, tmp_path, run, world)
+            t.call("send", "unsafe", lambda: ledger(world).update(["never"]), max_duration=0.5)
+        assert not journal.dispatched("t1", "send")  # refused before anything was written
+        with pytest.raises(Fenced) as fenced:
+            gate_a.ship(journal)  # A's own records (its commits) under its old token
+        assert (fenced.value.turn, fenced.value.token, fenced.value.current) == ("t1", 1, 2)
+    assert ledger(world) == {"t1/draft": 1, "t1/send": 1}
+    assert (gate_b.decision(run, "t1").state, gate_b.decision(run, "t1").decision) == ("done", "complete")
