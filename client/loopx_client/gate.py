@@ -404,7 +404,9 @@ class Gate:
 
     def fencing_header(self, run: str, turns: set[str]) -> str:
         """``LoopX-Fencing`` for the claimed ones of ``turns`` (turn ids percent-encoded)."""
-        held = sorted((turn, self._fencing[(run, turn)]) for turn in turns if (run, turn) in self._fencing)
+        # .get: a lease keeper's thread may forget a token meanwhile.
+        tokens = {turn: self._fencing.get((run, turn)) for turn in turns}
+        held = sorted((turn, token) for turn, token in tokens.items() if token is not None)
         return ", ".join(f"{self._q(turn)}={token}" for turn, token in held)
 
     # -- reading back ------------------------------------------------------------------------------------

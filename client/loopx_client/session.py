@@ -360,6 +360,8 @@ class TurnSession:
         keeper = self._keeper()
         if ahead:
             keeper.check(intent, max_duration)
+        elif keeper.lost is not None:
+            raise LeaseLost(self.turn, keeper.lost or "")  # another worker may hold the turn: no more work
         record = self.journal.dispatch(self.turn, intent, effect_class, idempotency_key=key, **extra)
         effect = Effect(self.turn, intent, effect_class, key, record)
         if ahead:

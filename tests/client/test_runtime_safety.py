@@ -385,3 +385,74 @@ def test_an_outage_is_waited_out_as_long_as_retry_after_asks():
         gate._request = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
             errors.Unavailable(503, "unavailable", "down", {}, retry_after=1.0))
         gate.release(claim())
+
+
+# --- the session's write-ahead, against a scripted ship ------------------------------------------------------
+
+
+def scripted_session(tmp_path: Path, ship: Any, lease: float = 60.0) -> tuple[loopx_client.TurnSession, Journal]:
+    """A claimed turn session whose Gate.ship is ``ship(journal)`` (no server): the write-ahead's own logic."""
+    gate = Gate("http://127.0.0.1:9", "lxr_x")
+    gate.ship = ship  # type: ignore[method-assign]
+    journal = Journal(tmp_path / "j.jsonl", run="r")
+    journal.plan("t1", "job")
+    session = loopx_client.TurnSession(gate, journal, "t1", lineage="job", worker_id="w")
+    session.keeper = LeaseKeeper(gate, claim(lease=lease, turn="t1"))
+    return session, journal
+
+
+def acknowledging(journal: Any) -> loopx_client.ShipResult:
+    return loopx_client.ShipResult(acknowledged=journal.high_water())
+
+
+def test_an_unsafe_body_runs_only_after_the_server_acknowledged_its_dispatch(tmp_path):
+    seen: list[str] = []
+
+    def ship(journal: Journal) -> loopx_client.ShipResult:
+        seen.append(journal.entries[-1].kind)
+        return acknowledging(journal)
+
+    t, journal = scripted_session(tmp_path, ship)
+    assert t.call("send", "unsafe", lambda: seen.append("body") or "sent", max_duration=1.0) == "sent"
+    assert seen == ["intent_dispatched", "body", "effect_observed"]  # shipped before the body, then after
+    seen.clear()
+    t.call("save", "idempotent", lambda: seen.append("body"), key="k")
+    assert seen == ["body", "effect_observed"]  # the local write-ahead: shipped after the body only
+    assert t.call("save", "idempotent", lambda: seen.append("again"), key="k") is None  # done: skipped
+    assert t.call("send", "unsafe", lambda: seen.append("again")) is None and "again" not in seen
+    journal.close()
+
+
+@pytest.mark.parametrize("failure", ["no-answer", "short-ack", "fenced", "lease-after-ack"])
+def test_a_write_ahead_not_acknowledged_never_runs_the_body(tmp_path, failure):
+    def ship(journal: Journal) -> loopx_client.ShipResult:
+        if journal.entries[-1].kind != "intent_dispatched":
+            return acknowledging(journal)  # the best-effort ship of the `failed` readback
+        if failure == "no-answer":
+            raise errors.TransportError("reset")
+        if failure == "fenced":
+            raise errors.Fenced(409, "fenced", "taken over", {"turn": "t1", "token": 1, "current": 2})
+        if failure == "lease-after-ack":
+            time.sleep(1.2)  # the ship took long: the lease left no longer covers the body
+        high = journal.high_water()
+        return loopx_client.ShipResult(acknowledged={0: high[0] - 1} if failure == "short-ack" else high)
+
+    t, journal = scripted_session(tmp_path, ship, lease=2.0)
+    ran: list[str] = []
+    expected = {"no-answer": loopx_client.WriteAheadFailed, "short-ack": loopx_client.WriteAheadFailed,
+                "fenced": errors.Fenced, "lease-after-ack": LeaseTooShort}[failure]
+    assert t.keeper is not None
+    t.keeper.lease_margin = 0.5  # 2 s of lease covers 0.5 s + 0.5 s before the ship, not after 1.2 s more
+    with pytest.raises(expected) as refused:
+        t.call("send", "unsafe", lambda: ran.append("sent"), max_duration=0.5)
+    assert ran == []
+    assert journal.readback("t1", "send") == "failed"  # the body never ran: a retry would be legal
+    last = json.loads(journal.entries[-1].line)
+    assert (last["kind"], last["outcome"], last["source"]) == ("effect_observed", "failed", "not_sent")
+    if failure == "no-answer":
+        assert isinstance(refused.value.cause, errors.TransportError)  # type: ignore[union-attr]
+    if failure == "fenced":
+        with pytest.raises(LeaseLost):  # the turn is another worker's now: nothing more of it runs
+            t.call("save", "idempotent", lambda: ran.append("saved"), key="k")
+        assert ran == []
+    journal.close()
