@@ -229,6 +229,11 @@ def _has_float(value: Any) -> bool:
     return False
 
 
+# The door check (engine/door.py) reads records with the assessment's own rules.
+valid_at = _valid_at
+has_float = _has_float
+
+
 # -- sources -----------------------------------------------------------------------------------------------
 
 
