@@ -153,3 +153,22 @@ def test_a_changed_byte_breaks_the_chain():
     result = assess(lines)
     assert [(v.code, v.branch, v.lsn) for v in result.violations] == [("chain_broken", 0, 2)]
     assert [(t.decision.value, t.reason) for t in result.turns] == [("blocked", "chain_broken")]
+
+
+def test_the_worked_example_of_docs_contract_md_is_right():
+    """The two records and the digests printed in docs/contract.md ("Worked example") are what the engine
+    computes, and the journal they make has no violation."""
+    text = (ROOT / "docs" / "contract.md").read_text(encoding="utf-8")
+    section = text[text.index("#### Worked example") :]
+    blocks = section.split("```")
+    lines = [line.encode("utf-8") for line in blocks[1].strip("\n").split("\n")]
+    printed = [row.split()[0] for row in blocks[3].splitlines() if row and not row.startswith("$")]
+    assert len(lines) == 2 and len(printed) == 2
+    for line, shown in zip(lines, printed, strict=True):
+        parsed = parse_line(line)
+        assert parsed.error is None and parsed.canonical == line
+        assert hashlib.sha256(line).hexdigest() == shown
+    assert json.loads(lines[1])["prev"] == printed[0]
+    result = assess(lines)
+    assert result.violations == ()
+    assert [(t.decision.value, t.resume_from) for t in result.turns] == [("resume", "envelope")]
