@@ -1,6 +1,6 @@
 """Assessment: a journal's committed prefix (plus operator evidence) in, one decision per turn out.
 
-A pure function (journal-contract.md, section 6): the same bytes and evidence give byte-identical output,
+A pure function (docs/contract.md, section 6): the same bytes and evidence give byte-identical output,
 and nothing here writes anywhere. The journal is read twice, record by record, never held in memory:
 
 1. a cheap pre-scan finds the points that forks rewind to and checkpoints cover (only lines that can be

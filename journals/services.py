@@ -320,7 +320,7 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
     return run, {b.number: b for b in Branch.objects.filter(run=run)}
 
 
-# --- Conditional writes (contract section 8: LoopX-Fencing and LoopX-Expect) --------------------------
+# --- Conditional writes (contract section 9: LoopX-Fencing and LoopX-Expect) --------------------------
 
 _MAX_CONDITIONS = 1000  # entries in one header: more than a batch's records could name
 
