@@ -1,6 +1,6 @@
 """Assessment: a journal's committed prefix (plus operator evidence) in, one decision per turn out.
 
-A pure function (journal-contract.md, section 6): the same bytes and evidence give byte-identical output,
+A pure function (docs/contract.md, section 6): the same bytes and evidence give byte-identical output,
 and nothing here writes anywhere. The journal is read twice, record by record, never held in memory:
 
 1. a cheap pre-scan finds the points that forks rewind to and checkpoints cover (only lines that can be
@@ -227,6 +227,11 @@ def _has_float(value: Any) -> bool:
         elif cls is list:
             stack.extend(item)
     return False
+
+
+# The door check (engine/door.py) reads records with the assessment's own rules.
+valid_at = _valid_at
+has_float = _has_float
 
 
 # -- sources -----------------------------------------------------------------------------------------------

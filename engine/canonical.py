@@ -1,4 +1,4 @@
-"""Strict line parsing, canonical bytes and digests (journal-contract.md, section 1).
+"""Strict line parsing, canonical bytes and digests (docs/contract.md, section 1.3).
 
 Bytes in, never guessed. A line is classified as one of:
 - a complete JSON object (a *record*), possibly ``record_invalid`` (float, duplicate key, lone surrogate);
@@ -80,7 +80,8 @@ class ParsedLine:
 
 
 class _Invalid(Exception):
-    """Raised inside the strict parser for a complete object that breaks section 1's value rules."""
+    """Raised inside the strict parser for a complete object that breaks the value rules of docs/contract.md,
+    section 1.3."""
 
 
 def _reject_constant(name: str) -> Any:

@@ -223,6 +223,10 @@ class MethodNotAllowed(ApiError):
     status_family = 405
 
 
+class Unprocessable(ApiError):
+    status_family = 422
+
+
 class UnsupportedMediaType(ApiError):
     status_family = 415
 
@@ -352,6 +356,17 @@ class OffsetMismatch(Conflict):
     """``LoopX-Expect`` named a high-water the store does not hold: ``branch``, ``expected``, ``stored``."""
 
 
+class ChainMismatch(Conflict):
+    """Under ``LoopX-Expect`` the batch does not continue the stored branch: an lsn skipped or a ``prev``
+    that is not the digest of the record before it. ``branch``, ``lsn``, ``expected_lsn``,
+    ``expected_prev``, ``violation``. Nothing of the batch was stored."""
+
+
+class RecordInvalid(Unprocessable):
+    """Under ``LoopX-Expect`` a record of the batch breaks the contract by itself (``violation``: a float,
+    an unknown kind, a schema version other than 1 or 2...). Nothing of the batch was stored."""
+
+
 class Fenced(Conflict):
     """The fencing token sent is not the turn's current one (a newer claim took the turn): ``turn``,
     ``token`` (sent), ``current``. Nothing of the batch was stored; stop writing this turn."""
@@ -370,12 +385,6 @@ class Fenced(Conflict):
     def current(self) -> int | None:
         value = self.body.get("current")
         return value if isinstance(value, int) else None
-
-
-class ChainMismatch(Conflict):
-    """Under ``LoopX-Expect``, the batch does not continue the stored head of a branch (its first lsn or its
-    ``prev`` is not the next one): ``branch``, ``lsn``, ``expected_lsn``, ``expected_prev``. Nothing of the
-    batch was stored."""
 
 
 class ClaimLive(Conflict):
@@ -607,6 +616,8 @@ class UploadFinished(Conflict):
 
 
 BY_CODE: dict[str, type[ApiError]] = {
+    "chain_mismatch": ChainMismatch,
+    "record_invalid": RecordInvalid,
     "assignee_invalid": AssigneeInvalid,
     "operator_required": OperatorRequired,
     "turn_done": TurnDone,
@@ -665,7 +676,6 @@ BY_CODE: dict[str, type[ApiError]] = {
     "batch_too_large": BatchTooLarge,
     "too_many_records": TooManyRecords,
     "lsn_conflict": LsnConflict,
-    "chain_mismatch": ChainMismatch,
     "claim_live": ClaimLive,
     "unavailable": Unavailable,
     "unauthenticated": Unauthenticated,
@@ -707,6 +717,7 @@ _FAMILIES: dict[int, type[ApiError]] = {
     409: Conflict,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
+    422: Unprocessable,
     429: Throttled,
 }
 
