@@ -474,6 +474,9 @@ class Gate:
         """A lease on the turn and its fencing token; ``ClaimHeld`` while another worker's lease holds,
         ``NothingToRecover`` for a turn that is complete or discarded. Claiming again as the holder renews
         the lease and keeps the token (so this is retried)."""
+        return self._claim(run, turn, worker_id, renewing=None)
+
+    def _claim(self, run: str, turn: str, worker_id: str, *, renewing: int | None) -> Claim:
         payload = json.dumps({"worker_id": worker_id}).encode()
         started = time.monotonic()  # before the request: the local deadline is never later than the server's
         body = self._retrying(
@@ -488,14 +491,17 @@ class Gate:
             lease = max(0.0, (expires_at - datetime.now(UTC)).total_seconds())
         claim = Claim(run, turn, body["worker_id"], int(body["fencing_token"]), expires_at, float(lease),
                       started + float(lease))
-        self._fencing[(run, turn)] = claim.fencing_token
+        if renewing is None or claim.fencing_token == renewing:
+            self._fencing[(run, turn)] = claim.fencing_token
         return claim
 
     def renew(self, claim: Claim) -> Claim:
-        """Renew the lease (the holder's claim again): the same token, a later ``expires_at``; ``Fenced`` or
-        ``ClaimHeld`` when another worker holds it now. A lease that had run out with nobody taking the turn
-        comes back as a new claim with a higher token."""
-        return self.claim(claim.run, claim.turn, claim.worker_id)
+        """Renew the lease (the holder's claim again): the same token, a later ``expires_at``; ``ClaimHeld``
+        when another worker holds it now. A lease that had run out with nobody taking the turn comes back
+        as a new claim with a higher token, which is *not* sent with this worker's batches: the old token
+        stays, so they are refused (``Fenced``) until the worker claims the turn anew, after asking the
+        gate what happened meanwhile."""
+        return self._claim(claim.run, claim.turn, claim.worker_id, renewing=claim.fencing_token)
 
     def release(self, claim: Claim) -> None:
         """End the lease. The token stays this worker's for writing until another worker claims the turn."""

@@ -98,6 +98,8 @@ class LeaseKeeper:
     def renew(self) -> Claim:
         """Renew now; ``LeaseLost`` when the lease is lost (then or before)."""
         held = self.claim
+        # `lost` also says whether the local deadline passed: a lease that ran out is never renewed (the
+        # server would hand out a new claim, and another worker may have acted meanwhile).
         if self.lost is not None:
             raise LeaseLost(held.turn, self.lost or "")
         try:
@@ -109,10 +111,8 @@ class LeaseKeeper:
             raise LeaseLost(held.turn, self.lost or "") from error
         if renewed.fencing_token != held.fencing_token:
             # The lease had run out on the server: this worker may have acted while nobody held it. The new
-            # token is not this session's to write with: forgotten (a batch naming the turn is then refused
-            # for want of a token) and handed back.
+            # token is not this session's to write with (Gate.renew never sends it): handed back.
             self.mark_lost("the lease had run out on the server (the renewal came back with another token)")
-            self.gate.forget(renewed.run, renewed.turn)
             with contextlib.suppress(LoopxError):
                 self.gate.release(renewed)
             raise LeaseLost(held.turn, self.lost or "")
