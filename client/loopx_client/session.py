@@ -285,14 +285,15 @@ class TurnSession:
                     phases.append(phase)
         return phases
 
-    def commit(self, *phases: str) -> None:
-        """Commit each of ``phases`` not yet committed (a resumed turn skips what it did before)."""
+    def commit(self, *phases: str, **extra: Any) -> None:
+        """Commit each of ``phases`` not yet committed (a resumed turn skips what it did before); ``extra``
+        fields go into each record written."""
         if self.done:
             return
         done = self.committed()
         for phase in phases:
             if phase not in done:
-                self.journal.commit(self.turn, phase)
+                self.journal.commit(self.turn, phase, **extra)
                 self._report("phase", phase)
 
     def complete(self) -> None:
