@@ -18,6 +18,7 @@ declared inside the body itself is outside what any lease can protect against.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -207,6 +208,8 @@ class TurnSession:
             journal.plan(self.turn, self.lineage, phases=self.phases if self.phases != list(DEFAULT_PHASES) else None)
         # A recovery when something of the turn beyond its plan was journaled before this session.
         resuming = any(e.turn == self.turn and e.kind != "turn_planned" for e in journal.entries)
+        if resuming:
+            self._unacknowledged_dispatches_failed()
         gate.reclaim(journal, self.worker_id)  # this worker's tokens back for records the server lacks
         gate.ship(journal)
         decision = gate.decision(self.run, self.turn, expect=journal.high_water())
@@ -236,6 +239,23 @@ class TurnSession:
             self._leave(release=True)
             raise
         return self
+
+    def _unacknowledged_dispatches_failed(self) -> None:
+        """A dispatch written ahead at the server (``write_ahead: "server"``) that the server does not hold
+        now, with no readback: the process that wrote it never got the acknowledgement (the server stores a
+        record before it acknowledges it), so the body never ran. Its readback is ``failed``, journaled
+        before anything is shipped, so the gate need not hold the turn for an operator."""
+        cursors = self.gate.acknowledged(self.run)
+        latest: dict[str, tuple[int, int, dict[str, Any]]] = {}
+        for entry in self.journal.entries:
+            if entry.turn == self.turn and entry.kind == "intent_dispatched":
+                record = json.loads(entry.line)
+                latest[str(record.get("intent"))] = (entry.branch, entry.lsn, record)
+        for intent, (branch, lsn, record) in latest.items():
+            if record.get("write_ahead") != "server" or lsn <= cursors.get(branch, -1):
+                continue
+            if self.journal.readback(self.turn, intent) is None:
+                self.journal.observe(self.turn, intent, "failed", source="not_acknowledged")
 
     def _settle_findings(self, decision: Decision) -> None:
         """An unsafe effect without a readback got past the gate only with an operator's finding: journal
@@ -275,8 +295,6 @@ class TurnSession:
     # -- the turn's work ---------------------------------------------------------------------------------
     def committed(self) -> list[str]:
         """The phases of this turn committed in the journal (on any branch)."""
-        import json
-
         phases: list[str] = []
         for entry in self.journal.entries:
             if entry.kind == "phase_committed" and entry.turn == self.turn:
@@ -363,6 +381,8 @@ class TurnSession:
             keeper.check(intent, max_duration)
         elif keeper.lost is not None:
             raise LeaseLost(self.turn, keeper.lost or "")  # another worker may hold the turn: no more work
+        if ahead:
+            extra = {**extra, "write_ahead": "server"}  # the body runs only once the server holds this record
         record = self.journal.dispatch(self.turn, intent, effect_class, idempotency_key=key, **extra)
         effect = Effect(self.turn, intent, effect_class, key, record)
         if ahead:

@@ -2,9 +2,10 @@
 itself (SIGSTOP) at a chosen point, the way a GC pause or a slow host stalls a worker, until the test sends
 SIGCONT. Run as ``python stall_worker.py URL RUN JOURNAL LEDGER WORKER STOP_AT`` with LOOPX_TOKEN set.
 
-STOP_AT: ``before-write-ahead`` (the send's dispatch is fsynced locally, its ship not yet sent) or
-``none``. The last line of stdout says how the worker ended, as JSON: ``done``, ``fenced`` (with the turn
-and both tokens), ``lease`` (a local lease refusal) or ``write_ahead_failed`` (with the cause's class)."""
+STOP_AT: ``before-write-ahead`` (the send's dispatch is fsynced locally, its ship not yet sent),
+``kill-before-write-ahead`` (SIGKILL there instead) or ``none``. The last line of stdout says how the worker
+ended, as JSON: ``done``, ``fenced`` (with the turn and both tokens), ``lease`` (a local lease refusal) or
+``write_ahead_failed`` (with the cause's class)."""
 
 from __future__ import annotations
 
@@ -32,17 +33,18 @@ def keyed_store(ledger: Path, effect: str, key: str) -> None:
 
 
 class StallingGate(Gate):
-    """Stops the process once, just before shipping the dispatch of the unsafe send."""
+    """Stops (or kills) the process once, just before shipping the dispatch of the unsafe send."""
 
     stop_at = "none"
 
     def ship(self, journal: Shippable) -> ShipResult:
         entries = journal.entries
-        if self.stop_at == "before-write-ahead" and entries and entries[-1].kind == "intent_dispatched":
+        if self.stop_at.endswith("before-write-ahead") and entries and entries[-1].kind == "intent_dispatched":
             if json.loads(entries[-1].line).get("intent") == "send":
+                kill = self.stop_at.startswith("kill")
                 self.stop_at = "none"
                 print("stopping", flush=True)
-                os.kill(os.getpid(), signal.SIGSTOP)
+                os.kill(os.getpid(), signal.SIGKILL if kill else signal.SIGSTOP)
         return super().ship(journal)
 
 

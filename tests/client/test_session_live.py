@@ -132,3 +132,30 @@ def test_a_record_over_the_servers_line_limit_is_refused_and_the_turn_goes_on(sh
             t.complete()
     answer = gate.decision("limits-1", "t1")
     assert (answer.state, answer.decision) == ("done", "complete")
+
+
+def test_a_worker_killed_before_its_write_ahead_was_acknowledged_resumes_without_an_operator(
+    short_lease_server, tmp_path
+):
+    """The send's dispatch is on the local disk, never acknowledged: its body cannot have run. The restarted
+    worker journals it `failed` and sends once, without holding the turn for a person."""
+    server, run, world = short_lease_server, "killed-1", tmp_path / "world.jsonl"
+    env = {**os.environ, "LOOPX_TOKEN": server.token, "PYTHONPATH": f"{PROJECT_ROOT / 'client'}:{PROJECT_ROOT}"}
+    args = [sys.executable, str(WORKER), server.base_url, run, str(tmp_path / "a.jsonl"), str(world), "worker-a"]
+    first = subprocess.run([*args, "kill-before-write-ahead"], env=env, capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert first.returncode == -9, first.stdout + first.stderr
+    assert "t1/send" not in ledger(world)
+    second = subprocess.run([*args, "none"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert second.returncode == 0 and json.loads(second.stdout.splitlines()[-1]) == {"outcome": "done"}, (
+        second.stdout + second.stderr
+    )
+    assert ledger(world) == {"t1/draft": 1, "t1/send": 1}
+    gate = Gate(server.base_url, server.token)
+    sends = [r for r in stored(gate, run) if r.get("intent") == "send"]
+    assert [(r["kind"], r.get("outcome"), r.get("source")) for r in sends] == [
+        ("intent_dispatched", None, None), ("effect_observed", "failed", "not_acknowledged"),
+        ("intent_dispatched", None, None), ("effect_observed", "succeeded", None),
+    ]
+    answer = gate.decision(run, "t1")
+    assert (answer.state, answer.decision) == ("done", "complete")
