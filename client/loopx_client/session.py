@@ -215,6 +215,7 @@ class TurnSession:
         decision = gate.decision(self.run, self.turn, expect=journal.high_water())
         self.decision = decision
         if decision.state == "hold":
+            self._let_go(decision)
             raise TurnHeld(self.turn, decision)
         if decision.state == "done":
             self.done = True
@@ -239,6 +240,18 @@ class TurnSession:
             self._leave(release=True)
             raise
         return self
+
+    def _let_go(self, decision: Decision) -> None:
+        """While a person decides, nobody holds the turn: the server refuses an operator's "it did not
+        happen" while a worker's lease holds (that worker could be sending the effect right now). A lease
+        of this worker's id (a crashed process of this worker: this one holds the journal's lock) is taken
+        back, which keeps its token, and released."""
+        holder = decision.body.get("claim")
+        if not isinstance(holder, dict) or holder.get("worker_id") != self.worker_id:
+            return
+        with contextlib.suppress(LoopxError):
+            claim = self.gate.claim(self.run, self.turn, self.worker_id)
+            self.gate.release(claim)
 
     def _unacknowledged_dispatches_failed(self) -> None:
         """A dispatch written ahead at the server (``write_ahead: "server"``) that the server does not hold
