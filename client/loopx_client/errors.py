@@ -223,6 +223,10 @@ class MethodNotAllowed(ApiError):
     status_family = 405
 
 
+class NotAcceptable(ApiError):
+    status_family = 406
+
+
 class Unprocessable(ApiError):
     status_family = 422
 
@@ -305,6 +309,10 @@ class ReasonTooLong(BadRequest):
 
 class EvidenceInvalid(BadRequest):
     pass
+
+
+class ParseError(BadRequest):
+    """The request body could not be parsed (not the JSON its content type says)."""
 
 
 class InvalidRequest(BadRequest):
@@ -682,6 +690,8 @@ BY_CODE: dict[str, type[ApiError]] = {
     "token_invalid": TokenInvalid,
     "role_required": RoleRequired,
     "method_not_allowed": MethodNotAllowed,
+    "not_acceptable": NotAcceptable,
+    "parse_error": ParseError,
     "unsupported_media_type": UnsupportedMediaType,
     "throttled": Throttled,
     "offset_mismatch": OffsetMismatch,
@@ -714,6 +724,7 @@ _FAMILIES: dict[int, type[ApiError]] = {
     403: Forbidden,
     404: NotFound,
     405: MethodNotAllowed,
+    406: NotAcceptable,
     409: Conflict,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,

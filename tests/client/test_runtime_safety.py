@@ -352,6 +352,8 @@ def test_a_journal_held_by_a_writer_is_not_cut(tmp_path):
         (403, "run_forbidden", errors.RunForbidden),
         (403, "role_required", errors.RoleRequired),
         (405, "method_not_allowed", errors.MethodNotAllowed),
+        (406, "not_acceptable", errors.NotAcceptable),
+        (400, "parse_error", errors.ParseError),
         (415, "unsupported_media_type", errors.UnsupportedMediaType),
         (429, "throttled", errors.Throttled),
         (413, "batch_too_large", errors.BatchTooLarge),
