@@ -375,6 +375,11 @@ class RecordInvalid(Unprocessable):
     an unknown kind, a schema version other than 1 or 2...). Nothing of the batch was stored."""
 
 
+class ClaimLive(Conflict):
+    """An operator's "it did not happen" while a worker's lease on the turn still holds (that worker may be
+    sending the effect): ``holder``, ``expires_at``. A worker that stops on a hold releases its claim."""
+
+
 class Fenced(Conflict):
     """The fencing token sent is not the turn's current one (a newer claim took the turn): ``turn``,
     ``token`` (sent), ``current``. Nothing of the batch was stored; stop writing this turn."""
@@ -393,11 +398,6 @@ class Fenced(Conflict):
     def current(self) -> int | None:
         value = self.body.get("current")
         return value if isinstance(value, int) else None
-
-
-class ClaimLive(Conflict):
-    """Evidence that an intent did not happen, refused while the dispatching worker's claim is still live
-    (it may still be sending it): ``holder``, ``expires_at``."""
 
 
 class FencingRequired(Conflict):
@@ -625,6 +625,7 @@ class UploadFinished(Conflict):
 
 BY_CODE: dict[str, type[ApiError]] = {
     "chain_mismatch": ChainMismatch,
+    "claim_live": ClaimLive,
     "record_invalid": RecordInvalid,
     "assignee_invalid": AssigneeInvalid,
     "operator_required": OperatorRequired,
@@ -684,7 +685,6 @@ BY_CODE: dict[str, type[ApiError]] = {
     "batch_too_large": BatchTooLarge,
     "too_many_records": TooManyRecords,
     "lsn_conflict": LsnConflict,
-    "claim_live": ClaimLive,
     "unavailable": Unavailable,
     "unauthenticated": Unauthenticated,
     "token_invalid": TokenInvalid,

@@ -207,7 +207,8 @@ class Gate:
         """One request; the typed error of a refusal, TransportError when no answer came."""
         url = path if path.startswith("http") else self.base + path
         request = urllib.request.Request(url, data=body, method=method)
-        request.add_header("Authorization", f"Bearer {self._token}")
+        if self._token:  # no token: no credentials at all (401 unauthenticated)
+            request.add_header("Authorization", f"Bearer {self._token}")
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", USER_AGENT)
         if content_type:
