@@ -14,7 +14,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from loopx_client import Fenced, Gate, Journal, LeaseLost, RecordTooLarge, canonical_bytes, digest
+from loopx_client import (
+    Fenced,
+    Gate,
+    Journal,
+    LeaseLost,
+    NothingToRecover,
+    RecordTooLarge,
+    canonical_bytes,
+    digest,
+)
 
 from recovery.chaos.server import PROJECT_ROOT, LiveServer
 from tests.client.conftest import SHORT_LEASE_SECONDS
@@ -159,3 +168,24 @@ def test_a_worker_killed_before_its_write_ahead_was_acknowledged_resumes_without
     ]
     answer = gate.decision(run, "t1")
     assert (answer.state, answer.decision) == ("done", "complete")
+
+
+def test_the_servers_limits_and_lease_as_the_client_reads_them(short_lease_server, tmp_path):
+    gate = Gate(short_lease_server.base_url, short_lease_server.token)
+    limits = gate.limits()
+    assert (limits.max_line_bytes, limits.max_batch_bytes, limits.max_batch_records) == (262144, 8388608, 10000)
+    assert limits.claim_lease_seconds == SHORT_LEASE_SECONDS
+    with Journal(tmp_path / "j.jsonl", run="lease-1") as journal:
+        journal.plan("t1", "job", phases=["only"])
+        gate.ship(journal)
+        before = time.monotonic()
+        claim = gate.claim("lease-1", "t1", "worker-a")
+        assert claim.lease_seconds == SHORT_LEASE_SECONDS and claim.expires_at.tzinfo is not None
+        assert before <= claim.deadline - SHORT_LEASE_SECONDS <= time.monotonic()
+        journal.commit("t1", "only")
+        journal.terminal("t1")
+        gate.ship(journal)
+        gate.release(claim)
+        assert gate.decision("lease-1", "t1").state == "done"
+        with pytest.raises(NothingToRecover):  # a finished turn is never handed out again
+            gate.claim("lease-1", "t1", "worker-b")
