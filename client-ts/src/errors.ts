@@ -62,6 +62,14 @@ export class ShipDiverged extends LoopxError {
   }
 }
 
+/** A record read back from the server does not hash to the digest it was stored with (a field served
+ * redacted): nothing may resume from those bytes. */
+export class RecordNotVerbatim extends LoopxError {
+  constructor(readonly branch: number, readonly lsn: number) {
+    super(`record ${branch}:${lsn} is not served byte-identical to what was stored`);
+  }
+}
+
 // --- leases and effects ----------------------------------------------------------------------------------
 
 /** The turn's lease does not allow an effect now; nothing was dispatched by this call. */
