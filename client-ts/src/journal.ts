@@ -202,7 +202,7 @@ export class Journal {
       } catch {
         // vanished meanwhile: try again
       }
-      if (Number.isInteger(holder) && holder !== process.pid && pidAlive(holder)) {
+      if (Number.isInteger(holder) && pidAlive(holder)) {
         throw new JournalError(`${this.path}: another writer (pid ${holder}) has this journal open`);
       }
       try {
