@@ -91,7 +91,9 @@ def assess_json(path: Path) -> dict[str, Any]:
 WRITE_JOURNAL = r"""
 const [path] = process.argv.slice(2);
 const j = loopx.Journal.open(path, { run: "ts-cross-1" });
-j.plan("t1", "job-\u{1F600}", { extra: { "\uFB01": 1, "\u{1F600}": 2, nested: { "\u{10FFFF}": "max", "\uFFFF": "bmp" } } });
+j.plan("t1", "job-\u{1F600}", {
+  extra: { "\uFB01": 1, "\u{1F600}": 2, nested: { "\u{10FFFF}": "max", "\uFFFF": "bmp" } },
+});
 j.commit("t1", "plan", { big: 18446744073709551616n, neg: -9007199254740993n, max: 9223372036854775807n });
 j.commit("t1", "envelope", { note: "caf\u00e9 \"q\" \\ / \n\t \u0000\u001b\u007f\u2028\u2029 e\u0301" });
 await j.effect("t1", "read", "safe", () => "inbox");
@@ -112,14 +114,16 @@ for (const bad of [() => j.commit("t3", "x", { f: 1.5 }), () => j.commit("t3", "
   try { bad(); } catch (error) { refused.push(error.constructor.name); }
 }
 j.close();
-console.log(JSON.stringify({ fork, refused, highWater: [...loopx.Journal.open(path, { run: "ts-cross-1" }).highWater()] }));
+const reopened = loopx.Journal.open(path, { run: "ts-cross-1" });
+console.log(JSON.stringify({ fork, refused, highWater: [...reopened.highWater()] }));
+reopened.close();
 """
 
 
 def test_a_journal_the_typescript_client_writes_is_assessed_with_no_violation(node, tmp_path):
     path = tmp_path / "ts.jsonl"
     out = json.loads(run_script(node, tmp_path, WRITE_JOURNAL, str(path)).strip().splitlines()[-1])
-    assert out["fork"] == 1
+    assert out["fork"] == 1 and out["highWater"][1] == [1, 2]
     assert out["refused"] == ["RecordRefused"] * 4  # a float, an inexact number, a lone surrogate, an unplanned turn
     result = assess_json(path)
     assert result["violations"] == []
@@ -147,7 +151,8 @@ const [path, url, run] = process.argv.slice(2);
 const journal = loopx.Journal.open(path, { run });
 const gate = new loopx.Gate(url, process.env.LOOPX_TOKEN);
 const sent = [];
-await gate.turn(journal, "t2", { lineage: "from-typescript", workerId: "ts-worker", phases: ["plan", "act"] }, async (t) => {
+const options = { lineage: "from-typescript", workerId: "ts-worker", phases: ["plan", "act"] };
+await gate.turn(journal, "t2", options, async (t) => {
   await t.commit("plan");
   await t.call("fetch", "safe", () => "read");
   await t.call("send", "unsafe", () => { sent.push("send"); }, { maxDuration: 5 });
@@ -203,7 +208,9 @@ def crash_points(node: str) -> list[str]:
     return points
 
 
-def agent(node: str, server: LiveServer, work: Path, run: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def agent(
+    node: str, server: LiveServer, work: Path, run: str, crash_at: str | None = None
+) -> subprocess.CompletedProcess[str]:
     args = [node, str(CLIENT_TS / "dist" / "examples" / "agent-loop.js"), "--url", server.base_url, "--run", run,
             "--journal", str(work / "journal.jsonl"), "--ledger", str(work / "world.jsonl"), "--inbox",
             str(work / "inbox.txt")]
@@ -246,7 +253,9 @@ def test_the_typescript_agent_loop_recovers_from_a_crash_at_every_point(node, li
             assert held == {"t1": "effect_indeterminate"}, (crash_at, held)
             # The operator looks at the world: was the reply sent before the crash?
             finding = "happened" if ledger(work)["t1/reply"] else "not_happened"
-            operator_approves(server, run, "t1", {"reply": finding}, actor="ops-1", reason=f"checked the mailer: {finding}")
+            operator_approves(
+                server, run, "t1", {"reply": finding}, actor="ops-1", reason=f"checked the mailer: {finding}"
+            )
             approvals.append(finding)
         else:
             raise AssertionError(f"{crash_at}: the agent did not finish after three restarts")
