@@ -179,9 +179,10 @@ def _canonical_object(raw: bytes) -> dict[str, Any] | None:
     if raw[:1] == b"{":
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            written = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: nested deeper than orjson writes (254 levels)
             return None
-        if type(obj) is dict and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == raw:
+        if type(obj) is dict and written == raw:
             return obj
     return None
 

@@ -163,6 +163,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
         turns = turns_project(run=locked, result=result, last_seq=last_seq)
+        orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
         TurnAssessment.objects.bulk_create(
             [
                 TurnAssessment(
@@ -177,6 +178,12 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 )
                 for td in result.turns
                 if td.turn in turns
+            ]
+            + [
+                TurnAssessment(
+                    assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line
+                )
+                for pk, (reason, line) in orphans.items()
             ],
             batch_size=2000,
         )
@@ -200,9 +207,25 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                     )
                     for td in result.turns
                     if td.turn in turns
-                },
+                }
+                | {pk: EngineRow(Decision.BLOCKED, reason, None, 0, line) for pk, (reason, line) in orphans.items()},
             )
     return stored
+
+
+def _orphan_turns(*, run: Run, known: Iterable[Turn], blocked: engine.Violation | None) -> dict[int, tuple[str, int | None]]:
+    """Turns ingest listed (their `turn_planned` line was stored) that the engine does not know: the line
+    is not a valid record (a float, an `at` that is no time, empty phases...), so no turn was planned by
+    it. That fault is run-level: every such turn is blocked with the run's reason, so that the gate, the
+    pages and the counts answer for it like any other turn, never "not assessed" for ever.
+    turn pk -> (reason, its line)."""
+    if blocked is None:
+        return {}
+    known_pks = {turn.pk for turn in known}
+    orphans = [pk for pk in Turn.objects.filter(run=run).values_list("pk", flat=True) if pk not in known_pks]
+    if orphans:
+        Turn.objects.filter(pk__in=orphans).update(decision=Decision.BLOCKED, reason=blocked.code)
+    return {pk: (str(blocked.code), blocked.line) for pk in orphans}
 
 
 def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:

@@ -161,3 +161,18 @@ def test_without_expect_a_broken_batch_is_stored_and_its_faults_are_listed(runti
 def test_without_expect_a_clean_batch_lists_no_fault(runtime, journal):
     journal.commit("t1", "envelope")
     assert post(runtime.client, journal.lines[-1:]).json()["violations"] == []
+
+
+def test_a_deeply_nested_record_is_read_not_a_crash(runtime):
+    # orjson reads 1,024 levels of nesting but writes only 254: the strict reader decides past that.
+    def nested(depth: int) -> bytes:
+        line = canonical_bytes(JournalBuilder().plan("t1"))
+        return line[:-1] + b',"x":' + b"[" * depth + b"]" * depth + b"}"
+
+    answer = post(runtime.client, [nested(300)])
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["violations"] == []
+    assert assessment_refresh(run=Run.objects.get(run_id="run-1")).blocked_reason is None
+    # Deeper than any reader here goes: not one JSON object it can read, refused whole.
+    deeper = post(runtime.client, [nested(1100)])
+    assert (deeper.status_code, deeper.json()["error"]) == (400, "not_json")
