@@ -6,14 +6,15 @@
  *
  * What a record may not hold is refused (`RecordValueError`) before any byte is produced: a float, an
  * unsafe-integer `number` (it may already have been rounded), a lone surrogate, `undefined`, a function,
- * nesting past 254 levels.
+ * nesting past `MAX_WRITE_DEPTH` levels.
  */
 
 import { createHash } from "node:crypto";
 
 import type { JsonObject, JsonValue } from "./json.js";
 
-/** Writers must not produce a record nested deeper than this (the record itself is level 1). */
+/** The deepest record this writer produces (the record itself is level 1): the contract asks writers to keep
+ * records shallow, and 254 levels is what every reader of the project handles on its fast path. */
 export const MAX_WRITE_DEPTH = 254;
 
 export class RecordValueError extends Error {

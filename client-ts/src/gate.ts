@@ -97,6 +97,9 @@ export interface ShipResult {
   batches: number;
   /** branch -> the server's ack cursor after shipping (every lsn 0..n of the branch is stored). */
   acknowledged: Map<number, number>;
+  /** The run-level violations the server found in what was stored (`{code, line, branch, lsn, detail}`):
+   * empty for a journal this client wrote, unless another writer broke the run. */
+  violations: JsonObject[];
 }
 
 export interface GateOptions {
@@ -303,7 +306,7 @@ export class Gate {
    * `ShipDiverged`: the server holds records the local journal does not.
    */
   async ship(journal: Shippable): Promise<ShipResult> {
-    const result: ShipResult = { stored: 0, duplicates: 0, batches: 0, acknowledged: new Map() };
+    const result: ShipResult = { stored: 0, duplicates: 0, batches: 0, acknowledged: new Map(), violations: [] };
     const entries = journal.entries;
     const local = journal.highWater();
     let cursors = this.#acked.get(journal.run);
@@ -350,6 +353,7 @@ export class Gate {
       result.batches += 1;
       result.stored += int(answer["stored"]);
       result.duplicates += int(answer["duplicates"]);
+      result.violations.push(...list(answer["violations"]));
       for (const row of list(answer["branches"])) {
         const committed = int(row["committed_lsn"]);
         if (committed >= 0) cursors.set(int(row["branch"]), committed);

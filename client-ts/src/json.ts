@@ -9,7 +9,7 @@
  * - `storage_corruption`: not one complete JSON object (a torn line, bytes that are not UTF-8, NaN,
  *   Infinity, a byte order mark, an empty line, a value that is not an object);
  * - `record_invalid`: a float (a fraction or an exponent), a key twice in one object, a lone surrogate
- *   written as an escape, nesting of 1,025 levels or more.
+ *   written as an escape, nesting of 1,025 levels or more (the contract: a reader reads at least 1,000).
  */
 
 export type JsonValue = null | boolean | number | bigint | string | JsonValue[] | JsonObject;

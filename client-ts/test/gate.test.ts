@@ -65,6 +65,7 @@ test("a batch carries LoopX-Expect from the ack cursors, and LoopX-Fencing once 
   j.commit("t 1", "envelope");
   const first = await gate.ship(j);
   assert.deepEqual([first.stored, first.batches, [...first.acknowledged]], [3, 2, [[0, 2]]]); // max_batch_records 2
+  assert.deepEqual(first.violations, []);
   const posts = server.seen.filter((s) => s.method === "POST");
   assert.deepEqual(posts.map((p) => p.headers["loopx-expect"]), ["0:-1", "0:1"]);
   assert.equal(posts[0]?.headers["content-type"], "application/x-ndjson");
