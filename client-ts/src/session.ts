@@ -198,6 +198,7 @@ export class TurnSession {
     }
     // A recovery when something of the turn beyond its plan was journaled before this session.
     const resuming = journal.entries.some((e) => e.turn === this.turn && e.kind !== "turn_planned");
+    if (resuming) await this.unacknowledgedDispatchesFailed();
     await gate.reclaim(journal, this.options.workerId); // this worker's tokens back for records the server lacks
     await gate.ship(journal);
     const decision = await gate.decision(this.run, this.turn, { expect: journal.highWater() });
@@ -232,6 +233,28 @@ export class TurnSession {
     } catch (error) {
       await this.leave(true);
       throw error;
+    }
+  }
+
+  /** A dispatch written ahead at the server (`write_ahead: "server"`) that the server does not hold now, with
+   * no readback: the process that wrote it never got the acknowledgement (the server stores a record before
+   * it acknowledges it), so the body never ran. Its readback is `failed`, journaled before anything is
+   * shipped, so the gate need not hold the turn for an operator. */
+  private async unacknowledgedDispatchesFailed(): Promise<void> {
+    const cursors = await this.gate.acknowledged(this.run);
+    const latest = new Map<string, { branch: number; lsn: number; aheadAtServer: boolean }>();
+    for (const entry of this.journal.entries) {
+      if (entry.turn === this.turn && entry.kind === "intent_dispatched") {
+        latest.set(String(entry.record["intent"]), {
+          branch: entry.branch, lsn: entry.lsn, aheadAtServer: entry.record["write_ahead"] === "server",
+        });
+      }
+    }
+    for (const [intent, dispatch] of latest) {
+      if (!dispatch.aheadAtServer || dispatch.lsn <= (cursors.get(dispatch.branch) ?? -1)) continue;
+      if (this.journal.readback(this.turn, intent) === null) {
+        this.journal.observe(this.turn, intent, "failed", { source: "not_acknowledged" });
+      }
     }
   }
 
@@ -342,7 +365,9 @@ export class TurnSession {
     const keeper = this.requireKeeper();
     if (ahead) keeper.check(intent, maxDuration);
     else if (keeper.lost !== null) throw new LeaseLost(this.turn, keeper.lost); // another worker may hold the turn
-    const record = this.journal.dispatch(this.turn, intent, effectClass, { idempotencyKey: options.key, extra: options.extra });
+    // An effect written ahead says so: its body runs only once the server holds this record.
+    const extra = ahead ? { ...options.extra, write_ahead: "server" } : options.extra;
+    const record = this.journal.dispatch(this.turn, intent, effectClass, { idempotencyKey: options.key, extra });
     const effect = new Effect(this.turn, intent, effectClass, options.key ?? null, record);
     if (ahead) await this.writeAhead(effect, keeper, maxDuration);
     const result = await this.journal.readbackOf(effect, body, options.failedOn);

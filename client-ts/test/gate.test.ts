@@ -186,3 +186,35 @@ test("a dispatch the server does not acknowledge (no answer) fails the write-ahe
   j.close();
   await server.close();
 });
+
+test("a dispatch written ahead that the server never held is failed on resuming: the send runs once, no operator", async () => {
+  const cursor = { lsn: -1 };
+  const server = await stub((req) => {
+    if (req.path.endsWith("/branches")) return { body: cursor.lsn < 0 ? [] : [{ branch: 0, committed_lsn: cursor.lsn }] };
+    if (req.path.includes("/decision")) return { body: { state: "proceed", decision: "resume", planned: [], intents: [] } };
+    if (req.path.endsWith("/claim")) return claimAnswer(120);
+    if (req.path.endsWith("/recovery")) return { body: { id: 1, planned: [] } };
+    if (req.path.endsWith("/records")) return ingest(req, cursor);
+    return { body: {} };
+  });
+  const gate = new Gate(server.url, "t", { sleep: async () => undefined });
+  const j = journalAt();
+  j.plan("t1", "job");
+  // What a worker killed between writing its dispatch and shipping it leaves behind.
+  j.dispatch("t1", "send", "unsafe", { extra: { write_ahead: "server" } });
+  let sends = 0;
+  await gate.turn(j, "t1", { lineage: "job", workerId: "w", keepLease: false }, async (t) => {
+    await t.call("send", "unsafe", () => { sends += 1; }, { maxDuration: 5 });
+  });
+  assert.equal(sends, 1);
+  assert.deepEqual(j.entries.map((e) => [e.kind, e.record["outcome"] ?? null, e.record["source"] ?? null]), [
+    ["turn_planned", null, null],
+    ["intent_dispatched", null, null],
+    ["effect_observed", "failed", "not_acknowledged"],
+    ["intent_dispatched", null, null],
+    ["effect_observed", "succeeded", null],
+  ]);
+  assert.equal(j.entries[3]?.record["write_ahead"], "server");
+  j.close();
+  await server.close();
+});
