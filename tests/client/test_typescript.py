@@ -5,6 +5,8 @@
   violation, and each of its lines is the engine's canonical bytes of itself.
 - The Python client and the TypeScript client append to the same run in turn, each continuing the chain
   the other wrote, against a live server: the server stores it all and every turn is complete.
+- A TypeScript worker stalled between writing an unsafe dispatch and shipping it, whose turn another worker
+  took over meanwhile, is fenced by the server: its body never runs, and the send happens once.
 - client-ts/examples/agent-loop.ts, crashed (SIGKILL) at each of its crash points and restarted until it is
   done, against a live server: every turn complete, and the effect ledger shows each effect exactly once.
 
@@ -196,6 +198,92 @@ def test_the_python_and_typescript_clients_append_to_one_run_in_turn(node, live_
     assert local.violations == () and [t.decision.value for t in local.turns] == ["complete"] * 3
     stored = gate.records(run)
     assert stored == path.read_bytes().splitlines()  # the server holds the very bytes both clients wrote
+
+
+# --- a worker stalled past its lease, against a live server whose lease is a few seconds ------------------------
+
+SHORT_LEASE_SECONDS = 2
+
+
+@pytest.fixture(scope="module")
+def short_lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    server = LiveServer(tmp_path_factory.mktemp("ts-short-lease"))
+    server.env["LOOPX_CLAIM_LEASE_SECONDS"] = str(SHORT_LEASE_SECONDS)
+    with server:
+        yield server
+
+
+STALLED = r"""
+const [dir, url, run, lease] = process.argv.slice(2);
+// A margin of 0.1 s (not 1 s): the server's lease here is 2 s, and the effects declare 0.2 s.
+const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
+const sent = [];
+const outcome = {};
+// Worker B, on another machine: its journal rebuilt from what the server stores, then the turn to its end.
+async function takeover() {
+  const gate = new loopx.Gate(url, process.env.LOOPX_TOKEN);
+  const journal = loopx.Journal.rebuild(`${dir}/b.jsonl`, { run, lines: await gate.records(run) });
+  await gate.turn(journal, "t1", { lineage: "ticket-1", workerId: "worker-b", leaseMargin: 0.1 }, async (t) => {
+    await t.call("send", "unsafe", () => { sent.push("worker-b"); }, { maxDuration: 0.2 });
+    await t.complete();
+  });
+  journal.close();
+}
+// Worker A stalls between writing its dispatch and shipping it (a GC pause, SIGSTOP): its lease runs out
+// and B takes the turn over meanwhile.
+class StallingGate extends loopx.Gate {
+  stallNext = false;
+  async ship(journal) {
+    if (this.stallNext) {
+      this.stallNext = false;
+      await sleep(Number(lease) + 0.5);
+      await takeover();
+    }
+    return super.ship(journal);
+  }
+}
+const gateA = new StallingGate(url, process.env.LOOPX_TOKEN, { backoff: 0.05 });
+const journalA = loopx.Journal.open(`${dir}/a.jsonl`, { run });
+try {
+  const options = { lineage: "ticket-1", workerId: "worker-a", keepLease: false, leaseMargin: 0.1 };
+  await gateA.turn(journalA, "t1", options, async (t) => {
+    await t.commit("plan", "envelope");
+    gateA.stallNext = true;
+    await t.call("send", "unsafe", () => { sent.push("worker-a"); }, { maxDuration: 0.2 });
+  });
+  outcome.a = "ran";
+} catch (error) {
+  outcome.a = error.constructor.name;
+  outcome.fenced = [error.turn, error.token, error.current];
+}
+outcome.readback = [journalA.readback("t1", "send"), journalA.entries.at(-1).record.source];
+journalA.close();
+const decision = await new loopx.Gate(url, process.env.LOOPX_TOKEN).decision(run, "t1");
+console.log(JSON.stringify({ sent, outcome, decision: [decision.state, decision.decision] }));
+"""
+
+
+def test_a_typescript_worker_stalled_before_its_write_ahead_is_fenced_and_the_send_happens_once(
+    node, short_lease_server, tmp_path
+):
+    server, run = short_lease_server, "ts-stall-1"
+    out = run_script(node, tmp_path, STALLED, str(tmp_path), server.base_url, run, str(SHORT_LEASE_SECONDS),
+                     env={"LOOPX_TOKEN": server.token})
+    answer = json.loads(out.strip().splitlines()[-1])
+    assert answer["sent"] == ["worker-b"]  # A's body never ran: the server refused its dispatch first
+    assert answer["outcome"]["a"] == "Fenced"
+    turn, token, current = answer["outcome"]["fenced"]
+    assert turn == "t1" and current > token
+    assert answer["outcome"]["readback"] == ["failed", "not_sent"]  # A's own journal says it was not sent
+    assert answer["decision"] == ["done", "complete"]
+    from loopx_client import Gate, canonical_bytes, digest
+
+    gate = Gate(server.base_url, server.token)
+    records = [json.loads(line) for line in gate.records(run)]
+    dispatches = [r for r in records if r["kind"] == "intent_dispatched" and r["intent"] == "send"]
+    assert len(dispatches) == 1 and canonical_bytes(dispatches[0]) in (tmp_path / "b.jsonl").read_bytes().splitlines()
+    a_send = [line for line in (tmp_path / "a.jsonl").read_bytes().splitlines() if b'"intent":"send"' in line]
+    assert a_send and not {digest(json.loads(line)) for line in a_send} & {digest(r) for r in records}
 
 
 # --- the worked example, crashed at every point ----------------------------------------------------------------
