@@ -149,6 +149,7 @@ export class Unauthorized extends ApiError { static override statusFamily = 401;
 export class Forbidden extends ApiError { static override statusFamily = 403; }
 export class NotFound extends ApiError { static override statusFamily = 404; }
 export class MethodNotAllowed extends ApiError { static override statusFamily = 405; }
+export class NotAcceptable extends ApiError { static override statusFamily = 406; }
 export class Conflict extends ApiError { static override statusFamily = 409; }
 export class PayloadTooLarge extends ApiError { static override statusFamily = 413; }
 export class UnsupportedMediaType extends ApiError { static override statusFamily = 415; }
@@ -195,6 +196,8 @@ export class ClaimLive extends Conflict {
   get holder(): string | null { return str(this.body["holder"]); }
   get expiresAt(): string | null { return str(this.body["expires_at"]); }
 }
+/** The request body could not be parsed (not the JSON its content type says). */
+export class ParseError extends BadRequest {}
 /** Under `LoopX-Expect` a record of the batch breaks the contract by itself. */
 export class RecordInvalid extends Unprocessable {}
 class SizeLimit extends PayloadTooLarge {
@@ -371,17 +374,19 @@ export const BY_CODE: Record<string, ApiErrorClass> = {
   finding_resolved: FindingResolved,
   delivery_busy: DeliveryBusy,
   not_found: NotFound,
+  not_acceptable: NotAcceptable,
+  parse_error: ParseError,
 };
 
 const FAMILIES: Record<number, ApiErrorClass> = {
-  400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed, 409: Conflict,
+  400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed, 406: NotAcceptable, 409: Conflict,
   413: PayloadTooLarge, 415: UnsupportedMediaType, 422: Unprocessable, 429: Throttled,
 };
 
 // Answers without a typed `error` (a proxy's, say) get a code after their status.
 const DEFAULT_CODES: Record<number, string> = {
   400: "bad_request", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-  405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
+  405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type",
   422: "unprocessable", 429: "throttled",
 };
 

@@ -203,7 +203,10 @@ export class TurnSession {
     await gate.ship(journal);
     const decision = await gate.decision(this.run, this.turn, { expect: journal.highWater() });
     this.decision = decision;
-    if (decision.state === "hold") throw new TurnHeld(this.turn, decision);
+    if (decision.state === "hold") {
+      await this.letGo(decision);
+      throw new TurnHeld(this.turn, decision);
+    }
     if (decision.state === "done") {
       this.done = true;
       return;
@@ -233,6 +236,22 @@ export class TurnSession {
     } catch (error) {
       await this.leave(true);
       throw error;
+    }
+  }
+
+  /** While a person decides, nobody holds the turn: the server refuses an operator's "it did not happen"
+   * while a worker's lease holds (that worker could be sending the effect right now). A lease of this
+   * worker's id (a crashed process of this worker: this one holds the journal's lock) is taken back, which
+   * keeps its token, and released. */
+  private async letGo(decision: Decision): Promise<void> {
+    const holder = decision.body["claim"];
+    if (typeof holder !== "object" || holder === null || Array.isArray(holder)) return;
+    if (holder["worker_id"] !== this.options.workerId) return;
+    try {
+      const claim = await this.gate.claim(this.run, this.turn, this.options.workerId);
+      await this.gate.release(claim);
+    } catch (error) {
+      if (!(error instanceof LoopxError)) throw error;
     }
   }
 

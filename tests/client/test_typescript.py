@@ -146,6 +146,32 @@ def test_a_journal_the_typescript_client_writes_is_assessed_with_no_violation(no
     assert lines[0].endswith('"\ufb01":1,"\U0001f600":2}'.encode())  # by code point, not by UTF-16 unit
 
 
+# --- typed errors ---------------------------------------------------------------------------------------------
+
+ERRORS = """
+const out = {};
+for (const [code, cls] of Object.entries(loopx.BY_CODE)) {
+  const error = loopx.errorFor(cls.statusFamily, { error: code, detail: "d", line: 3 });
+  out[code] = [cls.statusFamily, error.constructor === cls && error.code === code && error.line === 3];
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_every_code_the_server_raises_has_its_typescript_class_with_its_status(node, tmp_path):
+    from tests.client.test_errors import server_codes
+
+    classes = json.loads(run_script(node, tmp_path, ERRORS).strip().splitlines()[-1])
+    codes = server_codes()
+    missing = sorted(set(codes) - set(classes))
+    assert not missing, f"codes without a typed error in client-ts/src/errors.ts: {missing}"
+    for code, status in codes.items():
+        family, typed = classes[code]
+        assert typed, code
+        if status:
+            assert family == status, (code, status, family)
+
+
 # --- the two clients in turn on one run, against a live server ------------------------------------------------
 
 TS_TURN = """
