@@ -143,7 +143,7 @@ def _chunked_body(request: Request) -> bytes:
     Content-Length as empty; the WSGI server (gunicorn, which `make run` serves with too) has already taken
     the chunks apart, so the body is its input read to the end, at most one byte past the batch limit (the
     service then answers 413)."""
-    stream = request._request.environ.get("wsgi.input")
+    stream = request.META.get("wsgi.input")  # the WSGI environ: Django's own stream reads nothing here
     if stream is None:
         return b""
     data: bytes = stream.read(settings.LOOPX_INGEST_MAX_BATCH_BYTES + 1)
