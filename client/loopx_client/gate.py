@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .canonical import canonical_bytes, digest
 from .errors import (
     ApiError,
+    Fenced,
+    LoopxError,
     MethodNotAllowed,
     NotFound,
     OffsetMismatch,
@@ -280,7 +282,8 @@ class Gate:
         against) and ``LoopX-Fencing`` (the tokens of claimed turns it names). After a lost answer the
         cursors are asked again; a resumed delivery starts with the record at each cursor again, so that
         the server compares its bytes (``LsnConflict`` when the two journals differ, never overwritten).
-        ``ShipDiverged``: the server holds records the local journal does not have."""
+        ``ShipDiverged``: the server holds records the local journal does not have (``Fenced`` first when a
+        token this worker sends is stale)."""
         result = ShipResult()
         entries = journal.entries
         local = journal.high_water()
@@ -292,6 +295,7 @@ class Gate:
         while True:
             for branch, lsn in cursors.items():
                 if lsn > local.get(branch, -1):
+                    self._fencing_probe(journal.run, entries, branch, lsn)
                     raise ShipDiverged(branch, lsn, local.get(branch, -1))
             pending = [
                 e for e in entries if e.lsn > cursors.get(e.branch, -1) or (probe and e.lsn == cursors.get(e.branch))
@@ -328,6 +332,22 @@ class Gate:
             self._acked[journal.run] = dict(cursors)
             probe = False
             failures = 0
+
+    def _fencing_probe(self, run: str, entries: list[Entry], branch: int, cursor: int) -> None:
+        """The server holds more of ``branch`` than the local journal: perhaps another worker took a turn
+        over and wrote it. A worker whose token is stale must hear ``Fenced``, not a divergence: one record
+        of the branch that names a claimed turn is sent again under ``LoopX-Expect`` at the server's
+        cursor, which the server checks for fencing first. Its lsn is at or below the cursor, so nothing new
+        can be stored; any answer but ``Fenced`` leaves the divergence to be raised."""
+        named = [e for e in entries if e.branch == branch and e.turn is not None and (run, e.turn) in self._fencing]
+        if not named or named[-1].lsn > cursor:
+            return
+        try:
+            self._post_batch(run, [named[-1]], {branch: cursor})
+        except Fenced:
+            raise
+        except LoopxError:
+            return
 
     def reclaim(self, journal: Journal, worker_id: str) -> dict[str, Claim]:
         """After a restart: claim again every turn named by a record the server has not acknowledged (the

@@ -21,6 +21,7 @@ from loopx_client import (
     LeaseLost,
     NothingToRecover,
     RecordTooLarge,
+    ShipDiverged,
     canonical_bytes,
     digest,
 )
@@ -189,3 +190,34 @@ def test_the_servers_limits_and_lease_as_the_client_reads_them(short_lease_serve
         assert gate.decision("lease-1", "t1").state == "done"
         with pytest.raises(NothingToRecover):  # a finished turn is never handed out again
             gate.claim("lease-1", "t1", "worker-b")
+
+
+def test_a_stale_owner_that_lost_its_cursors_is_told_fenced_not_diverged(short_lease_server, tmp_path):
+    """After a lost answer the client asks the server's cursors again, and they are beyond the local journal
+    (another worker took the turn over and wrote it): a stale token is still told `Fenced`."""
+    server, run = short_lease_server, "stale-cursor-1"
+    gate_a = Gate(server.base_url, server.token, backoff=0.05)
+    with Journal(tmp_path / "a.jsonl", run=run) as journal:
+        journal.plan("t1", "job")
+        gate_a.ship(journal)
+        claim_a = gate_a.claim(run, "t1", "worker-a")
+        journal.commit("t1", "plan")
+        gate_a.ship(journal)
+        time.sleep(SHORT_LEASE_SECONDS + 0.5)  # A stalls; its lease runs out
+        gate_b = Gate(server.base_url, server.token, backoff=0.05)
+        with Journal.rebuild(tmp_path / "b.jsonl", run=run, lines=gate_b.records(run)) as b:
+            claim_b = gate_b.claim(run, "t1", "worker-b")
+            for phase in ("envelope", "dispatch", "execute"):
+                b.commit("t1", phase)
+            gate_b.ship(b)
+        journal.commit("t1", "envelope")  # A wakes and goes on
+        gate_a._acked.clear()  # as after an answer lost: the cursors are asked again
+        with pytest.raises(Fenced) as fenced:
+            gate_a.ship(journal)
+        assert (fenced.value.turn, fenced.value.token, fenced.value.current) == (
+            "t1", claim_a.fencing_token, claim_b.fencing_token
+        )
+        unclaimed = Gate(server.base_url, server.token)  # no token for the turn: a plain divergence
+        with pytest.raises(ShipDiverged):
+            unclaimed.ship(journal)
+    assert len(gate_b.records(run)) == 5  # nothing of A's stored
