@@ -7,6 +7,7 @@ LOOPX_PRODUCTION=1 (docs/deployment.md lists them).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -313,6 +314,11 @@ LOOPX_READYZ_BEAT_MAX_AGE = env_int("LOOPX_READYZ_BEAT_MAX_AGE", 300)
 LOOPX_WEBHOOK_TIMEOUT_SECONDS = env_int("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)
 LOOPX_WEBHOOK_MAX_ATTEMPTS = env_int("LOOPX_WEBHOOK_MAX_ATTEMPTS", 8)
 LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)
+# Networks (CIDRs) a webhook may reach although they are not public (notifications/destinations.py). Empty:
+# webhooks reach public addresses only. A bad CIDR stops the start here rather than at a delivery.
+LOOPX_WEBHOOK_ALLOW_NETS = [
+    str(ipaddress.ip_network(n, strict=False)) for n in env_list("LOOPX_WEBHOOK_ALLOW_NETS", [])
+]
 # 0 (unset) = retention off: nothing is ever removed.
 LOOPX_RETENTION_DAYS = env_int("LOOPX_RETENTION_DAYS", 0)
 LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retention")))
