@@ -118,3 +118,6 @@ class WebhookAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["delivery", "number"], name="webhookattempt_unique_number"),
         ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery {self.delivery_id}"
