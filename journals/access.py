@@ -227,14 +227,20 @@ class CanOperate(BasePermission):
         return can_operate(request.user)
 
 
-class CanExport(BasePermission):
-    """An export (the operator trail, a run's bytes): the operator role, for its GET too, as in the console;
-    never a runtime token, never a viewer."""
+class OperatorRole(BasePermission):
+    """The operator role for every method, reads included (beat's schedules, exports); never a runtime
+    token, never a viewer."""
 
-    message = "You need the operator role to export this."
+    message = "You need the operator role to do this."
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return runtime_token(request) is None and can_operate(request.user)
+
+
+class CanExport(OperatorRole):
+    """An export (the operator trail, a run's bytes): the operator role, for its GET too, as in the console."""
+
+    message = "You need the operator role to export this."
 
 
 class CanExportRaw(CanExport):
