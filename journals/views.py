@@ -164,7 +164,8 @@ class RecordsView(JournalView):
         declared = request.META.get("CONTENT_LENGTH") or "0"
         if declared.isdigit() and int(declared) > settings.LOOPX_INGEST_MAX_BATCH_BYTES:
             # Refused before reading a byte of it.
-            error = IngestError(413, "batch_too_large", "the batch exceeds the size limit")
+            limit = settings.LOOPX_INGEST_MAX_BATCH_BYTES
+            error = IngestError(413, "batch_too_large", f"the batch exceeds {limit} bytes", limit=limit)
             return Response(error.as_dict(), status=413)
         # DRF hands an empty dict (not bytes) when there is no body at all.
         body = request.data if isinstance(request.data, bytes) else b""
