@@ -261,6 +261,11 @@ class RecordInvalid(Unprocessable):
     an unknown kind, a schema version other than 1 or 2...). Nothing of the batch was stored."""
 
 
+class ClaimLive(Conflict):
+    """An operator's "it did not happen" while a worker's lease on the turn still holds (that worker may be
+    sending the effect): ``holder``, ``expires_at``. A worker that stops on a hold releases its claim."""
+
+
 class Fenced(Conflict):
     """The fencing token sent is not the turn's current one (a newer claim took the turn): ``turn``,
     ``token``, ``current``. Nothing of the batch was stored; stop writing this turn."""
@@ -491,6 +496,7 @@ class UploadFinished(Conflict):
 
 BY_CODE: dict[str, type[ApiError]] = {
     "chain_mismatch": ChainMismatch,
+    "claim_live": ClaimLive,
     "record_invalid": RecordInvalid,
     "assignee_invalid": AssigneeInvalid,
     "operator_required": OperatorRequired,
