@@ -110,6 +110,7 @@ API: dict[str, tuple[Call, str]] = {
                          "roormmr"),
     "imports_upload": (lambda c, x, p: c.post("/api/v1/imports", {
         "file": _history(x, p), "source": "temporal", "run": x.run_id}, format="multipart"), "rooommf"),
+    "limits_retrieve": (_get(lambda x: "/api/v1/limits"), "ooooooo"),
     "imports_retrieve": (_get(lambda x: f"/api/v1/imports/{x.imported}"), "ooommmm"),
     "operator_actions_list": (_get(lambda x: f"/api/v1/operator-actions?run={x.run_id}"), "oooosss"),
     "operator_actions_export": (_get(lambda x: f"/api/v1/operator-actions/export?run={x.run_id}"), "roorssr"),
