@@ -64,6 +64,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so that every later log line carries the request id (ops/middleware.py).
     "ops.middleware.RequestIdMiddleware",
+    # Next, so that it wraps every middleware that reads the database: an unreachable database (or broker)
+    # is a 503 with Retry-After, never a 500 (ops/unavailable.py).
+    "ops.unavailable.DependencyUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -325,6 +328,8 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOW_IPS = env_list("METRICS_ALLOW_IPS", [])
 LOOPX_READYZ_REQUIRE_BEAT = env_bool("LOOPX_READYZ_REQUIRE_BEAT", True)
 LOOPX_READYZ_BEAT_MAX_AGE = env_int("LOOPX_READYZ_BEAT_MAX_AGE", 300)
+# Seconds a client is told to wait (Retry-After) when a request found the database or the broker down.
+LOOPX_UNAVAILABLE_RETRY_AFTER = env_int("LOOPX_UNAVAILABLE_RETRY_AFTER", 5)
 LOOPX_WEBHOOK_TIMEOUT_SECONDS = env_int("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)
 LOOPX_WEBHOOK_MAX_ATTEMPTS = env_int("LOOPX_WEBHOOK_MAX_ATTEMPTS", 8)
 LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)

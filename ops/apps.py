@@ -12,3 +12,8 @@ class OpsConfig(AppConfig):
 
         celery_signals.connect()
         metrics.connect()
+        from django.core.signals import got_request_exception
+
+        from .unavailable import remember_dependency_down
+
+        got_request_exception.connect(remember_dependency_down, dispatch_uid="loopx-dependency-down")
