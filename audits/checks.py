@@ -94,11 +94,24 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
         report.counts["never_enqueued" if never else "republished"] += 1
 
     # A lease that ran out: the task that lowered the flag is gone (its worker killed, its message lost with
-    # the broker) without finishing. Raised again, which publishes; no finding, as for a lost message.
-    for run in Run.objects.filter(pk__in=assessments_lease_expired(now=now, limit=limit)):
+    # the broker) without finishing. Raised again, which publishes; no finding, as for a lost message. A
+    # task that failed for good is asked again at its time limit, and that is an incident.
+    expired = dict(assessments_lease_expired(now=now, limit=limit))
+    for run in Run.objects.filter(pk__in=list(expired)):
         report.checked += 1
+        if expired[run.pk]:
+            finding_open_or_touch(
+                kind="assessment_missed",
+                run=run,
+                fact_key=f"seq:{run.last_seq}",
+                evidence={
+                    "cause": "the assessment failed (see the worker's log); asked again",
+                    "committed_seq": run.last_seq,
+                    "assessed_seq": run.assessed_seq,
+                },
+            )
         assessment_request(run=run)  # raises it unless a batch already did (then its own message is out)
-        report.counts["lease_expired"] += 1
+        report.counts["assessment_failed" if expired[run.pk] else "lease_expired"] += 1
 
     behind = list(
         Run.objects.filter(record_count__gt=0, updated_at__lt=now - grace)

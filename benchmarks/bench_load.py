@@ -171,7 +171,7 @@ def _ms(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=25, help="batches per writer")
+    parser.add_argument("--batches", type=int, default=50, help="batches per writer")
     parser.add_argument("--records", type=int, default=50, help="records per batch")
     parser.add_argument("--seconds", type=float, default=60.0, help="stop the load after this long")
     parser.add_argument("--web-workers", type=int, default=2)

@@ -110,14 +110,25 @@ def assessment_flag_finished(*, run_pk: int, outcome: str, holder: str = "") -> 
         )
 
 
-def assessments_lease_expired(*, now: datetime, limit: int) -> list[int]:
-    """Run pks of lowered flags whose task's lease ran out before it finished: the task is gone (its worker
-    was killed, or the message with it), whatever the broker still holds."""
-    return list(
+def assessment_flag_failed(*, run_pk: int, holder: str, retry_at: datetime) -> None:
+    """The task failed for good (an error that is not the database's): it gives its lease back, and the run
+    is asked for again at ``retry_at`` (its hard time limit), not at once, so that a run the engine cannot
+    assess is not retried in a loop."""
+    PendingAssessment.objects.filter(run_id=run_pk, lease_holder=holder).update(
+        lease_expires_at=retry_at, lease_holder=""
+    )
+
+
+def assessments_lease_expired(*, now: datetime, limit: int) -> list[tuple[int, bool]]:
+    """(run pk, failed) of lowered flags whose lease ran out before a task finished: the task is gone (its
+    worker was killed, or the message with it), whatever the broker still holds; or (``failed``) it failed
+    and gave its lease back until its time limit."""
+    rows = (
         PendingAssessment.objects.filter(pending=False, lease_expires_at__lt=now)
         .order_by("lease_expires_at")
-        .values_list("run_id", flat=True)[:limit]
+        .values_list("run_id", "lease_holder")[:limit]
     )
+    return [(run_pk, not holder) for run_pk, holder in rows]
 
 
 def assessments_overdue(*, grace: timedelta, republish_after: timedelta, limit: int) -> list[tuple[int, str, bool]]:

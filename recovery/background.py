@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from journals.assessment_flag import (
     assessment_flag,
+    assessment_flag_failed,
     assessment_flag_finished,
     assessment_flag_lower,
     assessment_flag_published,
@@ -147,6 +148,11 @@ def assessment_run(*, run_id: str, task_id: str | None = None) -> str:
             stored = assessment_refresh(run=run, newest_only=True)
         except PrefixSuperseded:
             outcome = "superseded"
+        except DatabaseError:
+            raise  # retried by the task under the same id, which takes the lease over
+        except Exception:
+            assessment_flag_failed(run_pk=run.pk, holder=holder, retry_at=keeper.deadline)
+            raise
         else:
             outcome = "stored" if stored.pk > before else "unchanged"
         failpoint("assess_run.after_store", key=run_id)

@@ -130,3 +130,29 @@ def test_a_running_task_renews_its_lease_on_its_own_thread(published):
         assert renewed is not None and renewed > first and renewed > timezone.now()
     time.sleep(0.5)
     assert PendingAssessment.objects.get(run=run).lease_expires_at == renewed  # stopped with the task
+
+
+def test_a_task_that_fails_gives_its_lease_back_until_its_time_limit(
+    published, django_capture_on_commit_callbacks, monkeypatch
+):
+    from recovery import services as recovery_services
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = ingest("run-poison", workload_lines("run-poison"))
+
+    def engine_bug(*args, **kwargs):
+        raise ValueError("the engine cannot read this run")
+
+    monkeypatch.setattr(recovery_services, "assess", engine_bug)
+    with pytest.raises(ValueError):
+        assessment_run(run_id="run-poison", task_id="task-1")
+    flag = PendingAssessment.objects.get(run=run)
+    assert flag.lease_holder == "" and flag.lease_expires_at > timezone.now() + timedelta(minutes=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sweep()["checked"] == 0  # not in a loop: the run waits for the task's time limit
+    PendingAssessment.objects.filter(run=run).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        report = sweep()
+    assert report["assessment_failed"] == 1 and published.run_ids == ["run-poison", "run-poison"]
+    missed = Finding.objects.get(kind="assessment_missed", run=run)
+    assert missed.evidence["cause"].startswith("the assessment failed")
