@@ -1,6 +1,6 @@
 """Assessment: a journal's committed prefix (plus operator evidence) in, one decision per turn out.
 
-A pure function (journal-contract.md, section 6): the same bytes and evidence give byte-identical output,
+A pure function (docs/contract.md, section 6): the same bytes and evidence give byte-identical output,
 and nothing here writes anywhere. The journal is read twice, record by record, never held in memory:
 
 1. a cheap pre-scan finds the points that forks rewind to and checkpoints cover (only lines that can be
@@ -227,6 +227,11 @@ def _has_float(value: Any) -> bool:
         elif cls is list:
             stack.extend(item)
     return False
+
+
+# The door check (engine/door.py) reads records with the assessment's own rules.
+valid_at = _valid_at
+has_float = _has_float
 
 
 # -- sources -----------------------------------------------------------------------------------------------
@@ -739,9 +744,12 @@ class _Assessor:
         assert _loads is not None
         try:
             obj = _loads(line)
+            written = _dumps(obj, option=_SORT_KEYS)
         except _DecodeError:
             return False
-        return obj.__class__ is dict and _dumps(obj, option=_SORT_KEYS) == line and not _has_float(obj)
+        except TypeError:  # orjson reads 1,024 levels of nesting but writes 254: the strict reader decides
+            return False
+        return obj.__class__ is dict and written == line and not _has_float(obj)
 
     def _envelope_problem(self, obj: dict[str, Any], error: str | None, detail: str) -> tuple[str, str] | None:
         """The first problem of a record's envelope (docs/engine.md, "check order"), or None."""

@@ -1,4 +1,4 @@
-"""Strict line parsing, canonical bytes and digests (journal-contract.md, section 1).
+"""Strict line parsing, canonical bytes and digests (docs/contract.md, section 1.3).
 
 Bytes in, never guessed. A line is classified as one of:
 - a complete JSON object (a *record*), possibly ``record_invalid`` (float, duplicate key, lone surrogate);
@@ -80,7 +80,8 @@ class ParsedLine:
 
 
 class _Invalid(Exception):
-    """Raised inside the strict parser for a complete object that breaks section 1's value rules."""
+    """Raised inside the strict parser for a complete object that breaks the value rules of docs/contract.md,
+    section 1.3."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -168,9 +169,13 @@ def parse_line(line: bytes) -> ParsedLine:
         # refuses lone surrogates itself. orjson spells a float with "." or a signed exponent, so only a
         # line with one of those can hold one. The line itself is kept as the canonical bytes (orjson's
         # result would hold on to its whole 4 KiB write buffer).
+        try:
+            written = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # orjson reads 1,024 levels of nesting but writes 254: the strict reader decides
+            return _strict(line)
         if (
             isinstance(obj, dict)
-            and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == line
+            and written == line
             and not ((b"." in line or b"+" in line or b"e-" in line) and _has_float_or_surrogate(obj) is not None)
         ):
             return ParsedLine(obj, bytes(line))

@@ -1,6 +1,6 @@
 """The timeline fold: per-turn state of one timeline, and its canonical, documented form.
 
-A *timeline* is a branch's inherited prefix followed by its own records (journal-contract.md, section 4).
+A *timeline* is a branch's inherited prefix followed by its own records (docs/contract.md, section 4).
 Its fold carries every turn planned on it: lineage, plan, committed phases, terminal status, the intents
 dispatched on it, and the turn-level violations found on it so far (so that rebuilding from a checkpoint
 never unblocks a turn). It is always v2-shaped: v1 records are upcast before they are folded, so a fold

@@ -1,4 +1,4 @@
-"""Public safety (journal-contract.md, section 8): secret fields are redacted in every projection."""
+"""Public safety (docs/contract.md, section 8): secret fields are redacted in every projection."""
 
 from __future__ import annotations
 

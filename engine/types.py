@@ -186,7 +186,7 @@ class Assessment:
     checkpoints: tuple[dict[str, Any], ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        """The stable JSON shape of `assess_journal --json` (journal-contract.md, section 7)."""
+        """The stable JSON shape of `assess_journal --json` (docs/contract.md, section 7)."""
         return {
             "run": self.run,
             "live_branch": self.live_branch,

@@ -7,10 +7,23 @@ from typing import Any
 
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    AuthenticationFailed,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotAuthenticated,
+    NotFound,
+    ParseError,
+    PermissionDenied,
+    Throttled,
+    UnsupportedMediaType,
+    ValidationError,
+)
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
 
 from journals.access import CanView, RunScope, request_scope, runtime_token
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
@@ -28,19 +41,47 @@ class ErrorSerializer(serializers.Serializer[Any]):
     line = serializers.IntegerField(allow_null=True)
 
 
+# The framework's own refusals, in the one error shape with a stable code each (docs/api.md, "Errors").
+_FRAMEWORK_CODES: tuple[tuple[type[APIException], str], ...] = (
+    (NotAuthenticated, "unauthenticated"),
+    (AuthenticationFailed, "token_invalid"),
+    (PermissionDenied, "role_required"),
+    (NotFound, "not_found"),
+    (MethodNotAllowed, "method_not_allowed"),
+    (NotAcceptable, "not_acceptable"),
+    (UnsupportedMediaType, "unsupported_media_type"),
+    (Throttled, "throttled"),
+    (ParseError, "parse_error"),
+)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every refusal of the API in one shape, ``{error, detail, line}`` (settings: REST_FRAMEWORK's
+    EXCEPTION_HANDLER): a service's typed error as it is, the framework's own (authentication, permission,
+    routing, media type, throttling) with a code after its kind, so that a runtime reads one field whatever
+    refused it. Anything else is not a refusal: None, and Django answers it."""
+    if isinstance(exc, ServiceError):
+        return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, ValidationError):
+        # Same shape as every other refusal, with the per-field messages beside it.
+        body = {"error": "invalid_request", "detail": "the request body is invalid", "line": None}
+        return Response({**body, "fields": exc.detail}, status=400)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((code for kind, code in _FRAMEWORK_CODES if isinstance(exc, kind)), None)
+    if code is None:
+        code = str(getattr(exc, "default_code", "error"))
+    data = response.data
+    detail = data.get("detail") if isinstance(data, dict) else None
+    response.data = {"error": code, "detail": str(detail) if detail is not None else code, "line": None}
+    return response
+
+
 class LoopxView(GenericAPIView[Any]):
     authentication_classes = [ApiTokenAuthentication, SessionAuthentication]
     throttle_classes = [ApiTokenRateThrottle]
     permission_classes = [CanView]
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, ServiceError):
-            return Response(exc.as_dict(), status=exc.status)
-        if isinstance(exc, ValidationError):
-            # Same shape as every other refusal, with the per-field messages beside it.
-            body = {"error": "invalid_request", "detail": "the request body is invalid", "line": None}
-            return Response({**body, "fields": exc.detail}, status=400)
-        return super().handle_exception(exc)
 
     def check_run_allowed(self, request: Request, run_id: str, missing: str = "No such run.") -> None:
         """A runtime token outside its prefix is refused (403: it knows its own prefix). A person outside
@@ -49,7 +90,7 @@ class LoopxView(GenericAPIView[Any]):
         if self.run_scope().allows(run_id):
             return
         if runtime_token(request) is not None:
-            raise PermissionDenied("This token may not access this run.")
+            raise ServiceError(403, "run_forbidden", "this token may not access this run")
         raise NotFound(missing)
 
     def get_run(self, request: Request, run_id: str) -> Run:

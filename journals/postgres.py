@@ -50,6 +50,7 @@ from journals.services import (
     _check_expect,
     _check_fenced,
     _check_fencing_required,
+    _door,
     _fencing_current,
     _finish_checkpoints,
     _PlannedTurn,
@@ -131,7 +132,12 @@ def _ingest_streamed(
     the error (the first by line number, conflicts after malformed lines) it always gives."""
     with transaction.atomic():
         run, branches = _lock_run(run_id)
+        if fencing:  # fencing first: a stale owner is told so before anything else
+            _check_fenced(_fencing_current(run, set(), fencing), fencing)
         _check_expect(branches, expect)
+        # Where the branches stood before the batch, for the door check once the rows are sent.
+        before = {number: copy.copy(branch) for number, branch in branches.items()}
+        stored_through = run.last_seq
         new: list[_Prepared] = []
         now = timezone.now()
         stream = _Stream(run, branches, lines, run_id, new, now)
@@ -154,6 +160,7 @@ def _ingest_streamed(
         current = _fencing_current(run, _batch_turns(new), fencing)
         _check_fenced(current, fencing)
         _check_fencing_required(current, _batch_turns(new), fencing)
+        violations = _door(run, before, new, expect, stored_through)
         # The pending-assessment flag's upsert rides in the projection's statement (one round trip less
         # per batch); the batch that raises it announces `prefix_moved` on commit (journals/assessment_flag.py).
         assessment_requested(run=run, raised=_write_projection_pg(params))
@@ -165,6 +172,7 @@ def _ingest_streamed(
         first_seq=run.last_seq - len(new) + 1,
         last_seq=run.last_seq,
         branches=sorted(branches.values(), key=lambda b: b.number),
+        violations=violations,
     )
 
 
@@ -505,7 +513,11 @@ _RUN_JOIN = " JOIN journals_run r ON r.id = t.run_id"
 _STATE_JOIN = " LEFT JOIN journals_turneffective e ON e.turn_id = t.id"
 _STATE_COLUMNS = ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS)
 _PAGE_COLUMNS = (
-    *TURN_ROW_FIELDS, "plan_json", "completed_json", *(f"effective_{f}" for f in STATE_ROW_FIELDS), "run_key"
+    *TURN_ROW_FIELDS,
+    "plan_json",
+    "completed_json",
+    *(f"effective_{f}" for f in STATE_ROW_FIELDS),
+    "run_key",
 )
 # The row fields are the turn's own columns, never a reverse relation.
 _TURN_ROW_COLUMNS = ", ".join(f"t.{cast('Field[Any, Any]', Turn._meta.get_field(f)).column}" for f in TURN_ROW_FIELDS)

@@ -31,6 +31,14 @@ class IngestBranchSerializer(serializers.Serializer[Any]):
     last_lsn = serializers.IntegerField(help_text="Highest lsn stored on the branch (-1: none).")
 
 
+class IngestViolationSerializer(serializers.Serializer[Any]):
+    code = serializers.CharField()
+    line = serializers.IntegerField()
+    branch = serializers.IntegerField()
+    lsn = serializers.IntegerField()
+    detail = serializers.CharField()
+
+
 class IngestResultSerializer(serializers.Serializer[Any]):
     run = serializers.CharField()
     stored = serializers.IntegerField()
@@ -38,6 +46,14 @@ class IngestResultSerializer(serializers.Serializer[Any]):
     first_seq = serializers.IntegerField(allow_null=True)
     last_seq = serializers.IntegerField()
     branches = IngestBranchSerializer(many=True)
+    violations = IngestViolationSerializer(
+        many=True,
+        help_text=(
+            "The run-level faults the stored batch brought in, as far as the batch and the stored heads show "
+            "them (lsn_gap, chain_broken, fork_invalid, record_invalid, kind_unknown, schema_unsupported); "
+            "empty when none. Only a batch sent without LoopX-Expect is stored with faults."
+        ),
+    )
 
     def to_representation(self, instance: IngestResult) -> dict[str, Any]:
         return {
@@ -50,6 +66,7 @@ class IngestResultSerializer(serializers.Serializer[Any]):
                 {"branch": b.number, "committed_lsn": b.committed_lsn, "last_lsn": b.last_lsn}
                 for b in instance.branches
             ],
+            "violations": [fault.to_dict() for fault in instance.violations],
         }
 
 

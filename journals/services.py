@@ -19,11 +19,13 @@ from urllib.parse import unquote
 import orjson
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from engine import is_int as _is_int
 from engine import offset_mismatches, parse_canonical_batch
-from engine.canonical import canonical_bytes, parse_line
+from engine.canonical import RECORD_INVALID, canonical_bytes, parse_line
+from engine.door import CHAIN_CODES, DoorFault, DoorRecord, Head, door_faults
 from engine.types import DEFAULT_PHASES
 from journals.assessment_flag import assessment_request
 from journals.models import (
@@ -82,6 +84,9 @@ class _Prepared:
     v: int | None
     turn: str | None
     obj: dict[str, Any]
+    # Why the line is not a valid record though it is one complete JSON object (a duplicate key, a lone
+    # surrogate, a float): what the door check reports. None when reading found nothing.
+    invalid: str | None = None
 
 
 @dataclass
@@ -92,13 +97,20 @@ class IngestResult:
     first_seq: int | None
     last_seq: int
     branches: list[Branch] = field(default_factory=list)
+    # The run-level faults the stored batch brought in, as far as the door can see them (engine/door.py).
+    violations: list[DoorFault] = field(default_factory=list)
 
 
 def _split(body: bytes, content_type: str) -> list[bytes]:
     max_line = settings.LOOPX_INGEST_MAX_LINE_BYTES
     max_records = settings.LOOPX_INGEST_MAX_BATCH_RECORDS
     if len(body) > settings.LOOPX_INGEST_MAX_BATCH_BYTES:
-        raise IngestError(413, "batch_too_large", f"the batch exceeds {settings.LOOPX_INGEST_MAX_BATCH_BYTES} bytes")
+        raise IngestError(
+            413,
+            "batch_too_large",
+            f"the batch exceeds {settings.LOOPX_INGEST_MAX_BATCH_BYTES} bytes",
+            limit=settings.LOOPX_INGEST_MAX_BATCH_BYTES,
+        )
     if not body.strip():
         raise IngestError(400, "empty_batch", "the batch holds no record")
     media = content_type.split(";", 1)[0].strip().lower()
@@ -108,10 +120,12 @@ def _split(body: bytes, content_type: str) -> list[bytes]:
     if lines[-1] == b"":  # one final newline ends the last line; it is not an empty line
         lines.pop()
     if len(lines) > max_records:
-        raise IngestError(413, "too_many_records", f"the batch holds more than {max_records} records")
+        raise IngestError(
+            413, "too_many_records", f"the batch holds more than {max_records} records", limit=max_records
+        )
     for number, raw in enumerate(lines, start=1):
         if len(raw) > max_line:
-            raise IngestError(413, "line_too_large", f"the line exceeds {max_line} bytes", number)
+            raise IngestError(413, "line_too_large", f"the line exceeds {max_line} bytes", number, limit=max_line)
     return lines
 
 
@@ -128,7 +142,9 @@ def _split_array(body: bytes, max_line: int, max_records: int) -> list[bytes]:
     if not items:
         raise IngestError(400, "empty_batch", "the batch holds no record")
     if len(items) > max_records:
-        raise IngestError(413, "too_many_records", f"the batch holds more than {max_records} records")
+        raise IngestError(
+            413, "too_many_records", f"the batch holds more than {max_records} records", limit=max_records
+        )
     lines: list[bytes] = []
     for number, item in enumerate(items, start=1):
         if not isinstance(item, dict):
@@ -139,7 +155,7 @@ def _split_array(body: bytes, max_line: int, max_records: int) -> list[bytes]:
         except (ValueError, UnicodeEncodeError, RecursionError):
             raise IngestError(400, "not_json", "the element cannot be serialised as UTF-8 JSON", number) from None
         if len(raw) > max_line:
-            raise IngestError(413, "line_too_large", f"the record exceeds {max_line} bytes", number)
+            raise IngestError(413, "line_too_large", f"the record exceeds {max_line} bytes", number, limit=max_line)
         lines.append(raw)
     return lines
 
@@ -163,9 +179,10 @@ def _canonical_object(raw: bytes) -> dict[str, Any] | None:
     if raw[:1] == b"{":
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            written = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: nested deeper than orjson writes (254 levels)
             return None
-        if type(obj) is dict and orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) == raw:
+        if type(obj) is dict and written == raw:
             return obj
     return None
 
@@ -177,7 +194,7 @@ def complete_record(line: bytes) -> dict[str, Any] | None:
     return obj if obj is not None else parse_line(line).obj
 
 
-def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
+def _parse(raw: bytes) -> tuple[dict[str, Any], str, str | None]:
     """(object, digest) of a line that is one complete JSON object; IngestError otherwise.
 
     Ingest needs no more than that: whether a well-formed record also breaks the contract (a float, a
@@ -187,16 +204,17 @@ def _parse(raw: bytes) -> tuple[dict[str, Any], str]:
     """
     obj = _canonical_object(raw)
     if obj is not None:
-        return obj, hashlib.sha256(raw).hexdigest()
+        return obj, hashlib.sha256(raw).hexdigest(), None
     parsed = parse_line(raw)
     if parsed.obj is None:
         # parse_line's detail says what kind of damage, never what the bytes were.
         raise IngestError(400, "not_json", f"the line is not one complete JSON object ({parsed.detail})")
     # A record with a lone surrogate has no canonical bytes; its raw bytes identify it instead.
-    return parsed.obj, parsed.digest or hashlib.sha256(raw).hexdigest()
+    invalid = parsed.detail if parsed.error == RECORD_INVALID else None
+    return parsed.obj, parsed.digest or hashlib.sha256(raw).hexdigest(), invalid
 
 
-def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str | None]]:
+def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str | None], dict[int, str]]:
     """The object and the digest of every line, in order (None: the sha256 of its bytes, left to
     ``_digest``); IngestError (with its line number) at the first line that is not one complete JSON object.
 
@@ -207,25 +225,31 @@ def _parse_all(lines: list[bytes]) -> tuple[list[dict[str, Any]], list[str | Non
     objs, verified = parse_canonical_batch(lines)
     # Canonical bytes of a value: a line that is not an object (a bare number, say) is refused below.
     if verified and all(type(obj) is dict for obj in objs):
-        return objs, [None] * len(lines)
+        return objs, [None] * len(lines), {}
     digests: list[str | None] = []
     objs = []
+    invalid: dict[int, str] = {}
     for number, raw in enumerate(lines, start=1):
         try:
-            obj, digest = _parse(raw)
+            obj, digest, why = _parse(raw)
         except IngestError as exc:
             exc.line = number
             raise
         objs.append(obj)
         digests.append(digest)
-    return objs, digests
+        if why is not None:
+            invalid[number] = why
+    return objs, digests, invalid
 
 
 def _prepare_all(lines: list[bytes], run_id: str) -> list[_Prepared]:
     """Every line parsed and its envelope checked (a batch is 1,000s of lines: the per-line cost is most of
     ingest's CPU). Each line is parsed once, and hashed at most once (``_digest``)."""
-    objs, digests = _parse_all(lines)
-    return _prepare_rows(objs, digests, lines, run_id, 1)
+    objs, digests, invalid = _parse_all(lines)
+    prepared = _prepare_rows(objs, digests, lines, run_id, 1)
+    for rec in prepared:
+        rec.invalid = invalid.get(rec.line_no)
+    return prepared
 
 
 def _prepare_rows(
@@ -297,7 +321,7 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
     return run, {b.number: b for b in Branch.objects.filter(run=run)}
 
 
-# --- Conditional writes (contract section 8: LoopX-Fencing and LoopX-Expect) --------------------------
+# --- Conditional writes (contract section 9: LoopX-Fencing and LoopX-Expect) --------------------------
 
 _MAX_CONDITIONS = 1000  # entries in one header: more than a batch's records could name
 
@@ -418,6 +442,121 @@ def _check_fencing_required(current: Mapping[str, int], new_turns: set[str], fen
             )
 
 
+def _fencing_precheck(run_id: str, fencing: Mapping[str, int]) -> None:
+    """Fencing first: a batch that names a stale token is `fenced`, whatever else is wrong with it, so that a
+    stale owner learns the one thing that matters (stop writing this turn). Read without the run's lock:
+    a turn's token only grows, so a token found stale here stays stale; the check under the lock
+    (``_check_fenced``) still decides for a token that is current now."""
+    if fencing:
+        current = dict(
+            Turn.objects.filter(run__run_id=run_id, turn_id__in=sorted(fencing), fencing_counter__gt=0).values_list(
+                "turn_id", "fencing_counter"
+            )
+        )
+        _check_fenced(current, fencing)
+
+
+# --- The door check (engine/door.py): what a batch would break, refused under LoopX-Expect ------------
+
+
+def _stored_forks(run: Run, through_seq: int) -> dict[int, str]:
+    """new branch -> the digest of the `fork` record stored through ``through_seq`` that created it (the
+    first one, as the engine reads them). Read only when a batch forks or writes on a branch that has no
+    record yet."""
+    created: dict[int, str] = {}
+    rows = (
+        JournalRecord.objects.filter(run=run, kind="fork", seq__lte=through_seq)
+        .order_by("seq")
+        .values_list("line", "digest")
+    )
+    for line, digest in rows:
+        try:
+            obj = orjson.loads(bytes(line))
+        except orjson.JSONDecodeError:
+            continue
+        new = obj.get("new_branch") if type(obj) is dict else None
+        if type(new) is int:
+            created.setdefault(new, digest)
+    return created
+
+
+def _door_heads(
+    run: Run, branches: Mapping[int, Branch], numbers: Iterable[int], has_fork: bool, through_seq: int
+) -> tuple[dict[int, Head], int | None]:
+    """Where each branch in ``numbers`` stands (its contiguous head's lsn and digest, one query for all) and,
+    when the batch holds a fork (``has_fork``), the highest branch a stored fork created."""
+    heads: dict[int, Head] = {}
+    wanted: dict[int, int] = {}
+    unforked: list[int] = []
+    for number in numbers:
+        known = branches.get(number)
+        committed = known.committed_lsn if known is not None else -1
+        if committed >= 0:
+            wanted[number] = committed
+        elif number == 0:
+            heads[0] = Head(-1, None)
+        else:
+            unforked.append(number)
+    if wanted:
+        where = Q()
+        for number, lsn in wanted.items():
+            where |= Q(branch=number, lsn=lsn)
+        for number, digest in JournalRecord.objects.filter(run=run).filter(where).values_list("branch", "digest"):
+            heads[number] = Head(wanted[number], digest)
+    if not unforked and not has_fork:
+        return heads, None
+    forks = _stored_forks(run, through_seq)
+    for number in unforked:
+        heads[number] = Head(-1, forks.get(number))
+    return heads, max([0, *branches, *forks])
+
+
+def _door_refusal(fault: DoorFault) -> IngestError:
+    if fault.code in CHAIN_CODES:
+        return IngestError(
+            409,
+            "chain_mismatch",
+            f"{fault.detail}; nothing stored",
+            fault.line,
+            violation=str(fault.code),
+            branch=fault.branch,
+            lsn=fault.lsn,
+            expected_lsn=fault.expected_lsn,
+            expected_prev=fault.expected_prev,
+        )
+    return IngestError(
+        422,
+        "record_invalid",
+        f"{fault.detail}; nothing stored",
+        fault.line,
+        violation=str(fault.code),
+        branch=fault.branch,
+        lsn=fault.lsn,
+    )
+
+
+def _door(
+    run: Run, branches: Mapping[int, Branch], new: list[_Prepared], expect: Mapping[int, int], through_seq: int
+) -> list[DoorFault]:
+    """The run-level faults the new records would bring (engine/door.py). Under ``LoopX-Expect`` the first
+    fault on a branch the header names refuses the batch: a writer that says where it stands has made a
+    mistake the run would carry for good. Without it the batch is evidence: stored, the faults listed.
+    ``branches`` and ``through_seq``: the store as it was before the batch."""
+    if not new:
+        return []
+    has_fork = any(rec.kind == "fork" for rec in new)
+    heads, highest = _door_heads(run, branches, {rec.branch for rec in new}, has_fork, through_seq)
+    faults = door_faults(
+        [DoorRecord(rec.line_no, rec.obj, _digest(rec), rec.invalid, rec.raw) for rec in new],
+        heads,
+        highest=highest,
+    )
+    for fault in faults:
+        if fault.branch in expect:
+            raise _door_refusal(fault)
+    return faults
+
+
 def _batch_turns(records: Iterable[_Prepared]) -> set[str]:
     return {rec.turn for rec in records if rec.turn is not None}
 
@@ -446,6 +585,7 @@ def records_ingest(
         raise IngestError(400, "identifier_too_long", f"the run id must have 1 to {ID_MAX} characters")
     if not is_storable(run_id):
         raise IngestError(400, "identifier_invalid", "the run id contains a NUL or a lone surrogate")
+    _fencing_precheck(run_id, fencing)
     lines = _split(body, content_type)
     if on_postgresql(connection):
         from journals.postgres import records_copy_ingest  # builds on this module
@@ -470,12 +610,13 @@ def records_ingest(
 
     with transaction.atomic():
         run, branches = _lock_run(run_id)
-        _check_expect(branches, expect)
         current = _fencing_current(run, _batch_turns(prepared), fencing)
         _check_fenced(current, fencing)
+        _check_expect(branches, expect)
         duplicates = batch_duplicates + _drop_stored(run, branches, fresh)
         new = list(fresh.values())  # dicts keep insertion order: file order of the batch
         _check_fencing_required(current, _batch_turns(new), fencing)
+        violations = _door(run, branches, new, expect, run.last_seq)
         now = timezone.now()
         first_seq = run.last_seq + 1 if new else None
         if new:
@@ -489,6 +630,7 @@ def records_ingest(
         first_seq=first_seq,
         last_seq=run.last_seq,
         branches=sorted(branches.values(), key=lambda b: b.number),
+        violations=violations,
     )
 
 

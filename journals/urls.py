@@ -3,6 +3,7 @@ from django.urls import path
 from journals import views
 
 urlpatterns = [
+    path("limits", views.LimitsView.as_view(), name="api-limits"),
     path("runs", views.RunListView.as_view(), name="api-runs"),
     path("runs/<str:run_id>", views.RunDetailView.as_view(), name="api-run"),
     path("runs/<str:run_id>/records", views.RecordsView.as_view(), name="api-records"),

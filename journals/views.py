@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import BaseParser
@@ -132,6 +133,48 @@ class JournalView(LoopxView):
         self.response = None  # type: ignore[assignment]  # the stubs declare it always set
 
 
+def _chunked(request: Request) -> bool:
+    meta = request.META
+    return "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get("CONTENT_LENGTH")
+
+
+def _chunked_body(request: Request) -> bytes:
+    """A body sent chunked (no Content-Length: curl -T -, a streaming writer). Django reads a request without
+    Content-Length as empty; the WSGI server (gunicorn, which `make run` serves with too) has already taken
+    the chunks apart, so the body is its input read to the end, at most one byte past the batch limit (the
+    service then answers 413)."""
+    stream = request.META.get("wsgi.input")  # the WSGI environ: Django's own stream reads nothing here
+    if stream is None:
+        return b""
+    data: bytes = stream.read(settings.LOOPX_INGEST_MAX_BATCH_BYTES + 1)
+    return data
+
+
+class LimitsSerializer(serializers.Serializer[Any]):
+    max_line_bytes = serializers.IntegerField(help_text="The longest record line ingest takes (413 `line_too_large`).")
+    max_batch_bytes = serializers.IntegerField(help_text="The largest batch body (413 `batch_too_large`).")
+    max_batch_records = serializers.IntegerField(help_text="The most records in one batch (413 `too_many_records`).")
+    claim_lease_seconds = serializers.IntegerField(help_text="The lease a claim grants, in seconds.")
+
+
+class LimitsView(JournalView):
+    """The server's limits, so that a runtime refuses a record it could never ship before it writes it."""
+
+    serializer_class = LimitsSerializer
+    pagination_class = None
+
+    @extend_schema(operation_id="limits_retrieve", responses={200: LimitsSerializer, **_ERRORS})
+    def get(self, request: Request) -> Response:
+        return Response(
+            {
+                "max_line_bytes": settings.LOOPX_INGEST_MAX_LINE_BYTES,
+                "max_batch_bytes": settings.LOOPX_INGEST_MAX_BATCH_BYTES,
+                "max_batch_records": settings.LOOPX_INGEST_MAX_BATCH_RECORDS,
+                "claim_lease_seconds": settings.LOOPX_CLAIM_LEASE_SECONDS,
+            }
+        )
+
+
 class RecordsView(JournalView):
     """POST: ingest a batch (atomic, idempotent on redelivery). GET: the run's records, redacted."""
 
@@ -164,10 +207,13 @@ class RecordsView(JournalView):
         declared = request.META.get("CONTENT_LENGTH") or "0"
         if declared.isdigit() and int(declared) > settings.LOOPX_INGEST_MAX_BATCH_BYTES:
             # Refused before reading a byte of it.
-            error = IngestError(413, "batch_too_large", "the batch exceeds the size limit")
+            limit = settings.LOOPX_INGEST_MAX_BATCH_BYTES
+            error = IngestError(413, "batch_too_large", f"the batch exceeds {limit} bytes", limit=limit)
             return Response(error.as_dict(), status=413)
         # DRF hands an empty dict (not bytes) when there is no body at all.
         body = request.data if isinstance(request.data, bytes) else b""
+        if not body and _chunked(request):
+            body = _chunked_body(request)
         result = records_ingest(
             run_id=run_id,
             body=body,

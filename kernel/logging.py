@@ -5,7 +5,7 @@ caller names one), ``run``, ``turn``, ``request_id``, ``task_id``, any other ``e
 for a traceback. settings.LOGGING installs :class:`JsonFormatter` with :class:`RedactingFilter` on the
 console handler, so every logger that propagates to the root (Django's, Celery's, ours) is covered.
 
-Redaction (journal-contract.md section 8 applies to log lines too):
+Redaction (docs/contract.md section 8 applies to log lines too):
 
 - an ``extra`` field whose name is secret (``is_secret_field``: token, password, ``*_key``...) is replaced
   by ``"[redacted]"``; dict and list values are redacted at any depth with the engine's ``redact``;

@@ -210,6 +210,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_RATES": {"api_token": env_str("API_TOKEN_THROTTLE", "6000/min")},
+    # One error shape for every refusal of the API, the framework's own included.
+    "EXCEPTION_HANDLER": "journals.api.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LoopX Recovery Audit API",

@@ -71,7 +71,7 @@ def idempotency_key(event: str, subject: tuple[Any, ...]) -> str:
 
 
 def _body(event: str, key: str, data: dict[str, Any]) -> str:
-    # The engine's redaction (journal-contract.md section 8) on everything that came from a record.
+    # The engine's redaction (docs/contract.md section 8) on everything that came from a record.
     return json.dumps(
         {"id": key, "event": event, "created_at": timezone.now().isoformat(), "data": redact(data)},
         sort_keys=True,

@@ -12,7 +12,7 @@ from recovery.package_models import IMPORTED, UPLOAD_FORMATS, UPLOAD_STATES, Pac
 
 
 class PackageFindingSerializer(serializers.Serializer[Any]):
-    """One reason the package was refused (recovery-package.md's codes, plus ``upload_unreadable``,
+    """One reason the package was refused (docs/packages.md's codes, plus ``upload_unreadable``,
     ``upload_changed``, ``check_timed_out`` and ``check_failed``: docs/package-import.md). ``detail`` never
     quotes file contents."""
 

@@ -9,7 +9,7 @@ that a task delivered twice, or run again after its worker died, finds its work 
 - ``package_validate``: ``received``/``checking`` -> ``checking`` -> ``accepted`` or ``rejected``. The whole
   verification (``check_package`` with the settings' limits) runs on the stored file, writing progress into
   the row as it reads. A rejection keeps its findings and creates nothing else; the bytes are removed,
-  never unpacked (recovery-package.md, "Restore").
+  never unpacked (docs/packages.md, "Findings").
 - ``package_import``: ``accepted`` -> ``imported`` or ``import_failed``. ``restore_package`` into a scratch
   directory (which verifies again while it unpacks), then the journal goes through the store's ingest
   service, ``records_ingest``, in batches within its limits, all of them in **one** transaction together
@@ -17,7 +17,7 @@ that a task delivered twice, or run again after its worker died, finds its work 
   nothing the second time; a conflicting one is a typed failure and nothing of it is stored). Ingest raises
   the run's assessment flag, which publishes ``assess_run`` on commit, as for any batch.
 
-Codes beyond the spec's table (they are about this service's own storage or run, not about the package):
+Codes beyond the format's table (they are about this service's own storage or run, not about the package):
 ``upload_unreadable`` (the stored file is gone or unreadable), ``upload_changed`` (its bytes no longer have
 the sha256 they were received with), ``check_timed_out`` (verification did not finish within the task's
 time limit) and ``check_failed`` (verification stopped on an unexpected error): what cannot be verified is

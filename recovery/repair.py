@@ -218,7 +218,7 @@ def repairs_list(*, run: Run) -> list[JournalRepair]:
 
 
 def repair_state_files(*, run: Run) -> dict[str, bytes]:
-    """The run's repairs as state files of its package (recovery-package.md allows only ``journal.jsonl``
+    """The run's repairs as state files of its package (docs/packages.md allows only ``journal.jsonl``
     and ``state/...``): per repair, its description, the records it set aside (quarantined or superseded)
     byte for byte, and the corrected journal of a supersede. ``journal.jsonl`` stays the stored records as
     they arrived, so an import elsewhere starts from the evidence and applies no repair by itself."""

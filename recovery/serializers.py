@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnClaim
@@ -184,10 +185,19 @@ class ClaimRequestSerializer(serializers.Serializer[Any]):
 
 class ClaimSerializer(serializers.ModelSerializer[TurnClaim]):
     turn = serializers.CharField(source="turn.turn_id")
+    lease_seconds = serializers.SerializerMethodField(
+        help_text=(
+            "The lease granted, in seconds from the moment the server answered (`expires_at`). A runtime "
+            "counts it from before it sent the request, on its own monotonic clock, and renews well before."
+        )
+    )
 
     class Meta:
         model = TurnClaim
-        fields = ["turn", "worker_id", "fencing_token", "acquired_at", "expires_at", "released_at"]
+        fields = ["turn", "worker_id", "fencing_token", "acquired_at", "expires_at", "released_at", "lease_seconds"]
+
+    def get_lease_seconds(self, claim: TurnClaim) -> int:
+        return int(settings.LOOPX_CLAIM_LEASE_SECONDS)
 
 
 class FencingRequestSerializer(serializers.Serializer[Any]):

@@ -32,6 +32,7 @@ from recovery.package_models import JournalCorruption
 from recovery.repair_input import repaired_lines, repaired_result, stored_lines
 from recovery.repair_models import REPAIR_QUARANTINED, repair_in_force
 from recovery.selectors import (
+    DONE,
     HOLD,
     RUN_LEVEL_CODES,
     GateView,
@@ -163,6 +164,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             return Assessment.objects.get(**identity)
         locked = Run.objects.select_for_update().get(pk=run.pk)
         turns = turns_project(run=locked, result=result, last_seq=last_seq)
+        orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
         TurnAssessment.objects.bulk_create(
             [
                 TurnAssessment(
@@ -177,6 +179,12 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                 )
                 for td in result.turns
                 if td.turn in turns
+            ]
+            + [
+                TurnAssessment(
+                    assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line
+                )
+                for pk, (reason, line) in orphans.items()
             ],
             batch_size=2000,
         )
@@ -200,9 +208,27 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
                     )
                     for td in result.turns
                     if td.turn in turns
-                },
+                }
+                | {pk: EngineRow(Decision.BLOCKED, reason, None, 0, line) for pk, (reason, line) in orphans.items()},
             )
     return stored
+
+
+def _orphan_turns(
+    *, run: Run, known: Iterable[Turn], blocked: engine.Violation | None
+) -> dict[int, tuple[str, int | None]]:
+    """Turns ingest listed (their `turn_planned` line was stored) that the engine does not know: the line
+    is not a valid record (a float, an `at` that is no time, empty phases...), so no turn was planned by
+    it. That fault is run-level: every such turn is blocked with the run's reason, so that the gate, the
+    pages and the counts answer for it like any other turn, never "not assessed" for ever.
+    turn pk -> (reason, its line)."""
+    if blocked is None:
+        return {}
+    known_pks = {turn.pk for turn in known}
+    orphans = [pk for pk in Turn.objects.filter(run=run).values_list("pk", flat=True) if pk not in known_pks]
+    if orphans:
+        Turn.objects.filter(pk__in=orphans).update(decision=Decision.BLOCKED, reason=blocked.code)
+    return {pk: (str(blocked.code), blocked.line) for pk in orphans}
 
 
 def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:
@@ -257,6 +283,12 @@ def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
     """Claim the turn for a worker: a lease and a fencing token that only grows. A claim by the holder
     renews the lease and keeps its token; anyone else gets 409 while the lease holds."""
     worker = _worker(worker_id)
+    if turn.decision in (Decision.COMPLETE, Decision.DISCARDED):
+        # Stored as done: the current prefix decides (refreshed before the turn is locked, as every gate
+        # transition does). A finished turn has nothing to run: no lease, no token handed out.
+        view = gate_view(turn=turn, assessment=assessment_refresh(run=turn.run))
+        if view.state == DONE:
+            raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)
     now = timezone.now()
     lease = timedelta(seconds=settings.LOOPX_CLAIM_LEASE_SECONDS)
     with transaction.atomic():
@@ -305,6 +337,22 @@ def turn_release(*, turn: Turn, fencing_token: int) -> TurnClaim:
         return claim
 
 
+def _refuse_while_claimed(turn: Turn) -> None:
+    """An operator's "it did not happen" lets the effect be sent once more. While a worker's lease on the
+    turn still holds, that worker may be sending it right now: the finding would make a double send. Refused until
+    the lease runs out or the worker releases the turn (409 `claim_live`)."""
+    live = claim_current(turn=turn)
+    if live is not None:
+        raise GateError(
+            409,
+            "claim_live",
+            "a worker's lease on this turn still holds: it may be sending the effect now; "
+            "wait for the lease to run out or the worker to release the turn",
+            holder=live.worker_id,
+            expires_at=live.expires_at.isoformat(),
+        )
+
+
 def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
@@ -325,6 +373,8 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
                     raise GateError(400, "evidence_invalid", "evidence names an intent this turn does not have")
                 if finding not in FINDINGS:
                     raise GateError(400, "evidence_invalid", "evidence must be `happened` or `not_happened`")
+            if "not_happened" in findings.values():
+                _refuse_while_claimed(turn)
             for intent_id, finding in sorted(findings.items()):
                 OperatorEvidence.objects.create(
                     run=turn.run,

@@ -254,6 +254,12 @@ class Agent:
         self.ship()
         held = self.recover()
         if held:
+            # While a person decides, nobody holds the turn: an operator's "it did not happen" is refused
+            # while a worker's lease holds (that worker could be sending the effect right now).
+            for turn in held:
+                claim = self.claims.pop(turn, None)
+                if claim is not None:
+                    self.gate.release(claim)
             print(json.dumps({"held": held}, sort_keys=True))
             return EXIT_HELD
         self.work()

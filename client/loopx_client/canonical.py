@@ -1,4 +1,4 @@
-"""The contract's canonical bytes and digests (journal-contract.md, section 1).
+"""The contract's canonical bytes and digests (the project's docs/contract.md, section 1.3).
 
 The digest of a record is sha256 of ``json.dumps(record, sort_keys=True, separators=(",", ":"),
 ensure_ascii=False).encode()``. Numbers in records are integers: a float, a non-finite number or a lone

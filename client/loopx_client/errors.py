@@ -137,6 +137,10 @@ class PayloadTooLarge(ApiError):
     status_family = 413
 
 
+class Unprocessable(ApiError):
+    status_family = 422
+
+
 class UnsupportedMediaType(ApiError):
     status_family = 415
 
@@ -244,6 +248,22 @@ class LsnConflict(Conflict):
 
 class OffsetMismatch(Conflict):
     """``LoopX-Expect`` named a high-water the store does not hold: ``branch``, ``expected``, ``stored``."""
+
+
+class ChainMismatch(Conflict):
+    """Under ``LoopX-Expect`` the batch does not continue the stored branch: an lsn skipped or a ``prev``
+    that is not the digest of the record before it. ``branch``, ``lsn``, ``expected_lsn``,
+    ``expected_prev``, ``violation``. Nothing of the batch was stored."""
+
+
+class RecordInvalid(Unprocessable):
+    """Under ``LoopX-Expect`` a record of the batch breaks the contract by itself (``violation``: a float,
+    an unknown kind, a schema version other than 1 or 2...). Nothing of the batch was stored."""
+
+
+class ClaimLive(Conflict):
+    """An operator's "it did not happen" while a worker's lease on the turn still holds (that worker may be
+    sending the effect): ``holder``, ``expires_at``. A worker that stops on a hold releases its claim."""
 
 
 class Fenced(Conflict):
@@ -475,6 +495,9 @@ class UploadFinished(Conflict):
 
 
 BY_CODE: dict[str, type[ApiError]] = {
+    "chain_mismatch": ChainMismatch,
+    "claim_live": ClaimLive,
+    "record_invalid": RecordInvalid,
     "assignee_invalid": AssigneeInvalid,
     "operator_required": OperatorRequired,
     "turn_done": TurnDone,
@@ -565,6 +588,7 @@ _FAMILIES: dict[int, type[ApiError]] = {
     409: Conflict,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
+    422: Unprocessable,
     429: Throttled,
 }
 

@@ -99,18 +99,27 @@ class ConsoleOperator:
     def _turn(run: str, turn: str) -> str:
         return f"/runs/{urllib.parse.quote(run, safe='')}/turns/{urllib.parse.quote(turn, safe='')}"
 
-    def approve(self, *, run: str, turn: str, reason: str, evidence: dict[str, str]) -> dict[str, Any]:
+    def approve(
+        self, *, run: str, turn: str, reason: str, evidence: dict[str, str], patience: float = 30.0
+    ) -> dict[str, Any]:
         """``turn_approve`` with the operator's findings (intent -> happened / not_happened). An approval whose
-        answer was lost and that the repeat finds done (``nothing_to_approve``) was the first attempt's."""
-        try:
-            answer: dict[str, Any] = self._post(
-                f"{self._turn(run, turn)}/approve", {"reason": reason, "evidence": evidence}
-            )
-        except Refused as refused:
-            if refused.repeated and refused.code == "nothing_to_approve":
-                return {}
-            raise
-        return answer
+        answer was lost and that the repeat finds done (``nothing_to_approve``) was the first attempt's. A
+        "not happened" refused while a (dead or stalled) worker's lease still holds (``claim_live``) is given
+        again once the lease may have run out, as a careful operator waits, for at most ``patience`` s."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                answer: dict[str, Any] = self._post(
+                    f"{self._turn(run, turn)}/approve", {"reason": reason, "evidence": evidence}
+                )
+            except Refused as refused:
+                if refused.repeated and refused.code == "nothing_to_approve":
+                    return {}
+                if refused.code == "claim_live" and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise
+            return answer
 
     def bulk(self, *, run: str, action: str, reason: str) -> BulkAnswer:
         """``turns_bulk_decide`` over the run's held turns, as the console's bulk page does."""

@@ -143,7 +143,7 @@ def _events_by_id(data: bytes) -> dict[int, dict[str, Any]]:
 
 
 class _Converter:
-    """The spec's table, one event at a time in id order, into a Journal."""
+    """docs/imports.md's table, one event at a time in id order, into a Journal."""
 
     def __init__(self, by_id: dict[int, dict[str, Any]], effects: EffectMap, run: str) -> None:
         self.by_id = by_id

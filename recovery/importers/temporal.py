@@ -6,7 +6,7 @@ journaled, so that what is held is the file's bytes, one event, and the journal 
 ends at the first ``}`` before a ``,`` or ``]`` where its braces and brackets balance and orjson reads it
 whole (a brace inside a string makes the count balance early: orjson then refuses the cut and the next
 candidate is tried). What lies round the array is parsed with the array emptied, so the file as a whole is
-still checked to be one JSON object with the array where the spec says.
+still checked to be one JSON object with the array where docs/imports.md says.
 
 Events are taken in ``eventId`` order. They nearly always come in that order already and are journaled
 as they are read; the first event out of place sends the import to a second pass that collects every
@@ -36,7 +36,7 @@ _FAST_TRIES = 256
 _DECIMAL = re.compile(r"[0-9]+")
 _SECONDS = re.compile(r"[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])")
 
-# Events that journal nothing (counted in `skipped`), as the spec's last-but-one row lists them.
+# Events that journal nothing (counted in `skipped`), as the last-but-one row of docs/imports.md's table lists them.
 _SKIPPED_EXACT = frozenset(
     {
         "WorkflowExecutionSignaled",
@@ -254,7 +254,7 @@ def _local_activity_type(attrs: dict[str, Any]) -> str | None:
 
 
 class _Mapper:
-    """The spec's table, one event at a time, into a Journal."""
+    """docs/imports.md's table, one event at a time, into a Journal."""
 
     def __init__(self, effects: EffectMap, run: str | None, file_sha: str) -> None:
         self.effects = effects

@@ -1,4 +1,4 @@
-"""Recovery packages: verify before unpack, atomic restore, deterministic building (recovery-package.md).
+"""Recovery packages: verify before unpack, atomic restore, deterministic building (docs/packages.md).
 
 Plain Python, no Django. Public API (docs/packages.md):
 

@@ -1,4 +1,4 @@
-"""The narrow journal check of recovery-package.md: ``journal_invalid`` only when the journal is not UTF-8,
+"""The narrow journal check of docs/packages.md: ``journal_invalid`` only when the journal is not UTF-8,
 holds no complete record, or a record names another run than the manifest.
 
 Everything else (a torn tail, contract violations) is evidence for the assessment after import, not a reason

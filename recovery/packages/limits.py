@@ -1,4 +1,4 @@
-"""Resource limits of package verification (recovery-package.md); the commands fill them from settings."""
+"""Resource limits of package verification (docs/packages.md); the commands fill them from settings."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class Limits:
     """All sizes are counted on bytes actually read, and also checked against what headers claim.
 
     The first four mirror the settings ``LOOPX_PACKAGE_MAX_MEMBER_BYTES``, ``LOOPX_PACKAGE_MAX_TOTAL_BYTES``,
-    ``LOOPX_PACKAGE_MAX_MEMBERS`` and ``LOOPX_PACKAGE_MAX_RATIO``. The rest are where the spec is silent
+    ``LOOPX_PACKAGE_MAX_MEMBERS`` and ``LOOPX_PACKAGE_MAX_RATIO``. The rest are where the format is silent
     (docs/packages.md): a manifest or a journal line larger than these cannot be verified, so it is refused.
     """
 

@@ -1,4 +1,4 @@
-"""``manifest.json``: strict parsing into the shape of recovery-package.md.
+"""``manifest.json``: strict parsing into the shape of docs/packages.md ("The format").
 
 Problems are described by entry index and field, never by quoting the manifest's text.
 """

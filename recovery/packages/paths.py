@@ -1,4 +1,4 @@
-"""Member path rules (recovery-package.md): normalisation and the path_* findings.
+"""Member path rules (docs/packages.md): normalisation and the path_* findings.
 
 Paths are compared after normalisation: ``./`` components and repeated ``/`` are folded, a trailing ``/``
 marks a directory. Collisions are decided on a key that also folds Unicode (NFC) and case, because a package
@@ -71,7 +71,7 @@ def check_path(raw: str) -> CheckedPath:
     parts = [p for p in raw_parts if p not in ("", ".")]
     normalised = "/".join(parts)
     if not normalised and raw.startswith(".") and is_dir:
-        # Only "." components and "/": the directory the archive was made from (`tar -C dir .`). The spec
+        # Only "." components and "/": the directory the archive was made from (`tar -C dir .`). The format
         # folds "./" components, so this is the root, which every restore creates anyway.
         return CheckedPath(raw, "", True, tuple(problems))
     if not normalised:

@@ -1,11 +1,11 @@
-"""Findings and the report that ``check_package`` / ``restore_package`` return (recovery-package.md)."""
+"""Findings and the report that ``check_package`` / ``restore_package`` return (docs/packages.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-# Every code of the spec's table, nothing else.
+# Every code of the format's table (docs/packages.md, "Findings"), nothing else.
 UNSUPPORTED_FORMAT = "unsupported_format"
 ARCHIVE_CORRUPT = "archive_corrupt"
 PATH_ABSOLUTE = "path_absolute"
@@ -105,7 +105,7 @@ class Finding:
 
 @dataclass(slots=True)
 class PackageReport:
-    """The stable result: ``{"accepted", "format", "members", "findings"}`` (journal-contract.md section 7)."""
+    """The stable result: ``{"accepted", "format", "members", "findings"}`` (docs/contract.md section 7)."""
 
     format: str | None = None
     members: int = 0

@@ -1,4 +1,4 @@
-"""``check_package``: verify a recovery package completely, writing nothing (recovery-package.md).
+"""``check_package``: verify a recovery package completely, writing nothing (docs/packages.md).
 
 One streaming pass: every member is read once, hashed (sha256) while it is read and never held whole; the
 manifest (bounded) and one journal line at a time are the only things kept. All findings are reported, except

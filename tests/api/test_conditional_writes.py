@@ -1,4 +1,4 @@
-"""Conditional writes (contract section 8): LoopX-Fencing refuses a stale owner's batch and a batch that
+"""Conditional writes (contract section 9): LoopX-Fencing refuses a stale owner's batch and a batch that
 names a claimed turn without its token; LoopX-Expect refuses a batch written against another high-water;
 the gate's ?expect holds a turn whose stored prefix differs. A refused batch stores nothing. On PostgreSQL
 the same tests go through the streamed path (canonical, all-new batches) and the general one (a redelivery

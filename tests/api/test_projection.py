@@ -390,10 +390,12 @@ def test_turn_pages_refuse_cursors_and_runs_that_name_nothing(runtime, viewer_cl
         for client in (runtime.client, viewer_client):
             for url in (f"/api/v1/turns?cursor={cursor}", f"/api/v1/turns?decision=resume&reason=x&cursor={cursor}"):
                 answer = client.get(url)
-                assert (answer.status_code, answer.json()) == (404, {"detail": "Invalid cursor"})
+                invalid = {"error": "not_found", "detail": "Invalid cursor", "line": None}
+                assert (answer.status_code, answer.json()) == (404, invalid)
     for url in ("/api/v1/runs/a%00b/turns", "/api/v1/runs/a%00b/turns?reason=x"):
         answer = runtime.client.get(url)
-        assert (answer.status_code, answer.json()) == (404, {"detail": "No such run."})
+        missing = {"error": "not_found", "detail": "No such run.", "line": None}
+        assert (answer.status_code, answer.json()) == (404, missing)
 
 
 def test_a_token_read_costs_the_tokens_lookup_and_the_page(runtime, django_assert_num_queries):

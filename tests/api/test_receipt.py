@@ -43,6 +43,7 @@ def test_batch_is_stored_with_cursor_and_counts(runtime):
         "first_seq": 1,
         "last_seq": len(b.lines),
         "branches": [{"branch": 0, "committed_lsn": len(b.lines) - 1, "last_lsn": len(b.lines) - 1}],
+        "violations": [],
     }
     assert [bytes(x) for x in JournalRecord.objects.order_by("seq").values_list("line", flat=True)] == b.lines
     assert set(Turn.objects.values_list("turn_id", flat=True)) == {"t1", "t2"}

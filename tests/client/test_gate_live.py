@@ -193,8 +193,8 @@ def test_the_remaining_refusals_arrive_typed(tmp_path, gate, server, limited_tok
         (errors.UnsupportedMediaType, lambda: gate._request("POST", run, body=line, content_type="image/png")),
         (errors.NotFound, lambda: gate.decision("refusals-1", "no-such-turn")),
         (errors.Unauthorized, lambda: Gate(server.base_url, "lxr_not-a-token").decision("refusals-1", "t1")),
-        # A token's run prefix is checked by the view before the service (403 permission_denied).
-        (errors.PermissionDenied, lambda: Gate(server.base_url, limited_token)._request(
+        # A token outside its run prefix: the one typed refusal, whichever door it knocks on.
+        (errors.RunForbidden, lambda: Gate(server.base_url, limited_token)._request(
             "POST", run, body=line, content_type=ndjson)),
     ]
     for cls, call in cases:

@@ -1,5 +1,5 @@
 """Layer: failpoints. A runtime's function-call cycle, crashed at every transition: each crash leaves a
-journal prefix, and the assessment of each prefix must say what a careful operator would (journal-contract
+journal prefix, and the assessment of each prefix must say what a careful operator would (docs/contract.md
 sections 1 and 6). Each prefix is assessed twice from the file, with identical output, and the journal's
 bytes and mtime are untouched."""
 

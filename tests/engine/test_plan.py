@@ -1,4 +1,4 @@
-"""Layer: plans (journal-contract.md sections 2 and 3): turn_planned, the default phases, custom plans,
+"""Layer: plans (docs/contract.md sections 2 and 3): turn_planned, the default phases, custom plans,
 lineage, and Unicode identifiers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Layer: projection (journal-contract.md section 7): the JSON of `assess_journal --json`, its exit codes
+"""Layer: projection (docs/contract.md section 7): the JSON of `assess_journal --json`, its exit codes
 and arguments, and the human table. The command is run the way scripts run it: a subprocess of
 `manage.py` from the repository root (no database involved)."""
 

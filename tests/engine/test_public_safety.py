@@ -1,4 +1,4 @@
-"""Layer: public safety (journal-contract.md section 8): secret fields, `redact`, and that no projection
+"""Layer: public safety (docs/contract.md section 8): secret fields, `redact`, and that no projection
 (JSON, violation details, the human table) ever quotes a record's bytes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Layer: receipt (journal-contract.md section 1, 2 "v1 form", 5 "schema"): how a journal's bytes are read.
+"""Layer: receipt (docs/contract.md section 1, 2 "v1 form", 5 "schema"): how a journal's bytes are read.
 
 Every check here is run-level: it blocks every turn, with the first run-level violation in file order as
 the reason (rule 1).

@@ -1,4 +1,4 @@
-"""Layer: status and recovery (journal-contract.md sections 2 "retries", 3, 4, 5 and 6): what each turn may
+"""Layer: status and recovery (docs/contract.md sections 2 "retries", 3, 4, 5 and 6): what each turn may
 do next, the precedence table, intents and their resolutions, forks, checkpoints and operator evidence."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A hand-written Temporal history in the JSON that `temporal workflow show --output json` prints (the
-spec's table): a workflow that charges a card (an activity that timed out), sends a receipt (completed)
+"""A hand-written Temporal history in the JSON that `temporal workflow show --output json` prints (docs/imports.md's
+table): a workflow that charges a card (an activity that timed out), sends a receipt (completed)
 and runs a lookup (completed), with workflow tasks and a timer in between (skipped)."""
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ INTERNAL = [
 
 
 def test_the_cancel_request_s_own_outcome_events_are_read_as_the_spec_spells_its_prefix() -> None:
-    # The spec skips `NexusOperationCancelRequested*`; Temporal's NexusOperationCancelRequestCompleted and
+    # docs/imports.md skips `NexusOperationCancelRequested*`; Temporal's NexusOperationCancelRequestCompleted and
     # ...Failed do not start with it, so they are types not in the table (and block until someone looks).
     h = History()
     h.add("NexusOperationCancelRequestCompleted", scheduledEventId=1)

@@ -1,6 +1,6 @@
 """Archives made with ``tar czf pkg.tar.gz -C dir .``: the first entry is ``./`` and every member is ``./x``.
 
-recovery-package.md folds ``./`` components instead of rejecting them, so such a package is accepted by
+docs/packages.md folds ``./`` components instead of rejecting them, so such a package is accepted by
 ``check_archive`` and restored by ``restore_archive`` exactly as one made from inside the directory.
 """
 

@@ -1,4 +1,4 @@
-"""Every finding code of recovery-package.md, with a crafted archive of each format that can express it.
+"""Every finding code of docs/packages.md, with a crafted archive of each format that can express it.
 
 Which codes cannot occur in which format (checked by ``test_every_code_is_covered``):
 

@@ -68,7 +68,7 @@ def imported(operator, tmp_path, django_capture_on_commit_callbacks):
         count += 1
         package = tmp_path / f"p{count}.{fmt}"
         build_package(package, RUN, body, fmt=fmt)
-        assert check_package(package).accepted  # a torn tail is evidence, not a reason to refuse (spec)
+        assert check_package(package).accepted  # a torn tail is evidence, not a reason to refuse (docs/packages.md)
         with django_capture_on_commit_callbacks(execute=True):
             upload = package_upload_receive(file=package.read_bytes(), actor=operator)
         with django_capture_on_commit_callbacks(execute=True):

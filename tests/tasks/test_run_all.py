@@ -4,6 +4,8 @@ SIGTERM stops every process it started."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import sqlite3
@@ -61,6 +63,26 @@ def _status(url: str) -> int | None:
         return None
 
 
+def _first_record(run: str) -> bytes:
+    record = {"v": 2, "run": run, "branch": 0, "lsn": 0, "kind": "turn_planned",
+              "at": "2026-01-01T00:00:00Z", "turn": "t1", "lineage": "job-1"}
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def _post_chunked(port: int, path: str, token: str, body: bytes) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        half = len(body) // 2
+        conn.request(
+            "POST", path, body=iter([body[:half], body[half:]]), encode_chunked=True,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+        )
+        answer = conn.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
 def _query(db: Path, sql: str) -> list[tuple]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
         return list(conn.execute(sql))
@@ -96,6 +118,13 @@ def test_run_all_comes_up_on_the_embedded_defaults_and_stops_cleanly(tmp_path):
         # The demo's first audit pass, run by the worker, leaves findings for the console.
         wait_for(lambda: _query(db, "SELECT count(*) FROM audits_finding")[0][0] > 0, timeout=30, interval=0.5,
                  what="the demo findings")
+        # A runtime that streams its batch (Transfer-Encoding: chunked, no Content-Length) is read whole.
+        token = subprocess.run(
+            [sys.executable, "manage.py", "create_api_token", "chunked-writer"],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip().splitlines()[-1]
+        answer = _post_chunked(port, "/api/v1/runs/chunked-run/records", token, _first_record("chunked-run"))
+        assert answer[0] == 200 and answer[1]["stored"] == 1, answer
         children = _descendants(proc.pid)
         assert len(children) >= 4  # web, worker (and its pool), beat
     finally:

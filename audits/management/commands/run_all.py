@@ -60,7 +60,13 @@ class Command(BaseCommand):
             signal.signal(sig, self._on_signal)
         host, port = options["host"], options["port"]
         base = [sys.executable, "-m"]
-        self._start("web", [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"])
+        # gunicorn, as in production (one process, threads like runserver's): it reads chunked request bodies,
+        # which runserver cannot, and serves the static files through whitenoise's finders under DEBUG.
+        self._start(
+            "web",
+            [*base, "gunicorn", "-c", "python:ops.gunicorn_conf", "--bind", f"{host}:{port}",
+             "--workers", "1", "--threads", "8", "loopx_site.wsgi"],
+        )
         self._start(
             "worker",
             [*base, "celery", "-A", "loopx_site", "worker", "--loglevel", "INFO",

@@ -1,6 +1,6 @@
 """`python manage.py assess_journal PATH --json [--expect BRANCH:LSN] [--evidence INTENT=happened|not_happened]`
 
-Stable (journal-contract.md, section 7): scripts outside the project depend on the JSON shape and the exit
+Stable (docs/contract.md, section 7): scripts outside the project depend on the JSON shape and the exit
 codes: 0 whatever the decisions, 2 when the file cannot be read at all or the arguments are wrong, with
 one line on stderr. Without --json it prints a short table (and a progress bar on a terminal).
 """

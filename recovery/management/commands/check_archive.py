@@ -1,6 +1,6 @@
 """`python manage.py check_archive PATH --json`: verify a recovery package, unpack nothing.
 
-Stable (journal-contract.md section 7): prints ``{"accepted", "format", "members", "findings": [{"code",
+Stable (docs/contract.md section 7): prints ``{"accepted", "format", "members", "findings": [{"code",
 "member", "detail"}]}``; exits 0 when accepted, 1 when rejected, 2 on usage errors (a missing package file,
 bad arguments) with one line on stderr. Without --json it prints a short summary. The library does the work
 (recovery.packages); this is a thin wrapper, shared with restore_archive.

@@ -1,8 +1,8 @@
 """`python manage.py restore_archive PATH --into DIR --json`: verify a recovery package, then unpack it.
 
-Stable (journal-contract.md section 7): the same JSON and exit codes as check_archive; exit 2 also when the
+Stable (docs/contract.md section 7): the same JSON and exit codes as check_archive; exit 2 also when the
 parent of DIR is missing, or when the restore cannot be written at all (disk full...), with one line on
-stderr. DIR must not exist (``target_exists``); it appears complete or not at all (recovery-package.md).
+stderr. DIR must not exist (``target_exists``); it appears complete or not at all (docs/packages.md).
 """
 
 from __future__ import annotations
