@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from audits.chain import chain_rewind_oldest, chain_verify_run
-from journals.assessment_flag import assessment_request, assessments_overdue
+from journals.assessment_flag import assessment_request, assessments_lease_expired, assessments_overdue
 from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
 from journals.pending import PendingAssessment
 from recovery import services as recovery_services
@@ -67,7 +66,9 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
     1. A raised flag whose publish never happened (``enqueued_at`` older than ``requested_at``; a crash
        between commit and publish, or a broker that was down): publish, and an ``assessment_missed``.
     2. A raised flag published long ago and still raised (the broker lost the message): publish again.
-    3. A run whose committed prefix is ahead of its newest assessment while no flag is raised and no task
+    3. A lowered flag whose task's lease ran out before it finished (its worker died, or Redis lost it):
+       raise it again, which publishes.
+    4. A run whose committed prefix is ahead of its newest assessment while no flag is raised and no task
        is in flight (a task that failed for good, a message lost after the task lowered the flag, runs
        from before the queue existed): raise the flag, which publishes, and an ``assessment_missed``.
     """
@@ -92,7 +93,26 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
         report.counts["published" if assessment_enqueue(run_pk=run_pk, run_id=run_id) else "publish_failed"] += 1
         report.counts["never_enqueued" if never else "republished"] += 1
 
-    in_flight_since = now - timedelta(seconds=settings.LOOPX_ASSESS_TIME_LIMIT)  # assess_run's hard limit
+    # A lease that ran out: the task that lowered the flag is gone (its worker killed, its message lost with
+    # the broker) without finishing. Raised again, which publishes; no finding, as for a lost message. A
+    # task that failed for good is asked again at its time limit, and that is an incident.
+    expired = dict(assessments_lease_expired(now=now, limit=limit))
+    for run in Run.objects.filter(pk__in=list(expired)):
+        report.checked += 1
+        if expired[run.pk]:
+            finding_open_or_touch(
+                kind="assessment_missed",
+                run=run,
+                fact_key=f"seq:{run.last_seq}",
+                evidence={
+                    "cause": "the assessment failed (see the worker's log); asked again",
+                    "committed_seq": run.last_seq,
+                    "assessed_seq": run.assessed_seq,
+                },
+            )
+        assessment_request(run=run)  # raises it unless a batch already did (then its own message is out)
+        report.counts["assessment_failed" if expired[run.pk] else "lease_expired"] += 1
+
     behind = list(
         Run.objects.filter(record_count__gt=0, updated_at__lt=now - grace)
         .filter(Q(assessed_seq__isnull=True) | Q(assessed_seq__lt=F("last_seq")))
@@ -102,7 +122,7 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
     flags = {p.run_id: p for p in PendingAssessment.objects.filter(run_id__in=[r.pk for r in behind])}
     for run in behind:
         flag = flags.get(run.pk)
-        if flag is not None and _in_flight(flag, in_flight_since):
+        if flag is not None and _in_flight(flag, now):
             report.counts["in_flight"] += 1
             continue
         report.checked += 1
@@ -122,10 +142,9 @@ def audit_assessment_sweep(*, grace: timedelta, republish_after: timedelta, limi
     return report
 
 
-def _in_flight(flag: PendingAssessment, since: datetime) -> bool:
-    """A task lowered the flag recently and has not finished: it may still be assessing (not lost)."""
-    started, finished = flag.started_at, flag.finished_at
-    return started is not None and started > since and (finished is None or finished < started)
+def _in_flight(flag: PendingAssessment, now: datetime) -> bool:
+    """A task holds the flag's lease and its deadline has not passed: it is still assessing (not lost)."""
+    return flag.lease_expires_at is not None and flag.lease_expires_at > now
 
 
 # --- stale turns ----------------------------------------------------------------------------------------

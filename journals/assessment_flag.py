@@ -9,7 +9,7 @@ the database does not say.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -26,8 +26,8 @@ from kernel.events import emit
 # ON CONFLICT locks the existing row before it evaluates the WHERE, so a flag that was already raised
 # stays locked until the caller commits as well (the module doc's step 1); SQLite serialises writers.
 _RAISE_SQL = (
-    "INSERT INTO {table} (run_id, pending, requested_at, requested_seq, enqueues, outcome)"
-    " VALUES (%(flag_run)s, TRUE, %(flag_at)s, %(flag_seq)s, 0, '')"
+    "INSERT INTO {table} (run_id, pending, requested_at, requested_seq, enqueues, outcome, lease_holder)"
+    " VALUES (%(flag_run)s, TRUE, %(flag_at)s, %(flag_seq)s, 0, '', '')"
     " ON CONFLICT (run_id) DO UPDATE SET pending = TRUE, requested_at = excluded.requested_at,"
     " requested_seq = excluded.requested_seq WHERE NOT {table}.pending"
     " RETURNING run_id"
@@ -67,15 +67,68 @@ def assessment_flag_published(*, run_pk: int) -> None:
     PendingAssessment.objects.filter(run_id=run_pk).update(enqueued_at=timezone.now(), enqueues=F("enqueues") + 1)
 
 
-def assessment_flag_lower(*, run_pk: int) -> None:
-    """The task lowers the flag before it reads the prefix; the UPDATE waits for a batch that holds the
-    row, so every batch committed before it is in what the task reads, and every later one raises it again."""
-    PendingAssessment.objects.filter(run_id=run_pk, pending=True).update(pending=False, started_at=timezone.now())
+def assessment_flag_lower(*, run_pk: int, holder: str, expires_at: datetime) -> bool:
+    """The task lowers the flag before it reads the prefix, and takes its lease (until ``expires_at``) in
+    the same UPDATE. That UPDATE waits for a batch that holds the row, so every batch committed before it is
+    in what the task reads, and every later one raises it again. True when the flag was raised."""
+    return bool(
+        PendingAssessment.objects.filter(run_id=run_pk, pending=True).update(
+            pending=False, started_at=timezone.now(), lease_expires_at=expires_at, lease_holder=holder
+        )
+    )
 
 
-def assessment_flag_finished(*, run_pk: int, outcome: str) -> None:
-    """What the latest task run did (``stored``, ``unchanged``, ``superseded``, ``missing``)."""
+def assessment_flag_take(*, run_pk: int, holder: str, expires_at: datetime) -> None:
+    """Take the lease of a lowered flag: the broker redelivered the message of a task that died holding it,
+    or the run is behind its prefix with nobody on it."""
+    PendingAssessment.objects.filter(run_id=run_pk).update(
+        started_at=timezone.now(), lease_expires_at=expires_at, lease_holder=holder
+    )
+
+
+def assessment_flag_renew(*, run_pk: int, holder: str, expires_at: datetime) -> bool:
+    """The running task moves its lease's deadline; False when it no longer holds the lease (a newer task
+    lowered the flag again and took it)."""
+    return bool(
+        PendingAssessment.objects.filter(run_id=run_pk, lease_holder=holder, pending=False).update(
+            lease_expires_at=expires_at
+        )
+    )
+
+
+def assessment_flag(*, run_pk: int) -> PendingAssessment | None:
+    return PendingAssessment.objects.filter(run_id=run_pk).first()
+
+
+def assessment_flag_finished(*, run_pk: int, outcome: str, holder: str = "") -> None:
+    """What the latest task run did (``stored``, ``unchanged``, ``superseded``, ``missing``); the task
+    gives its lease back if it still holds it."""
     PendingAssessment.objects.filter(run_id=run_pk).update(finished_at=timezone.now(), outcome=outcome)
+    if holder:
+        PendingAssessment.objects.filter(run_id=run_pk, lease_holder=holder).update(
+            lease_expires_at=None, lease_holder=""
+        )
+
+
+def assessment_flag_failed(*, run_pk: int, holder: str, retry_at: datetime) -> None:
+    """The task failed for good (an error that is not the database's): it gives its lease back, and the run
+    is asked for again at ``retry_at`` (its hard time limit), not at once, so that a run the engine cannot
+    assess is not retried in a loop."""
+    PendingAssessment.objects.filter(run_id=run_pk, lease_holder=holder).update(
+        lease_expires_at=retry_at, lease_holder=""
+    )
+
+
+def assessments_lease_expired(*, now: datetime, limit: int) -> list[tuple[int, bool]]:
+    """(run pk, failed) of lowered flags whose lease ran out before a task finished: the task is gone (its
+    worker was killed, or the message with it), whatever the broker still holds; or (``failed``) it failed
+    and gave its lease back until its time limit."""
+    rows = (
+        PendingAssessment.objects.filter(pending=False, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("run_id", "lease_holder")[:limit]
+    )
+    return [(run_pk, not holder) for run_pk, holder in rows]
 
 
 def assessments_overdue(*, grace: timedelta, republish_after: timedelta, limit: int) -> list[tuple[int, str, bool]]:

@@ -4,9 +4,9 @@ A model module of the `journals` app (imported by journals/models.py): the flag 
 prefix moved and its assessment is owed. The broker carries messages; this row is the truth about what is
 owed. Ingest raises ``pending`` in the same transaction that stores a batch (compare-and-set: only the
 batch that flips it announces ``prefix_moved`` on commit, and recovery publishes a task), the task lowers
-it before it reads the prefix, and the sweep (audits/checks.py) republishes a flag left raised with no
-task behind it. journals/assessment_flag.py holds every write of it. The table keeps its name from the
-recovery app.
+it before it reads the prefix and holds a lease on it while it runs, and the sweep (audits/checks.py)
+republishes a flag left raised with no message behind it, or a lease that ran out (its worker died).
+journals/assessment_flag.py holds every write of it. The table keeps its name from the recovery app.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ class PendingAssessment(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, blank=True, default="")
+    # The task that lowered the flag holds it until this deadline, renewed while it runs and never past its
+    # hard time limit; cleared when it finishes. A deadline in the past means the task is gone (its worker
+    # was killed, its message lost with the broker), and the sweep asks for the assessment again.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Who holds the lease: the task's id, so that the broker's redelivery of the same message takes over.
+    lease_holder = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -39,7 +45,10 @@ class PendingAssessment(models.Model):
                 condition=models.Q(outcome__in=("", *OUTCOMES)), name="pendingassessment_outcome_valid"
             ),
         ]
-        indexes = [models.Index(fields=["pending", "requested_at"], name="pendingassessment_sweep")]
+        indexes = [
+            models.Index(fields=["pending", "requested_at"], name="pendingassessment_sweep"),
+            models.Index(fields=["lease_expires_at"], name="pendingassessment_lease"),
+        ]
         db_table = "recovery_pendingassessment"
 
     def __str__(self) -> str:

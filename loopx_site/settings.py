@@ -7,6 +7,7 @@ LOOPX_PRODUCTION=1 (docs/deployment.md lists them).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -64,7 +65,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so that every later log line carries the request id (ops/middleware.py).
     "ops.middleware.RequestIdMiddleware",
+    # Next, so that it wraps every middleware that reads the database: an unreachable database (or broker)
+    # is a 503 with Retry-After, never a 500 (ops/unavailable.py).
+    "ops.unavailable.DependencyUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy: every page loads only from this host (LOOPX_CSP).
+    "ops.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -190,6 +196,14 @@ MEDIA_ROOT = VAR_DIR / "media"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Every page loads scripts, styles, images and fonts from this host only, posts its forms here only and is
+# framed by nobody. data: images are the API docs' icons (its stylesheet inlines them); no inline script or
+# style anywhere, so no 'unsafe-inline'. An empty LOOPX_CSP sends no policy (a proxy that sets its own).
+LOOPX_CSP = env_str(
+    "LOOPX_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+)
 SESSION_COOKIE_HTTPONLY = True
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
@@ -234,6 +248,23 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ---
+# Hard time limits of the tasks (Celery kills a task that reaches its own). The broker's visibility timeout
+# below is derived from them.
+LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
+LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
+# validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal.
+LOOPX_PACKAGE_TIME_LIMIT = env_int("LOOPX_PACKAGE_TIME_LIMIT", 1800)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 600)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 540)
+# A webhook retry waits for its countdown in a worker, unacknowledged (docs/deployment.md, Webhooks).
+LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS", 1800)
+# The longest a message may stay unacknowledged while all is well: its longest countdown plus the longest
+# hard time limit. Redis gives a message older than the visibility timeout to another worker, so the
+# timeout must not be shorter (a running task would run twice); the default is exactly that. Assessments do
+# not wait for it: their lease (LOOPX_ASSESS_LEASE_SECONDS) brings a dead worker's run back much sooner.
+CELERY_LONGEST_UNACKED_SECONDS = LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS + max(
+    LOOPX_ASSESS_TIME_LIMIT, LOOPX_AUDIT_TIME_LIMIT, LOOPX_PACKAGE_TIME_LIMIT, CELERY_TASK_TIME_LIMIT
+)
 # REDIS_URL (or CELERY_BROKER_URL) in CI and production; otherwise kombu's filesystem transport, which
 # needs no server and works between the web, worker and beat processes of one host (docs/celery.md).
 REDIS_URL = env_str("REDIS_URL", "")
@@ -252,7 +283,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", CELERY_LONGEST_UNACKED_SECONDS),
         # How often a consumer looks for messages a dead worker left unacknowledged (they come back once
         # older than the visibility timeout); the fault tests shorten both (docs/celery.md).
         "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 10),
@@ -268,8 +299,6 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 600)
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 540)
 # django-celery-beat's DatabaseScheduler (schedules editable in the admin) plus beat's own heartbeat.
 CELERY_BEAT_SCHEDULER = "audits.beat:HeartbeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE
@@ -289,17 +318,17 @@ LOOPX_PACKAGE_DIR = Path(env_str("LOOPX_PACKAGE_DIR", str(VAR_DIR / "packages"))
 LOOPX_IMPORT_MAX_BYTES = env_int("LOOPX_IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # Background work and the scheduled audits (docs/celery.md). Per pass, each audit handles at
 # most LOOPX_AUDIT_BATCH runs or turns so that a pass stays well inside its task's time limit.
-LOOPX_ASSESS_TIME_LIMIT = env_int("LOOPX_ASSESS_TIME_LIMIT", 300)
-LOOPX_AUDIT_TIME_LIMIT = env_int("LOOPX_AUDIT_TIME_LIMIT", 600)
-# validate_package reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES and ingests up to a 64 MiB journal.
-LOOPX_PACKAGE_TIME_LIMIT = env_int("LOOPX_PACKAGE_TIME_LIMIT", 1800)
+# (The tasks' hard time limits are with the broker's settings above.)
 # The package sweep (docs/package-import.md): an upload still `received` this long after its latest publish
 # is published again; a file under uploads/ that no upload names is removed once this old.
 LOOPX_PACKAGE_SWEEP_GRACE_SECONDS = env_int("LOOPX_PACKAGE_SWEEP_GRACE_SECONDS", 120)
 LOOPX_PACKAGE_ORPHAN_GRACE_SECONDS = env_int("LOOPX_PACKAGE_ORPHAN_GRACE_SECONDS", 3600)
 LOOPX_AUDIT_BATCH = env_int("LOOPX_AUDIT_BATCH", 500)
 LOOPX_SWEEP_GRACE_SECONDS = env_int("LOOPX_SWEEP_GRACE_SECONDS", 30)
-LOOPX_SWEEP_REPUBLISH_SECONDS = env_int("LOOPX_SWEEP_REPUBLISH_SECONDS", 900)
+# A published message holds a raised flag this long; a running assessment holds its lease this long,
+# renewed while it runs. The sweep asks again for either once it ran out (docs/celery.md).
+LOOPX_SWEEP_REPUBLISH_SECONDS = env_int("LOOPX_SWEEP_REPUBLISH_SECONDS", 60)
+LOOPX_ASSESS_LEASE_SECONDS = env_int("LOOPX_ASSESS_LEASE_SECONDS", 30)
 LOOPX_STALE_TURN_SECONDS = env_int("LOOPX_STALE_TURN_SECONDS", 900)
 LOOPX_BLOCKED_ESCALATION_SECONDS = env_int("LOOPX_BLOCKED_ESCALATION_SECONDS", 3600)
 LOOPX_CHAIN_RECORDS_PER_PASS = env_int("LOOPX_CHAIN_RECORDS_PER_PASS", 200_000)
@@ -312,9 +341,16 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOW_IPS = env_list("METRICS_ALLOW_IPS", [])
 LOOPX_READYZ_REQUIRE_BEAT = env_bool("LOOPX_READYZ_REQUIRE_BEAT", True)
 LOOPX_READYZ_BEAT_MAX_AGE = env_int("LOOPX_READYZ_BEAT_MAX_AGE", 300)
+# Seconds a client is told to wait (Retry-After) when a request found the database or the broker down.
+LOOPX_UNAVAILABLE_RETRY_AFTER = env_int("LOOPX_UNAVAILABLE_RETRY_AFTER", 5)
 LOOPX_WEBHOOK_TIMEOUT_SECONDS = env_int("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)
 LOOPX_WEBHOOK_MAX_ATTEMPTS = env_int("LOOPX_WEBHOOK_MAX_ATTEMPTS", 8)
 LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)
+# Networks (CIDRs) a webhook may reach although they are not public (notifications/destinations.py). Empty:
+# webhooks reach public addresses only. A bad CIDR stops the start here rather than at a delivery.
+LOOPX_WEBHOOK_ALLOW_NETS = [
+    str(ipaddress.ip_network(n, strict=False)) for n in env_list("LOOPX_WEBHOOK_ALLOW_NETS", [])
+]
 # 0 (unset) = retention off: nothing is ever removed.
 LOOPX_RETENTION_DAYS = env_int("LOOPX_RETENTION_DAYS", 0)
 LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retention")))

@@ -8,7 +8,12 @@ class OpsConfig(AppConfig):
     def ready(self) -> None:
         # Metrics and the worker's request context listen to the domain's signals, once per process, in
         # the web server and the Celery worker alike (both load INSTALLED_APPS).
-        from . import celery_signals, metrics
+        from . import celery_signals, checks, metrics  # noqa: F401  (checks registers itself)
 
         celery_signals.connect()
         metrics.connect()
+        from django.core.signals import got_request_exception
+
+        from .unavailable import remember_dependency_down
+
+        got_request_exception.connect(remember_dependency_down, dispatch_uid="loopx-dependency-down")

@@ -1,4 +1,7 @@
-"""``/healthz`` (the process answers; touches nothing) and ``/readyz`` (it can do its work).
+"""``/healthz`` (the process answers, and which dependency is down) and ``/readyz`` (it can do its work).
+
+/healthz is 200 whenever the process answers; its body says ``"status": "ok"`` or ``"degraded"`` with
+``"down"``, the dependencies it cannot reach (``database``, ``broker``), probed as /readyz probes them.
 
 /readyz checks, each under a short deadline so the answer comes well under a second (the broker on a
 pool thread, concurrently with the database checks on the request's own connection):
@@ -53,7 +56,7 @@ def expected_migrations() -> frozenset[tuple[str, str]]:
     return frozenset(loader.graph.leaf_nodes())
 
 
-def check_database() -> dict[str, Any]:
+def check_database(*, migrations: bool = True) -> dict[str, Any]:
     """SELECT 1 and the applied migrations, on the request's own connection under a statement timeout."""
     connection = connections["default"]
     timeout_ms = int(float(_setting("LOOPX_READYZ_TIMEOUT", 0.5)) * 1000)
@@ -63,9 +66,11 @@ def check_database() -> dict[str, Any]:
             set_local("statement_timeout", f"{timeout_ms}ms")
             cursor.execute("SELECT 1")
             cursor.fetchone()
-            applied = set(MigrationRecorder(connection).applied_migrations())
+            applied = set(MigrationRecorder(connection).applied_migrations()) if migrations else set()
     except Exception as exc:
         raise CheckFailed(f"database unreachable: {type(exc).__name__}") from None
+    if not migrations:
+        return {}
     missing = sorted(f"{app}.{name}" for app, name in expected_migrations() - applied)
     return {"unapplied": missing}
 
@@ -131,9 +136,27 @@ def _timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def dependency_checks() -> dict[str, dict[str, Any]]:
+    """The database (SELECT 1) and the broker (PING), concurrently, each bounded by LOOPX_READYZ_TIMEOUT."""
+    timeout = float(_setting("LOOPX_READYZ_TIMEOUT", 0.5))
+    started = time.perf_counter()
+    broker_future = _POOL.submit(_timed, check_broker)
+    results = {"database": _timed(lambda: check_database(migrations=False))}
+    remaining = max(0.0, timeout - (time.perf_counter() - started))
+    try:
+        results["broker"] = broker_future.result(timeout=remaining + 0.05)
+    except FutureTimeout:
+        results["broker"] = {"ok": False, "error": f"no answer within {timeout}s"}
+    return results
+
+
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+    """Liveness: 200 whenever the process answers, because restarting it would bring no dependency back;
+    the body names each dependency that is down (``"down": ["database"]``) and why."""
+    checks = dependency_checks()
+    down = [name for name, result in checks.items() if not result["ok"]]
+    return JsonResponse({"status": "degraded" if down else "ok", "down": down, "checks": checks})
 
 
 @never_cache

@@ -44,8 +44,9 @@ TASK_OPTIONS: dict[str, Any] = {
     **TASK_OPTIONS,
 )
 def assess_run(run_id: str) -> str:
-    """Assess a run's committed prefix (coalesced: one pending assessment per run)."""
-    return assessment_run(run_id=run_id)
+    """Assess a run's committed prefix (coalesced: one pending assessment per run). The task's id holds the
+    run's lease, so a redelivery of this message takes it over at once."""
+    return assessment_run(run_id=run_id, task_id=assess_run.request.id)
 
 
 # Verification reads up to LOOPX_PACKAGE_MAX_TOTAL_BYTES (512 MiB by default) and the import ingests up to a

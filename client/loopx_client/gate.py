@@ -208,7 +208,7 @@ class Gate:
     ) -> Any:
         """One request; the typed error of a refusal, TransportError when no answer came."""
         url = path if path.startswith("http") else self.base + path
-        request = urllib.request.Request(url, data=body, method=method)
+        request = urllib.request.Request(url, data=body, method=method)  # noqa: S310  the configured server's http(s) URL
         if self._token:  # no token: no credentials at all (401 unauthenticated)
             request.add_header("Authorization", f"Bearer {self._token}")
         request.add_header("Accept", "application/json")
@@ -218,7 +218,7 @@ class Gate:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310  the configured server's http(s) URL
                 raw = response.read()
         except urllib.error.HTTPError as error:
             try:
@@ -380,7 +380,8 @@ class Gate:
 
     def _pause(self, attempt: int, error: BaseException | None = None) -> None:
         """Back off before the ``attempt``-th repeat; at least the server's Retry-After when it gave one."""
-        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+        # Jitter of a retry's wait, not a secret.
+        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)  # noqa: S311
         asked = error.retry_after if isinstance(error, ApiError) else None
         if asked is not None:
             delay = max(delay, min(asked, self.max_retry_after))

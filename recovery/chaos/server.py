@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -108,17 +111,96 @@ class _Child:
             self.proc.wait(timeout=10)
 
 
+def postgres_bin() -> Path | None:
+    """The folder of ``initdb`` and ``pg_ctl`` of the newest PostgreSQL installed under /usr/lib/postgresql, when
+    a private cluster can be made here (as root, only through the ``postgres`` user: initdb refuses root)."""
+    for folder in sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name, reverse=True):
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
+            if os.geteuid() == 0 and (shutil.which("runuser") is None or not _has_user("postgres")):
+                return None
+            return folder
+    return None
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the service's own: ``initdb`` in a temporary folder, ``pg_ctl`` on a free
+    loopback port. A fault test crashes and restarts it (``crash``: an immediate shutdown, no checkpoint, so
+    the restart replays the WAL as after a crash) without touching the machine's shared server."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        # Not under the test's own folder: the server's user must be able to reach it.
+        self.dir = Path(tempfile.mkdtemp(prefix="loopx-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self._initialised = False
+
+    def _run(self, *argv: str) -> None:
+        command = [str(self.bindir / argv[0]), *argv[1:]]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed: {(proc.stderr or proc.stdout).strip()[-800:]}")
+
+    def start(self) -> None:
+        if not self._initialised:
+            if os.geteuid() == 0:
+                user = pwd.getpwnam("postgres")
+                os.chown(self.dir, user.pw_uid, user.pw_gid)
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+            self._initialised = True
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w", "-t", "60",
+                  "start")
+
+    def crash(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def stop(self) -> None:
+        if self._initialised:
+            with contextlib.suppress(RuntimeError):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class LiveService:
     """PostgreSQL database + private Redis + gunicorn + one Celery worker, supervised.
 
     ``arm(role, point, run)`` arms a one-shot kill of ``role``'s whole process group at ``point`` for ``run``;
     ``restarts`` counts the restarts of each role after a death."""
 
-    def __init__(self, root: Path, *, web_workers: int = 2, web_threads: int = 4) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        web_workers: int = 2,
+        web_threads: int = 4,
+        private_postgres: bool = False,
+        settings: dict[str, str | None] | None = None,
+        sweep_seconds: int = 1,
+    ) -> None:
+        """``private_postgres``: a cluster of its own (``PrivatePostgres``) instead of a database on the shared
+        server, so that ``crash_postgres`` may take it down; ``settings`` overrides the service's environment
+        (None removes a variable); ``sweep_seconds``: beat's assessment sweep period."""
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.database = f"loopx_chaos_{os.getpid()}_{secrets.token_hex(3)}"
-        self.server_url = postgres_server_url()
+        bindir = postgres_bin() if private_postgres else None
+        if private_postgres and bindir is None:
+            raise RuntimeError("no initdb under /usr/lib/postgresql/*/bin usable here for a private cluster")
+        self.postgres = PrivatePostgres(bindir) if bindir is not None else None
+        self.server_url = self.postgres.url if self.postgres is not None else postgres_server_url()
+        self.sweep_seconds = sweep_seconds
         self.database_url = _with_database(self.server_url, self.database)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -150,6 +232,11 @@ class LiveService:
             "LOOPX_HEARTBEAT_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
         }
+        for name, value in (settings or {}).items():
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
         self._children: dict[str, _Child] = {}
         self._redis: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
@@ -183,11 +270,15 @@ class LiveService:
 
     def __enter__(self) -> LiveService:
         try:
+            if self.postgres is not None:
+                self.postgres.start()
             self._admin(f'CREATE DATABASE "{self.database}"')
             self._start_redis()
             self._manage("migrate", "--noinput")
             self.token = self._manage("create_api_token", "chaos-runtime").strip().splitlines()[-1]
-            self._manage("shell", "-c", _SETUP.format(name=OPERATOR, password=self.operator_password))
+            self._manage(
+                "shell", "-c", _SETUP.format(name=OPERATOR, password=self.operator_password, every=self.sweep_seconds)
+            )
             web_env = {**self.env, ARM_DIR_ENV: str(self.arm_dirs["web"]), "PORT": str(self.port),
                        "BIND_HOST": "127.0.0.1", "WEB_CONCURRENCY": "2", "GUNICORN_THREADS": "4",
                        "GUNICORN_MAX_REQUESTS": "0"}
@@ -256,8 +347,43 @@ class LiveService:
                     try:
                         self._start(role)
                     except RuntimeError:
-                        if not self._stop.is_set():
-                            raise
+                        # It died again while starting (beat reads its schedule from a database that is
+                        # down): try again in a second, for as long as the service runs.
+                        self._stop.wait(1)
+
+    # -- the dependencies' faults -----------------------------------------------------------------------
+    def kill_redis(self) -> None:
+        """SIGKILL the service's redis-server. It keeps nothing on disk: ``start_redis`` brings it back empty."""
+        if self._redis is not None:
+            _kill_group(self._redis, signal.SIGKILL)
+            self._redis.wait(timeout=10)
+            self._redis = None
+
+    def start_redis(self) -> None:
+        self._start_redis()
+
+    def crash_postgres(self) -> None:
+        """Crash the service's private cluster (immediate shutdown: every connection is cut, no checkpoint)."""
+        if self.postgres is None:
+            raise RuntimeError("the service runs on the shared PostgreSQL server, which is not its to crash")
+        self.postgres.crash()
+
+    def start_postgres(self) -> None:
+        if self.postgres is None:
+            raise RuntimeError("the service runs on the shared PostgreSQL server")
+        self.postgres.start()
+
+    def terminate_connections(self) -> int:
+        """Cut every connection to the service's database (``pg_terminate_backend``), as a database restart
+        would, on a server the service shares; returns how many were cut."""
+        import psycopg
+
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (self.database,),
+            ).fetchall()
+        return sum(1 for (cut,) in rows if cut)
 
     def arm(self, role: str, point: str, run: str, action: str = "kill-group") -> Path:
         """Arm a one-shot ``action`` at ``point`` in ``role``'s processes, for ``run`` only."""
@@ -282,15 +408,17 @@ class LiveService:
         with self._lock:
             for child in self._children.values():
                 child.stop()
-        if self._redis is not None:
-            _kill_group(self._redis, signal.SIGKILL)
-            self._redis.wait(timeout=10)
+        self.kill_redis()
+        if self.postgres is not None:
+            self.postgres.stop()  # the whole cluster goes, with its database
+            return
         with contextlib.suppress(Exception):
             self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
 
 # The rig's operator: a person in the operator group, in the team that sees every run. Beat's assessment
-# sweep runs every second instead of every 30, so that what a kill left owed is published within the seed.
+# sweep runs every second (or ``sweep_seconds``) instead of every 30, so that what a kill left owed is
+# published within the seed.
 _SETUP = """
 from django.contrib.auth.models import Group, User
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -299,8 +427,8 @@ from teams.services import team_ensure, team_members_add
 user = User.objects.create_user(username="{name}", password="{password}")
 user.groups.add(Group.objects.get(name="operator"))
 team_members_add(team=team_ensure(name=ALL_RUNS_TEAM, prefixes=[""]), users=[user])
-every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
-PeriodicTask.objects.filter(task="audits.tasks.audit_assessment_sweep").update(interval=every_second)
+sweep, _ = IntervalSchedule.objects.get_or_create(every={every}, period="seconds")
+PeriodicTask.objects.filter(task="audits.tasks.audit_assessment_sweep").update(interval=sweep)
 """
 
 

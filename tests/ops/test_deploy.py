@@ -99,3 +99,16 @@ def test_prepared_statements_are_a_postgresql_setting_that_a_pooler_can_turn_off
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'x.sqlite3'}"
     assert _prepare_threshold(env) == "absent"  # SQLite has no such option
     assert "`DB_PREPARED_STATEMENTS`" in DOC
+
+
+def test_a_visibility_timeout_below_the_task_limits_is_a_deploy_warning(settings):
+    from ops.checks import visibility_timeout_check
+
+    assert settings.CELERY_LONGEST_UNACKED_SECONDS == settings.LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS + max(
+        settings.LOOPX_ASSESS_TIME_LIMIT, settings.LOOPX_AUDIT_TIME_LIMIT, settings.LOOPX_PACKAGE_TIME_LIMIT,
+        settings.CELERY_TASK_TIME_LIMIT,
+    )
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": settings.CELERY_LONGEST_UNACKED_SECONDS}
+    assert visibility_timeout_check() == []
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": settings.LOOPX_PACKAGE_TIME_LIMIT}
+    assert [m.id for m in visibility_timeout_check()] == ["loopx.W001"]

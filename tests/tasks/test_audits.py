@@ -110,7 +110,9 @@ def test_sweep_requests_a_run_left_behind_its_prefix(published, django_capture_o
 
 def test_sweep_leaves_a_task_in_flight_alone(published):
     ingest("run-busy", workload_lines("run-busy"))
-    PendingAssessment.objects.filter(run__run_id="run-busy").update(pending=False, started_at=timezone.now())
+    PendingAssessment.objects.filter(run__run_id="run-busy").update(
+        pending=False, started_at=timezone.now(), lease_expires_at=timezone.now() + timedelta(minutes=1)
+    )
     report = audit_assessment_sweep(grace=NOW, republish_after=NOW, limit=10).as_dict()
     assert report["in_flight"] == 1 and published.run_ids == []
 
