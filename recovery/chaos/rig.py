@@ -4,7 +4,8 @@ and check the joint recovery properties.
 
 Per seed: one point of the crash matrix (``seed % len(matrix)``, so every ``len(matrix)`` consecutive seeds
 cover every point): a transition of the fresh workload, or, over HTTP, the web killed mid-batch, the worker
-killed mid-assessment, or a turn taken over from a dead worker. Odd seeds upgrade the runtime v1->v2
+killed mid-assessment, a turn taken over from a dead worker, or a worker stalled (SIGSTOP) past its lease at
+a dispatch while another takes its turn over, then continued. Odd seeds upgrade the runtime v1->v2
 between crash and restart; about half the seeds are killed again inside the recovery pass itself (gate,
 claim, the operator's finding journaled, the first resumed records). Every stage is checked, and the end
 state jointly:
@@ -20,7 +21,8 @@ state jointly:
 - the journal only grows: every record seen at any stage, the discarded suffix included, is still there
   byte-identical;
 - over HTTP: the service settles (the worker assessed the final prefix; the stored decisions are the
-  engine's), the armed kill fired, and a dead worker's late write was refused by the fence.
+  engine's), the armed kill fired, a dead worker's late write was refused by the fence, and a stalled
+  worker, continued, ended fenced or refused by its own lease check, never with a second effect.
 """
 
 from __future__ import annotations

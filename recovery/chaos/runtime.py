@@ -15,6 +15,10 @@ recovery gate about every open turn, claims it, journals any operator finding as
 runs only what the journal says is missing (`next_action` is a pure function of the journal). Every
 record append, every ledger effect and every recovery step (gate, claim) is a *transition*; the
 failpoint SIGKILLs the process right after transition N (N=0: never).
+
+A worker keeps the leases of its claims (a local monotonic deadline, renewed as it works) and starts an
+unsafe effect only while its lease outlasts the effect (docs/chaos.md, "Leases"). ``--stall-at N`` stops
+the process (SIGSTOP) at the dispatch that is transition N, for the rig's stall seeds.
 """
 
 from __future__ import annotations
@@ -435,12 +439,11 @@ class Runtime:
 
     def _keep_lease(self, turn: str | None) -> None:
         """Before each step of a claimed turn: renew the lease once half of it has gone."""
-        lease = self.leases.get(turn) if turn is not None else None
-        if lease is None or not self.lease_check:
+        if turn is None or turn not in self.leases:
             return
-        half = self.gw.lease_seconds(turn or "") / 2
-        if lease.deadline - time.monotonic() < half and not self._renew(turn or ""):
-            self._refuse_lease(turn or "", "the lease was lost before the step")
+        half = self.gw.lease_seconds(turn) / 2
+        if self.leases[turn].deadline - time.monotonic() < half and not self._renew(turn):
+            self._refuse_lease(turn, "the lease was lost before the step")
 
     def _lease_allows_effect(self, turn: str) -> None:
         """Right before an unsafe effect: it starts only while the lease outlasts the effect's longest
@@ -449,14 +452,12 @@ class Runtime:
         lease = self.leases.get(turn)
         if lease is None or not self.lease_check:
             return
-        for _ in range(LEASE_RENEWALS):
-            if self.leases[turn].deadline - time.monotonic() >= EFFECT_MAX_SECONDS + LEASE_MARGIN_SECONDS:
+        needed = EFFECT_MAX_SECONDS + LEASE_MARGIN_SECONDS
+        for renewals in range(LEASE_RENEWALS + 1):
+            if self.leases[turn].deadline - time.monotonic() >= needed:
                 return
-            if not self._renew(turn):
+            if renewals == LEASE_RENEWALS or not self._renew(turn):
                 break
-        else:
-            if self.leases[turn].deadline - time.monotonic() >= EFFECT_MAX_SECONDS + LEASE_MARGIN_SECONDS:
-                return
         self._refuse_lease(turn, "too little of the lease is left for the unsafe effect")
 
     def _refuse_lease(self, turn: str, detail: str) -> None:
