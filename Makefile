@@ -28,6 +28,14 @@ test: $(STAMP)
 	# The layers import downward only (.importlinter; docs in README's "Where things are").
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
+	# The TypeScript client (client-ts/): installed from its lock file, built with tsc --strict, its own tests
+	# (the contract's vectors among them) on Node's test runner. Without Node.js it says so and goes on.
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  set -e; cd client-ts; echo "== client-ts on node $$(node --version)"; \
+	  npm ci --no-audit --no-fund --loglevel=error; npx tsc -p tsconfig.json; node --test dist/test/*.test.js; \
+	else \
+	  echo "SKIPPED: client-ts (the TypeScript client) was not tested: node and npm are not on PATH (install Node.js 20+)"; \
+	fi
 	# A throwaway var/ per run: tests that commit publish tasks to the filesystem broker, which must not
 	# leak into the var/ that `make run` serves from.
 	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc

@@ -25,7 +25,15 @@ from audits.serializers import (
     OperatorActionSerializer,
     RecoveryAuditSerializer,
 )
-from journals.access import CanOperate, CanRunRecovery, RunScope, can_administer, runtime_token
+from journals.access import (
+    CanExport,
+    CanOperate,
+    CanRunRecovery,
+    OperatorRole,
+    RunScope,
+    can_administer,
+    runtime_token,
+)
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
 from journals.views import _ERRORS
@@ -344,9 +352,10 @@ class TokenRevokeView(LoopxView):
 
 
 class OperatorActionExportView(LoopxView):
-    """The audit log as a stream (JSONL or CSV) for a SIEM; the export itself is a row of the log."""
+    """The audit log as a stream (JSONL or CSV) for a SIEM; the export itself is a row of the log. The
+    operator role, as the console's export: a viewer reads the log's pages, never takes it away whole."""
 
-    permission_classes = [CanOperate]
+    permission_classes = [CanExport]
     queryset = OperatorAction.objects.none()
 
     @extend_schema(
@@ -381,7 +390,7 @@ class ScheduleChangeSerializer(serializers.Serializer[Any]):
 
 class ScheduleListView(LoopxView):
     serializer_class = ScheduleSerializer
-    permission_classes = [CanOperate]
+    permission_classes = [OperatorRole]  # operators read the schedules, admins change them (docs/api.md)
     pagination_class = None
     queryset = PeriodicTask.objects.none()
 

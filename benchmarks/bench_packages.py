@@ -98,7 +98,7 @@ def _fsync_tree(root: str) -> None:
 def _extract(package: str, dest: str) -> None:
     if zipfile.is_zipfile(package):
         with zipfile.ZipFile(package) as zf:
-            zf.extractall(dest)
+            zf.extractall(dest)  # noqa: S202  zipfile drops absolute paths and '..' from the members' names
         return
     with tarfile.open(package) as tf:
         tf.extractall(dest, filter="data")

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
 
-        user = User.objects.create_user("bench-operator", password="bench-password-123")
+        user = User.objects.create_user("bench-operator", password="bench-password-123")  # noqa: S106  a throwaway account in the benchmark's own database
         user.groups.add(Group.objects.get_or_create(name="operator")[0])
         from teams.services import team_ensure, team_members_add
 

@@ -247,10 +247,10 @@ def effect_map_detail(request: HttpRequest, name: str) -> HttpResponse:
     if proposed and proposed not in entries:
         entries[proposed] = "unsafe"  # pre-filled for the operator to choose; saved only with a reason
     form = MapForm(initial={"entries": entries_text(entries), "default": latest.default if latest else "unsafe"})
+    # A map is shared by every team; its uses are not: each reader sees only the imports of their runs.
     in_use = (
-        HistoryImport.objects.filter(map_version__map=effect_map, superseded_by__isnull=True)
-        .select_related("source", "map_version")
-        .defer("source__data")
+        imports_visible(scope=access.run_scope(user=request.user))
+        .filter(map_version__map=effect_map, superseded_by__isnull=True)
         .order_by("-created_at")[:RECENT]
     )
     return render(
@@ -293,7 +293,8 @@ def effect_map_save(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, f"The map was not saved: {err.detail}.")
         return HttpResponseRedirect(back)
     messages.success(
-        request, f"Saved as version {version.number}. Imports that used an older version are imported again with it."
+        request, f"Saved as version {version.number}. The imports of your runs that used an older version are imported "
+        "again with it."
     )
     return HttpResponseRedirect(back)
 
@@ -323,9 +324,15 @@ def effect_map_attach_view(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def effect_map_propose(request: HttpRequest) -> HttpResponse:
     """The turn page's one-click proposal for a name not in the map: open the editor of the map the import
-    used (or the new-map form when it used none) with the name pre-filled. Nothing is saved here."""
+    used (or the new-map form when it used none) with the name pre-filled. Nothing is saved here. An
+    imported run of another team answers 404, as a missing one does."""
+    pk = request.POST.get("imported_run") or ""
+    visible = ImportedRun.objects.filter(
+        access.run_scope(user=request.user).q("run_ident"),
+        history_import__in=imports_visible(scope=access.run_scope(user=request.user)).values("pk"),
+    )
     row = get_object_or_404(
-        ImportedRun.objects.select_related("history_import__map_version__map"), pk=request.POST.get("imported_run") or 0
+        visible.select_related("history_import__map_version__map"), pk=int(pk) if pk.isdigit() else 0
     )
     name = (request.POST.get("name") or "").strip()[:200]
     version = row.history_import.map_version

@@ -64,7 +64,30 @@ class DoorFault:
         }
 
 
-def _record_fault(rec: DoorRecord) -> tuple[str, str] | None:
+class _Times:
+    """`at` checked as the engine does: a writer's times share their date, hour and minute with the previous
+    record's and repeat their seconds, so both halves are remembered once proven."""
+
+    __slots__ = ("prefix", "suffixes")
+
+    def __init__(self) -> None:
+        self.prefix = "\x00"
+        self.suffixes: set[str] = set()
+
+    def ok(self, at: Any) -> bool:
+        if at.__class__ is not str:
+            return False
+        if at.startswith(self.prefix) and at[16:] in self.suffixes:
+            return True
+        if not valid_at(at):
+            return False
+        self.prefix = at[:16]
+        if len(self.suffixes) < 4096:
+            self.suffixes.add(at[16:])
+        return True
+
+
+def _record_fault(rec: DoorRecord, times: _Times) -> tuple[str, str] | None:
     """The first fault of the record itself, in the engine's check order, or None."""
     obj = rec.obj
     if rec.invalid is not None:
@@ -77,7 +100,7 @@ def _record_fault(rec: DoorRecord) -> tuple[str, str] | None:
     kind = obj.get("kind")
     if type(kind) is not str:
         return Code.RECORD_INVALID, "missing or non-string kind"
-    if not valid_at(obj.get("at")):
+    if not times.ok(obj.get("at")):
         return Code.RECORD_INVALID, "at is not an RFC 3339 time"
     if kind not in KINDS:
         return Code.KIND_UNKNOWN, "unknown record kind"
@@ -115,13 +138,14 @@ def door_faults(
     holds a fork (default: the highest of ``heads``)."""
     faults: list[DoorFault] = []
     live = max(heads, default=0) if highest is None else highest
+    times = _Times()
     next_lsn: dict[int, int] = {b: h.lsn + 1 for b, h in heads.items()}
     last_digest: dict[int, str | None] = {b: h.digest for b, h in heads.items()}
     created: set[int] = {b for b, h in heads.items() if b == 0 or h.lsn >= 0 or h.digest is not None}
     for rec in records:
         obj = rec.obj
         b, ln = obj["branch"], obj["lsn"]
-        fault = _record_fault(rec)
+        fault = _record_fault(rec, times)
         if fault is not None:
             faults.append(DoorFault(fault[0], rec.line, b, ln, f"line {rec.line}: {fault[1]}"))
         if b not in created:

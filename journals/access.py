@@ -227,11 +227,23 @@ class CanOperate(BasePermission):
         return can_operate(request.user)
 
 
-class CanExportRaw(BasePermission):
-    """The run export, which hands out raw journal bytes, secrets included (contract section 8): the operator
-    role, for reads too; never a runtime token, never a viewer."""
+class OperatorRole(BasePermission):
+    """The operator role for every method, reads included (beat's schedules, exports); never a runtime
+    token, never a viewer."""
 
-    message = "You need the operator role to export a run's raw bytes."
+    message = "You need the operator role to do this."
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return runtime_token(request) is None and can_operate(request.user)
+
+
+class CanExport(OperatorRole):
+    """An export (the operator trail, a run's bytes): the operator role, for its GET too, as in the console."""
+
+    message = "You need the operator role to export this."
+
+
+class CanExportRaw(CanExport):
+    """The run export, which hands out raw journal bytes, secrets included (contract section 8)."""
+
+    message = "You need the operator role to export a run's raw bytes."

@@ -293,6 +293,9 @@ class Phase(models.Model):
             models.CheckConstraint(condition=Q(position__gte=0), name="phase_position_gte_0"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.turn_id}:{self.position} {self.name}"
+
 
 EFFECT_CLASSES: tuple[str, ...] = tuple(EffectClass.values)
 RESOLUTIONS: tuple[str, ...] = tuple(Resolution.values)
@@ -321,6 +324,9 @@ class Intent(models.Model):
             models.CheckConstraint(condition=_in("resolution", RESOLUTIONS), name="intent_resolution_valid"),
             models.CheckConstraint(condition=_in("outcome", OUTCOMES, null=True), name="intent_outcome_valid"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.intent_id} ({self.effect_class}, {self.resolution})"
 
 
 class JournalRecord(AppendOnlyModel):
@@ -371,6 +377,9 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["run", "branch", "lsn"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.run_id} {self.branch}:{self.lsn}"
 
 
 # The pending-assessment flag's model module; imported here so that Django registers it with this app.

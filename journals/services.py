@@ -43,7 +43,7 @@ from kernel.errors import ServiceError
 from kernel.events import instrument_ingest
 from kernel.failpoints import failpoint
 
-TOKEN_PREFIX = "lxr_"
+TOKEN_PREFIX = "lxr_"  # noqa: S105  the public prefix of every token, not a secret
 _MAX_BRANCH = 2**31 - 1
 _MAX_LSN = 2**63 - 1
 _MAX_V = 2**31 - 1

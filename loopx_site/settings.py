@@ -7,6 +7,7 @@ LOOPX_PRODUCTION=1 (docs/deployment.md lists them).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -65,6 +66,8 @@ MIDDLEWARE = [
     # First, so that every later log line carries the request id (ops/middleware.py).
     "ops.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy: every page loads only from this host (LOOPX_CSP).
+    "ops.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -190,6 +193,14 @@ MEDIA_ROOT = VAR_DIR / "media"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Every page loads scripts, styles, images and fonts from this host only, posts its forms here only and is
+# framed by nobody. data: images are the API docs' icons (its stylesheet inlines them); no inline script or
+# style anywhere, so no 'unsafe-inline'. An empty LOOPX_CSP sends no policy (a proxy that sets its own).
+LOOPX_CSP = env_str(
+    "LOOPX_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+)
 SESSION_COOKIE_HTTPONLY = True
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
@@ -315,6 +326,11 @@ LOOPX_READYZ_BEAT_MAX_AGE = env_int("LOOPX_READYZ_BEAT_MAX_AGE", 300)
 LOOPX_WEBHOOK_TIMEOUT_SECONDS = env_int("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)
 LOOPX_WEBHOOK_MAX_ATTEMPTS = env_int("LOOPX_WEBHOOK_MAX_ATTEMPTS", 8)
 LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)
+# Networks (CIDRs) a webhook may reach although they are not public (notifications/destinations.py). Empty:
+# webhooks reach public addresses only. A bad CIDR stops the start here rather than at a delivery.
+LOOPX_WEBHOOK_ALLOW_NETS = [
+    str(ipaddress.ip_network(n, strict=False)) for n in env_list("LOOPX_WEBHOOK_ALLOW_NETS", [])
+]
 # 0 (unset) = retention off: nothing is ever removed.
 LOOPX_RETENTION_DAYS = env_int("LOOPX_RETENTION_DAYS", 0)
 LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retention")))

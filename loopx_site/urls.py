@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console import errors
 from console.views import favicon
@@ -17,7 +17,7 @@ urlpatterns = [
     path("oidc/callback/", CallbackView.as_view(), name="oidc_authentication_callback"),
     path("api/v1/", include("loopx_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/schema/ui/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-schema-ui"),
+    path("api/schema/ui/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-schema-ui"),
     # Operability: /healthz, /readyz, /metrics at the root; webhooks under the API.
     path("", include("ops.urls")),
     path("api/v1/", include("notifications.urls")),

@@ -15,11 +15,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from journals.access import can_administer, can_operate, can_view, runs_visible
+from kernel.errors import ServiceError
 from trail.admin_mixin import snapshot
 from trail.services import operator_action_record
 
 from . import delivery
 from .admin import url_without_credentials
+from .destinations import destination_check_at_save
 from .models import EVENTS, Webhook, WebhookDelivery
 
 
@@ -46,6 +48,11 @@ class WebhookSerializer(serializers.ModelSerializer[Webhook]):
         model = Webhook
         fields = ["id", "name", "url", "secret", "events", "active", "team", "created_at"]
         read_only_fields = ["id", "created_at"]
+
+    def validate_url(self, value: str) -> str:
+        # Refused typed by the view (webhook_url_refused): a URL that reaches inside is never saved.
+        destination_check_at_save(value)
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.instance is None and not attrs.get("secret"):
@@ -81,7 +88,17 @@ def _webhook_record(request: Request, kind: str, before: dict[str, Any], instanc
     )
 
 
-class WebhookList(generics.ListCreateAPIView[Webhook]):
+class _TypedRefusals:
+    """A service's refusal (a webhook URL that reaches inside) as the API's typed error."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ServiceError):
+            return Response(exc.as_dict(), status=exc.status)
+        answer: Response = super().handle_exception(exc)  # type: ignore[misc]
+        return answer
+
+
+class WebhookList(_TypedRefusals, generics.ListCreateAPIView[Webhook]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer
@@ -93,7 +110,7 @@ class WebhookList(generics.ListCreateAPIView[Webhook]):
             _webhook_record(self.request, "webhook_create", {}, serializer.instance)
 
 
-class WebhookDetail(generics.RetrieveUpdateDestroyAPIView[Webhook]):
+class WebhookDetail(_TypedRefusals, generics.RetrieveUpdateDestroyAPIView[Webhook]):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAdminRole]
     serializer_class = WebhookSerializer

@@ -10,17 +10,22 @@
   spent. Every attempt is a WebhookAttempt row.
 
 Signature: ``X-LoopX-Signature: sha256=<hex HMAC-SHA256 of the exact body bytes with the hook's secret>``.
+
+Each attempt checks the URL's destination again (notifications.destinations: DNS can change) and connects
+to the address it checked. Redirects are never followed: a 3xx is a failed attempt. Of the answer, the
+attempt keeps its status and, for a failure, at most ``EXCERPT_CHARS`` characters of its body, redacted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,6 +41,7 @@ from kernel import context, events
 from kernel.logging import scrub
 from trail.services import operator_action_record
 
+from .destinations import Destination, DestinationRefused, destination_check
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
 
 logger = logging.getLogger("loopx.notifications")
@@ -151,13 +157,55 @@ class SendResult:
     duration_ms: float
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect is an answer we do not follow: the signed body must reach the configured URL or fail.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+# What a failed attempt keeps of the answer's body: enough to tell a receiver's error page, no more.
+EXCERPT_CHARS = 200
+_READ_BYTES = 1024
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """HTTP to the address the destination check allowed, naming the host in the Host header."""
+
+    def __init__(self, destination: Destination, address: str, timeout: float) -> None:
+        super().__init__(destination.host, destination.port, timeout=timeout)
+        self._address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to the checked address; the certificate is checked against the host's name (SNI too)."""
+
+    def __init__(self, destination: Destination, address: str, timeout: float) -> None:
+        super().__init__(destination.host, destination.port, timeout=timeout, context=ssl.create_default_context())
+        self._address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+
+
+def _post(destination: Destination, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    """One POST to the first checked address that takes the connection; (status, the body's start)."""
+    last: OSError | None = None
+    for address in destination.addresses:
+        kind = _PinnedHTTPSConnection if destination.scheme == "https" else _PinnedHTTPConnection
+        connection = kind(destination, str(address), timeout)
+        try:
+            connection.request("POST", destination.path, body=body, headers=headers)
+            response = connection.getresponse()
+            return int(response.status), response.read(_READ_BYTES)  # never more is read, nor kept
+        except OSError as exc:  # refused or unreachable: the next address, if any
+            last = exc
+        finally:
+            connection.close()
+    raise last or OSError("no address to connect to")
+
+
+def _excerpt(data: bytes) -> str:
+    """A short, redacted excerpt of an answer's body for the delivery log."""
+    text = " ".join(data.decode("utf-8", "replace").split())
+    return scrub(text[: EXCERPT_CHARS * 2])[:EXCERPT_CHARS]
 
 
 def send(delivery: WebhookDelivery, attempt_number: int) -> SendResult:
@@ -175,21 +223,21 @@ def send(delivery: WebhookDelivery, attempt_number: int) -> SendResult:
     }
     if delivery.request_id:
         headers["X-Request-ID"] = delivery.request_id
-    request = urllib.request.Request(hook.url, data=body, headers=headers, method="POST")
     timeout = float(_setting("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5))
     started = time.perf_counter()
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            response.read(1024)  # drain a little so keep-alive servers are happy; never stored
-            status = int(response.status)
-    except urllib.error.HTTPError as exc:
-        status = int(exc.code)
+        destination = destination_check(hook.url)  # again at every attempt: the name may resolve elsewhere now
+    except DestinationRefused as refused:
+        return SendResult(False, None, f"{refused.code}: {scrub(refused.detail)}"[:500], 0.0)
+    try:
+        status, answer = _post(destination, body, headers, timeout)
     except Exception as exc:  # refused, reset, timed out, bad TLS: the receiver is down for us
         return SendResult(False, None, _error_text(exc), (time.perf_counter() - started) * 1000)
     elapsed = (time.perf_counter() - started) * 1000
     if 200 <= status < 300:
         return SendResult(True, status, "", elapsed)
-    return SendResult(False, status, f"HTTP {status}", elapsed)
+    excerpt = _excerpt(answer)
+    return SendResult(False, status, f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}", elapsed)
 
 
 def _error_text(exc: BaseException) -> str:

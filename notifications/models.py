@@ -47,6 +47,18 @@ class Webhook(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """A URL that reaches inside (loopback, private, link-local...) is refused when it is saved, as at
+        every delivery (notifications.destinations)."""
+        from django.core.exceptions import ValidationError
+
+        from .destinations import DestinationRefused, destination_check_at_save
+
+        try:
+            destination_check_at_save(self.url)
+        except DestinationRefused as err:
+            raise ValidationError({"url": ValidationError(err.detail, code=err.code)}) from None
+
     def subscribes(self, event: str) -> bool:
         return self.active and isinstance(self.events, list) and event in self.events
 
@@ -106,3 +118,6 @@ class WebhookAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["delivery", "number"], name="webhookattempt_unique_number"),
         ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery {self.delivery_id}"

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from kernel import context
@@ -52,3 +53,19 @@ class RequestIdMiddleware:
             return response
         finally:
             context.request_id_var.reset(token)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Pages load nothing from another host: scripts, styles, images and forms come from this one
+    (``LOOPX_CSP``, docs/deployment.md). The console's templates hold no inline script, style or event
+    handler, so the policy needs no 'unsafe-inline'. A response that set its own policy keeps it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy = str(getattr(settings, "LOOPX_CSP", "") or "")
+        if policy and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = policy
+        return response

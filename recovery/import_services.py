@@ -41,7 +41,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from journals.access import RunScope
+from journals.access import RunScope, run_scope
 from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, EffectClass, Run
 from journals.services import IngestError
 from kernel.errors import ServiceError
@@ -144,7 +144,9 @@ def effect_map_update(
 ) -> EffectMapVersion:
     """Save a new version of the map (the old ones stay as they were), audited with the versions before and
     after (``effect_map_update``), and once committed re-assess every import that used an older version
-    (``reimport_history`` per import). 400 ``effect_map_unchanged`` when nothing differs."""
+    and that the changer may see (``reimport_history`` per import). A map is shared by every team: another
+    team's imports keep the version they were made with until someone who sees them saves the map again
+    (docs/access.md). 400 ``effect_map_unchanged`` when nothing differs."""
 
     reason = reason_clean(reason=reason)
     clean, default = _clean_map(entries, default)
@@ -162,9 +164,9 @@ def effect_map_update(
             actor=actor, kind="effect_map_update", reason=reason, before=_picture(previous), after=_picture(version)
         )
         stale = list(
-            HistoryImport.objects.filter(
-                map_version__map=locked, map_version__number__lt=number, superseded_by__isnull=True
-            ).values_list("pk", flat=True)
+            imports_visible(scope=actor_scope(actor))
+            .filter(map_version__map=locked, map_version__number__lt=number, superseded_by__isnull=True)
+            .values_list("pk", flat=True)
         )
         version_pk = version.pk
         transaction.on_commit(lambda: reassessment_enqueue(import_ids=stale, map_version_id=version_pk))
@@ -274,9 +276,12 @@ def history_upload_receive(
         raise ImportServiceError(400, "identifier_too_long", f"the run id must have at most {ID_MAX} characters")
     source_key = (source_key or "").strip()[:ID_MAX]
     person, token, name = _principal(actor)
+    scope = actor_scope(actor)
+    if run:
+        _refuse_outside(scope, token, run)
     data = _read_all(file, int(settings.LOOPX_IMPORT_MAX_BYTES))
     sha = hashlib.sha256(data).hexdigest()
-    found = _existing(sha, run)
+    found = _existing(sha, run, scope)
     if found is not None:
         return found, False
     version = effect_map_for(system=source, key=source_key, name=effect_map)
@@ -284,10 +289,8 @@ def history_upload_receive(
         result = history_import(source=source, data=data, effects=converter_map(version), run=run or None)
     except ImportRefused as err:
         raise ImportServiceError(400, err.code, err.message) from None
-    if token is not None:
-        for imported in result.runs:
-            if not token.allows_run(imported.run):
-                raise ImportServiceError(403, "run_forbidden", "this token may not write to this run")
+    for imported in result.runs:
+        _refuse_outside(scope, token, imported.run)
     try:
         with transaction.atomic():
             history, _ = HistorySource.objects.get_or_create(
@@ -328,18 +331,36 @@ def history_upload_receive(
             transaction.on_commit(lambda: conversion_enqueue(import_id=upload_id))
     except IntegrityError:
         # A twin upload committed first: the same bytes find it; other bytes for its run are a conflict.
-        found = _existing(sha, run)
+        found = _existing(sha, run, scope)
         if found is not None:
             return found, False
         raise ImportServiceError(409, IMPORT_CONFLICT, "another upload stored this run first") from None
     return upload, True
 
 
-def _existing(sha: str, run: str) -> HistoryImport | None:
-    """The newest generation of the import these bytes made for this run request, if any."""
+def actor_scope(actor: Any) -> RunScope:
+    """The runs whoever acts may write: a token's prefix, a person's teams' prefixes (journals.access)."""
+    person, token, _name = _principal(actor)
+    return run_scope(user=person, token=token)
+
+
+def _refuse_outside(scope: RunScope, token: ApiToken | None, run_id: str) -> None:
+    """Nothing is imported under a run outside the uploader's scope, whether that run exists or not, so the
+    answer never says which: a token is told its prefix does not cover it (403 ``run_forbidden``, as for
+    ingest), a person that there is no such run (404, the very answer of a missing run)."""
+    if scope.allows(run_id):
+        return
+    if token is not None:
+        raise ImportServiceError(403, "run_forbidden", "this token may not write to this run")
+    raise ImportServiceError(404, "not_found", "No such run.")
+
+
+def _existing(sha: str, run: str, scope: RunScope) -> HistoryImport | None:
+    """The newest generation of the import these bytes made for this run request, if the uploader may see
+    it: another team's import of the same bytes is not handed out."""
     return (
-        HistoryImport.objects.filter(source__sha256=sha, requested_run=run, superseded_by__isnull=True)
-        .select_related("source", "map_version__map")
+        imports_visible(scope=scope)
+        .filter(source__sha256=sha, requested_run=run, superseded_by__isnull=True)
         .order_by("-generation", "-created_at")
         .first()
     )

@@ -2,8 +2,9 @@
 follow it, and read where an imported run and its intents' classes came from.
 
 - ``POST /api/v1/imports``: multipart (``file``, ``source``, optional ``run``, ``effect_map``, ``key``). A
-  runtime token or an operator. 202 with the new import; 200 with the existing one for the same bytes; 400
-  (the importer's code) or 409 ``import_conflict`` with nothing stored.
+  runtime token or an operator. 202 with the new import; 200 with the existing one for the same bytes (one
+  the uploader may see); 400 (the importer's code) or 409 ``import_conflict`` with nothing stored. A run
+  outside the uploader's teams answers as a missing run (404; a token: 403 ``run_forbidden``).
 - ``GET /api/v1/imports/{id}``: state, progress, source, runs. Viewers, and the token that uploaded it.
 - ``GET /api/v1/runs/{run}/import``: the import that stored a run (404 for a run that was not imported).
 - ``GET /api/v1/runs/{run}/turns/{turn}/intent-classes``: which map entry decided each intent's class.
@@ -56,6 +57,10 @@ class ImportUploadView(LoopxView):
                 description="Not a history of that source (the importer's code, e.g. `history_invalid`), an unknown "
                 "source or map; nothing stored.",
             ),
+            404: OpenApiResponse(
+                ErrorSerializer,
+                description="The run is outside the uploader's teams, as a missing run answers; nothing stored.",
+            ),
             409: OpenApiResponse(
                 ErrorSerializer, description="`import_conflict`: the run exists from other bytes; nothing stored."
             ),
@@ -71,14 +76,22 @@ class ImportUploadView(LoopxView):
             error = ImportServiceError(400, code, "send the history as `file` and its system as `source`")
             return Response({**error.as_dict(), "fields": form.errors}, status=400)
         data = form.validated_data
-        upload, created = history_upload_receive(
-            file=data["file"],
-            source=data["source"],
-            actor=request.user,
-            run=data.get("run") or None,
-            effect_map=data.get("effect_map") or None,
-            source_key=data.get("key") or "",
-        )
+        if data.get("run"):
+            # Another team's run, existing or not, answers as a missing run does (journals.api).
+            self.check_run_allowed(request, data["run"].strip())
+        try:
+            upload, created = history_upload_receive(
+                file=data["file"],
+                source=data["source"],
+                actor=request.user,
+                run=data.get("run") or None,
+                effect_map=data.get("effect_map") or None,
+                source_key=data.get("key") or "",
+            )
+        except ImportServiceError as err:
+            if err.status == 404:  # a run the history itself names, outside the uploader's teams
+                raise NotFound(err.detail) from None
+            raise
         upload = import_queryset().get(pk=upload.pk)  # type: ignore[attr-defined]
         body = HistoryImportSerializer(upload, context=self.get_serializer_context()).data
         return Response(body, status=202 if created else 200, headers={"Location": body["status_url"]})

@@ -54,6 +54,9 @@ class Assessment(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"assessment {self.pk} of run {self.run_id}"
+
 
 class TurnAssessment(models.Model):
     """One turn's decision inside an assessment, as rows so that lists filter on them."""
@@ -75,6 +78,9 @@ class TurnAssessment(models.Model):
         ]
         indexes = [models.Index(fields=["turn", "-assessment"], name="turnassessment_turn_latest")]
 
+    def __str__(self) -> str:
+        return f"{self.turn_id}: {self.decision}"
+
 
 class TurnClaim(models.Model):
     """A lease on a turn for one worker. The fencing token only grows per turn (Turn.fencing_counter)."""
@@ -92,6 +98,9 @@ class TurnClaim(models.Model):
             models.UniqueConstraint(fields=["turn", "fencing_token"], name="claim_unique_token"),
             models.CheckConstraint(condition=Q(fencing_token__gte=1), name="claim_token_gte_1"),
         ]
+
+    def __str__(self) -> str:
+        return f"claim {self.fencing_token} of turn {self.turn_id} by {self.worker_id}"
 
     def holds(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()

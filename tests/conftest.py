@@ -8,6 +8,7 @@ skips nothing.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -52,3 +53,27 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     published: list[str] = []
     monkeypatch.setattr(validate_package, "apply_async", lambda args=None, **_: published.append(args[0]))
     return published
+
+
+# Names the tests' webhook resolver knows; any other name resolves to nothing. No test resolves a name
+# through the network, and none sends a packet outside 127.0.0.0/8.
+TEST_NAMES = {"localhost": ["127.0.0.1"]}
+
+
+@pytest.fixture(autouse=True)
+def webhook_destinations(monkeypatch: pytest.MonkeyPatch, settings: Any) -> dict[str, list[str]]:
+    """Webhooks in tests: the resolver is a table (``TEST_NAMES``, extended by a test through the returned
+    dict), and loopback is on the allow-list so that the loopback receivers of the webhook tests are
+    reached; a test of the refusals empties ``settings.LOOPX_WEBHOOK_ALLOW_NETS``."""
+    from notifications import destinations
+
+    names = {k: list(v) for k, v in TEST_NAMES.items()}
+
+    def resolve(host: str, port: int) -> list[str]:
+        if host not in names:
+            raise OSError(f"{host} is not in the tests' resolver table")
+        return list(names[host])
+
+    monkeypatch.setattr(destinations, "resolve_host", resolve)
+    settings.LOOPX_WEBHOOK_ALLOW_NETS = ["127.0.0.0/8"]
+    return names

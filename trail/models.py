@@ -121,3 +121,6 @@ class TrailHead(models.Model):
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="trailhead_single_row")]
         db_table = "audits_trailhead"
+
+    def __str__(self) -> str:
+        return f"trail head at {self.seq}"

@@ -52,8 +52,13 @@ def page(chromium) -> Iterator[object]:
     context = chromium.new_context(viewport={"width": 1400, "height": 900}, timezone_id="Europe/Berlin")
     context.set_default_timeout(15_000)
     page = context.new_page()
+    # The pages load nothing the Content-Security-Policy refuses (docs/deployment.md): the browser reports
+    # each refusal on its console, and any one fails the test.
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
     yield page
     context.close()
+    assert not refused, f"the browser refused what a page loads: {refused[:3]}"
 
 
 @pytest.fixture

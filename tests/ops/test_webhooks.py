@@ -149,7 +149,7 @@ def test_receiver_down_backs_off_exponentially(published, settings):
         assert time.monotonic() - started < 2
         item = WebhookDelivery.objects.get(pk=pk)
         assert (item.status, item.attempts) == ("pending", number)
-        assert "URLError" in item.last_error and "refused" in item.last_error.lower()
+        assert "refused" in item.last_error.lower()
         remaining = (item.next_attempt_at - timezone.now()).total_seconds()
         assert wait - 2 < remaining <= wait
         assert published[-1] == (pk, wait)

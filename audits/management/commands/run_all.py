@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-DEMO_PASSWORD = "loopx-demo"
+DEMO_PASSWORD = "loopx-demo"  # noqa: S105  the documented password of the demo accounts that `make run` creates
 DEMO_USERS = (("operator", "operator"), ("viewer", "viewer"), ("admin", "admin"))
 STOP_GRACE_SECONDS = 10.0
 
@@ -127,7 +127,7 @@ class Command(BaseCommand):
     # -- children --------------------------------------------------------------------------------------
 
     def _start(self, name: str, argv: list[str]) -> None:
-        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, preexec_fn=_die_with_parent)  # noqa: S603  the project's own processes, from a fixed argument list
         self._children.append((name, proc))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
