@@ -60,6 +60,8 @@ class HttpGateway:
         self.run = run
         self._shipped: _Shipped | None = None
         self._turn_ids: list[str] = []  # the planned turns of the journal as last read (they only grow)
+        # turn -> (local monotonic deadline, lease seconds) of this worker's last claim
+        self._leases: dict[str, tuple[float, float]] = {}
 
     # -- ingest --------------------------------------------------------------------------------------
     def lines(self) -> list[bytes]:
@@ -91,7 +93,21 @@ class HttpGateway:
         return GateAnswer(answer.state, engine["decision"], answer.reason or engine["reason"])
 
     def claim(self, turn: str, worker: str) -> int:
-        return self.gate.claim(self.run, turn, worker).fencing_token
+        # The deadline starts before the request is sent: the service's lease can only end later than that.
+        sent = time.monotonic()
+        claim = self.gate.claim(self.run, turn, worker)
+        seconds = lease_seconds(claim)
+        self._leases[turn] = (sent + seconds, seconds)
+        token = claim["fencing_token"] if isinstance(claim, dict) else claim.fencing_token
+        return int(token)
+
+    def lease_deadline(self, turn: str) -> float | None:
+        held = self._leases.get(turn)
+        return held[0] if held is not None else None
+
+    def lease_seconds(self, turn: str) -> float:
+        held = self._leases.get(turn)
+        return held[1] if held is not None else configured_lease()
 
     def claim_or_wait(self, turn: str, worker: str, *, patience: float = 30.0) -> tuple[int, bool]:
         """Claim the turn; while another worker's lease holds (a dead worker's, after a takeover), wait for
@@ -124,6 +140,18 @@ class HttpGateway:
 
     def approve(self, *, turn: str, actor: str, reason: str, evidence: dict[str, str]) -> None:
         raise RuntimeError("a runtime may never approve: the operator signs in to the console (operator.py)")
+
+
+def configured_lease() -> float:
+    """The service's lease as the rig configured it ($LOOPX_CHAOS_LEASE_SECONDS)."""
+    return float(os.environ.get("LOOPX_CHAOS_LEASE_SECONDS", "1"))
+
+
+def lease_seconds(claim: object) -> float:
+    """The lease the service granted: the claim answer's ``lease_seconds`` (a dict answer or a ``Claim``
+    that carries it), else the configured one."""
+    value = claim.get("lease_seconds") if isinstance(claim, dict) else getattr(claim, "lease_seconds", None)
+    return float(value) if isinstance(value, int | float) and value > 0 else configured_lease()
 
 
 def stale_write(base_url: str, token: str, run: str, line: bytes, turn: str, fencing_token: int) -> int:

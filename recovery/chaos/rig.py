@@ -4,7 +4,8 @@ and check the joint recovery properties.
 
 Per seed: one point of the crash matrix (``seed % len(matrix)``, so every ``len(matrix)`` consecutive seeds
 cover every point): a transition of the fresh workload, or, over HTTP, the web killed mid-batch, the worker
-killed mid-assessment, or a turn taken over from a dead worker. Odd seeds upgrade the runtime v1->v2
+killed mid-assessment, a turn taken over from a dead worker, or a worker stalled (SIGSTOP) past its lease at
+a dispatch while another takes its turn over, then continued. Odd seeds upgrade the runtime v1->v2
 between crash and restart; about half the seeds are killed again inside the recovery pass itself (gate,
 claim, the operator's finding journaled, the first resumed records). Every stage is checked, and the end
 state jointly:
@@ -20,7 +21,8 @@ state jointly:
 - the journal only grows: every record seen at any stage, the discarded suffix included, is still there
   byte-identical;
 - over HTTP: the service settles (the worker assessed the final prefix; the stored decisions are the
-  engine's), the armed kill fired, and a dead worker's late write was refused by the fence.
+  engine's), the armed kill fired, a dead worker's late write was refused by the fence, and a stalled
+  worker, continued, ended fenced or refused by its own lease check, never with a second effect.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,8 +54,16 @@ from kernel.failpoints import arm_file
 from .http import HttpGateway
 from .ledger import Ledger
 from .operator import BulkAnswer, ConsoleOperator, Refused
-from .runtime import EXIT_BLOCKED, EXIT_DONE, EXIT_FENCE_BREACHED, INTENDED_EFFECTS, derive
-from .server import OPERATOR, LiveService
+from .runtime import (
+    EXIT_BLOCKED,
+    EXIT_DONE,
+    EXIT_FENCE_BREACHED,
+    EXIT_FENCED,
+    EXIT_LEASE_REFUSED,
+    INTENDED_EFFECTS,
+    derive,
+)
+from .server import CHAOS_LEASE_SECONDS, OPERATOR, LiveService
 from .store import FileGateway, Gateway, assessment_of
 
 # The number of transitions of the crash-free workload. The rig refuses to run when the workload has
@@ -74,6 +85,11 @@ WEB_KINDS = (
     "append:turn_terminal",
 )
 EXPECTED_SERVICE_POINTS = 13  # 7 web, 3 worker, 3 takeovers (one per turn)
+# A worker stalled (SIGSTOP) past its lease at the dispatch of every effect that is not safe (3 unsafe, 3
+# idempotent: the flaky write's two attempts and the last turn's write), in two variants: before the service
+# acknowledged the dispatch ("a") and after, before the effect ("b"). Pinned like the kill points.
+EXPECTED_STALL_POINTS = 12
+STALL_VARIANTS = ("a", "b")
 # The kinds of transition every full sample must have crashed at (fresh run and recovery pass).
 REQUIRED_KINDS = frozenset(
     {
@@ -90,7 +106,7 @@ REQUIRED_KINDS = frozenset(
     }
 )
 RECOVERY_KINDS = frozenset({"recovery:gate", "recovery:claim", "recovery:operator-readback"})
-SERVICE_KINDS = frozenset({"web", "worker", "takeover"})
+SERVICE_KINDS = frozenset({"web", "worker", "takeover", "stall"})
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_RESTARTS = 8
 FAILURE_COLUMNS = ("unrecoverable", "double_effects", "refold_mismatches", "recovery_idempotence", "other")
@@ -102,15 +118,28 @@ class Point:
     ``web`` (the web killed in the middle of transition ``at``'s batch), ``worker`` (the worker killed in the
     middle of the assessment after transition ``at``) or ``takeover`` (the runtime killed after transition
     ``at``'s claim and the next transition; another worker takes the turn over and the dead one's late write
-    comes in). Every service point also kills the runtime (``crash_at``), so that recovery runs after it."""
+    comes in) or ``stall`` (the runtime stopped at the dispatch that is transition ``at``, ``variant`` "a"
+    before the service acknowledged it, "b" after, until another worker has taken the turn over; ``effect``
+    is the dispatch's effect class). Every service point also kills the runtime (``crash_at``), so that
+    recovery runs after it; a stalled runtime is not killed but continued."""
 
     kind: str
     at: int
     label: str
+    variant: str = ""
+    effect: str = ""
 
     @property
     def crash_at(self) -> int:
+        if self.kind == "stall":
+            return 0
         return self.at + 1 if self.kind in ("web", "takeover") else self.at
+
+    @property
+    def stall_ends(self) -> int:
+        """How a stalled worker must end: refused by the fence (its record, or the readback after an
+        idempotent effect the key made harmless), or by its own lease check before an unsafe effect."""
+        return EXIT_LEASE_REFUSED if (self.variant, self.effect) == ("b", "unsafe") else EXIT_FENCED
 
 
 def service_points(kinds: tuple[str, ...]) -> tuple[Point, ...]:
@@ -127,9 +156,23 @@ def service_points(kinds: tuple[str, ...]) -> tuple[Point, ...]:
     return (*web, *worker, *takeover)
 
 
+def stall_points(kinds: tuple[str, ...]) -> tuple[Point, ...]:
+    """The stalls, placed at every dispatch of the crash-free workload whose effect is not safe."""
+    dispatches = [
+        (i + 1, kinds[i + 1].removeprefix("effect:"))
+        for i, kind in enumerate(kinds[:-1])
+        if kind == "append:intent_dispatched" and kinds[i + 1] in ("effect:unsafe", "effect:idempotent")
+    ]
+    return tuple(
+        Point("stall", at, f"stall ({variant}) at the {effect} dispatch {at}", variant, effect)
+        for at, effect in dispatches
+        for variant in STALL_VARIANTS
+    )
+
+
 def crash_matrix(kinds: tuple[str, ...], *, service: bool) -> tuple[Point, ...]:
     runtime = tuple(Point("runtime", i + 1, kind) for i, kind in enumerate(kinds))
-    return runtime + (service_points(kinds) if service else ())
+    return runtime + ((*service_points(kinds), *stall_points(kinds)) if service else ())
 
 
 @dataclass(frozen=True)
@@ -170,6 +213,9 @@ class SeedResult:
     stale_writes_refused: int = 0
     bulk_left_alone: int = 0  # turns a bulk approval left alone (an effect unconfirmed)
     bulk_blocked: int = 0
+    stall_outcome: str | None = None  # how the stalled worker ended: "fenced" or "lease-refused"
+    stalled_seconds: float = 0.0
+    lease_refusals: int = 0  # an unstalled worker stopped by its lease check (then restarted)
     failures: dict[str, list[str]] = field(default_factory=dict)
 
     def fail(self, column: str, message: str) -> None:
@@ -184,8 +230,12 @@ class SeedResult:
 
 
 class SeedDir:
-    def __init__(self, root: Path, seed: int, *, naive: bool = False, server: LiveService | None = None) -> None:
+    def __init__(
+        self, root: Path, seed: int, *, naive: bool = False, server: LiveService | None = None,
+        lease_check: bool = True,
+    ) -> None:
         self.server = server
+        self.lease_check = lease_check
         self.root = root / f"seed-{seed}"
         if self.root.exists():
             shutil.rmtree(self.root)  # a rerun into the same workdir starts from nothing
@@ -214,6 +264,40 @@ class SeedDir:
         (after transition, role, failpoint) of the service to arm for this run."""
         trace = self.root / f"trace-{self.launches}"
         self.launches += 1
+        proc = subprocess.run(
+            self._argv(trace, crash_at, version, worker, zombie_of, arm),
+            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, check=False, env=self._child_env(),
+        )
+        kinds = trace.read_text().split("\n")[:-1] if trace.exists() else []
+        last = kinds[-1].split(" ", 1)[1] if kinds else "start"
+        if proc.returncode not in (EXIT_DONE, EXIT_BLOCKED, EXIT_FENCE_BREACHED, EXIT_LEASE_REFUSED, -9):
+            tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            return proc.returncode, tail[0], last
+        return proc.returncode, proc.stdout, last
+
+    def start_stalled(self, point: Point, version: int) -> Stalled | None:
+        """Start the fresh runtime and wait until it has stopped itself at the stall point; None when it
+        ended without stopping there."""
+        trace = self.root / f"trace-{self.launches}"
+        self.launches += 1
+        argv = self._argv(trace, 0, version, "runtime", None, None)
+        argv += ["--stall-at", str(point.at), "--stall-variant", point.variant]
+        out = open(self.root / f"stalled-{self.launches - 1}.out", "w+")
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, env=self._child_env())
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _stopped(proc.pid):
+                return Stalled(proc, out, trace, time.monotonic())
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        out.close()
+        return None
+
+    def _argv(
+        self, trace: Path, crash_at: int, version: int, worker: str, zombie_of: str | None,
+        arm: tuple[int, str, str] | None,
+    ) -> list[str]:
         extra = ["--claims", str(self.claims(worker)), "--worker", worker]
         if zombie_of is not None:
             extra += ["--zombie-of", str(self.claims(zombie_of))]
@@ -224,33 +308,67 @@ class SeedDir:
             else:
                 target = self.server.arm_dirs[role] / arm_file(point, self.run)
                 extra += ["--arm-after", str(after), "--arm-file", str(target)]
-        proc = subprocess.run(
-            [
-                sys.executable, "-m", "recovery.chaos.runtime",
-                "--dir", str(self.store), "--ledger", str(self.ledger_path), "--run", self.run,
-                "--seed", str(self.seed), "--crash-at", str(crash_at), "--version", str(version),
-                "--trace", str(trace), *(["--naive"] if self.naive else []),
-                *(["--store", "http"] if self.server else []), *extra,
-            ],
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, check=False, env=self._child_env(),
-        )
-        kinds = trace.read_text().split("\n")[:-1] if trace.exists() else []
-        last = kinds[-1].split(" ", 1)[1] if kinds else "start"
-        if proc.returncode not in (EXIT_DONE, EXIT_BLOCKED, EXIT_FENCE_BREACHED, -9):
-            tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-            return proc.returncode, tail[0], last
-        return proc.returncode, proc.stdout, last
+        return [
+            sys.executable, "-m", "recovery.chaos.runtime",
+            "--dir", str(self.store), "--ledger", str(self.ledger_path), "--run", self.run,
+            "--seed", str(self.seed), "--crash-at", str(crash_at), "--version", str(version),
+            "--trace", str(trace), *(["--naive"] if self.naive else []),
+            *([] if self.lease_check else ["--no-lease-check"]),
+            *(["--store", "http"] if self.server else []), *extra,
+        ]
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.server is not None:
             env["LOOPX_CHAOS_URL"] = self.server.base_url
             env["LOOPX_CHAOS_TOKEN"] = self.server.token
+            env["LOOPX_CHAOS_LEASE_SECONDS"] = str(CHAOS_LEASE_SECONDS)
         return env
 
     def transitions(self, launch: int) -> list[str]:
         trace = self.root / f"trace-{launch}"
         return [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): its state in /proc is ``T``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+@dataclass
+class Stalled:
+    """A runtime stopped at its stall point, until ``resume``."""
+
+    proc: subprocess.Popen[bytes]
+    out: Any
+    trace: Path
+    since: float
+
+    def resume(self) -> tuple[int, str, list[str], float]:
+        """SIGCONT; returns (returncode, output, what it did after it was continued, seconds stopped)."""
+        stopped = time.monotonic() - self.since
+        self.proc.send_signal(signal.SIGCONT)
+        try:
+            rc = self.proc.wait(timeout=180)
+        finally:
+            self.close()
+        self.out.seek(0)
+        output = self.out.read()
+        self.out.close()
+        kinds = [line.split(" ", 1)[1] for line in self.trace.read_text().splitlines()]
+        after = kinds[kinds.index("stall:continued") + 1:] if "stall:continued" in kinds else kinds
+        return rc, output, after, stopped
+
+    def close(self) -> None:
+        """Never leave a stopped process behind (the seed failed while it was stalled)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
 
 
 # --- the checks ----------------------------------------------------------------------------------------
@@ -467,6 +585,11 @@ def golden_run(workdir: Path, server: LiveService | None = None) -> Golden:
             f"the workload places {len(service_points(kinds))} service kill points, the rig expects"
             f" {EXPECTED_SERVICE_POINTS}: update EXPECTED_SERVICE_POINTS together with the workload"
         )
+    if len(stall_points(kinds)) != EXPECTED_STALL_POINTS:
+        raise RuntimeError(
+            f"the workload places {len(stall_points(kinds))} stall points, the rig expects"
+            f" {EXPECTED_STALL_POINTS}: update EXPECTED_STALL_POINTS together with the workload"
+        )
     return Golden(EXPECTED_TRANSITIONS, kinds, ends[1], crash_matrix(kinds, service=server is not None))
 
 
@@ -512,11 +635,24 @@ def run_seed(
     naive: bool = False,
     server: LiveService | None = None,
     operator: ConsoleOperator | None = None,
+    lease_check: bool = True,
 ) -> SeedResult:
     plan = SeedPlan.of(seed, golden.points)
+    sd = SeedDir(workdir, seed, naive=naive, server=server, lease_check=lease_check)
+    with ExitStack() as stack:
+        return _run_seed(sd, plan, golden, server, operator, stack)
+
+
+def _run_seed(
+    sd: SeedDir,
+    plan: SeedPlan,
+    golden: Golden,
+    server: LiveService | None,
+    operator: ConsoleOperator | None,
+    stack: ExitStack,
+) -> SeedResult:
     point = plan.point
     result = SeedResult(plan)
-    sd = SeedDir(workdir, seed, naive=naive, server=server)
     gw = sd.gateway()
     seen: dict[tuple[int, int], bytes] = {}
     previous = b""
@@ -538,14 +674,26 @@ def run_seed(
         arm = (point.at - 1, "web", WEB_POINT)  # armed before the batch of transition `at`
     elif point.kind == "worker":
         arm = (point.at - 1, "worker", WORKER_POINT)  # the assessment of transition `at`'s batch, or a later one
-    rc, out, result.crash_kind = sd.launch(crash_at=plan.crash_at, version=plan.v_first, arm=arm)
-    if rc != -9:
-        result.fail("unrecoverable", f"crash point {plan.crash_at} was not reached: rc={rc} {out.strip()}")
-        return result
-    stage_checks(f"after crash at {plan.crash_at} ({result.crash_kind})")
+    stalled: Stalled | None = None
+    if point.kind == "stall":
+        stalled = sd.start_stalled(point, plan.v_first)
+        if stalled is None:
+            result.fail("unrecoverable", f"the worker never stopped at its stall point {point.at}")
+            return result
+        stack.callback(stalled.close)
+        result.crash_kind = f"stall:{point.variant}"
+        stage_checks(f"while the worker is stalled at {point.at} ({point.variant})")
+    else:
+        rc, out, result.crash_kind = sd.launch(crash_at=plan.crash_at, version=plan.v_first, arm=arm)
+        if rc != -9:
+            result.fail("unrecoverable", f"crash point {plan.crash_at} was not reached: rc={rc} {out.strip()}")
+            return result
+        stage_checks(f"after crash at {plan.crash_at} ({result.crash_kind})")
 
     # A takeover: the restarted runtime is another worker, and the dead one's late write comes in after it.
-    worker, zombie = ("runtime-b", "runtime") if point.kind == "takeover" else ("runtime", None)
+    # A stall: another worker takes the turn over while the stalled one is stopped, which then writes itself.
+    worker, zombie = {"takeover": ("runtime-b", "runtime"), "stall": ("runtime-b", None)}.get(point.kind,
+                                                                                             ("runtime", None))
     # The recovery crash stays armed until it fires: a restart that stops at the gate (blocked, operator
     # needed) has not run recovery yet, and the next one will.
     armed = plan.recovery_crash_at
@@ -563,6 +711,12 @@ def run_seed(
         if rc == EXIT_FENCE_BREACHED:
             result.fail("other", f"the dead worker's late write was stored: {out.strip()}")
             return result
+        if rc == EXIT_LEASE_REFUSED:
+            # The worker's lease ran out under it (a long outage of the service): it stopped before an
+            # effect, safely; recovery takes it from there, as after a crash.
+            result.lease_refusals += 1
+            stage_checks(f"lease refused on restart {attempt + 1}")
+            continue
         if rc != EXIT_DONE:
             result.fail("unrecoverable", f"restart {attempt + 1} failed: rc={rc} {out.strip()}")
             return result
@@ -571,6 +725,8 @@ def run_seed(
         result.fail("unrecoverable", f"no convergence after {MAX_RESTARTS} restarts")
         return result
 
+    if stalled is not None:
+        check_stalled(stalled, result)
     stage_checks("after recovery")
     lines = gw.lines()
     assessment = assessment_of(gw, lines)
@@ -603,6 +759,28 @@ def run_seed(
     if rc != EXIT_DONE or snapshot(sd) != before:
         result.fail("recovery_idempotence", f"a second recovery pass changed the state (rc={rc} {out.strip()})")
     return result
+
+
+def check_stalled(stalled: Stalled, result: SeedResult) -> None:
+    """The stalled worker, continued once another worker has taken its turn over and finished the run,
+    must stop: refused by the fence or by its own lease check, never with a second effect, and with no
+    record of its stored after it lost the lease."""
+    point = result.plan.point
+    rc, output, after, result.stalled_seconds = stalled.resume()
+    result.stall_outcome = {EXIT_FENCED: "fenced", EXIT_LEASE_REFUSED: "lease-refused"}.get(rc)
+    tail = (output.strip().splitlines() or ["(no output)"])[-1]
+    if result.stalled_seconds <= CHAOS_LEASE_SECONDS:
+        result.fail("other", f"the worker was stalled {result.stalled_seconds:.1f} s, not past its lease")
+    if "effect:unsafe" in after:
+        result.fail("double_effects", f"the stalled worker sent an unsafe effect after it lost its lease: {after}")
+    stored = [kind for kind in after if kind.startswith("append:")]
+    if stored:
+        result.fail("other", f"the stalled worker's records were stored after it lost its lease: {stored}")
+    if rc != point.stall_ends:
+        expected = "fenced" if point.stall_ends == EXIT_FENCED else "lease-refused"
+        result.fail("other", f"the stalled worker ended rc={rc}, not {expected} ({tail}; after continuing: {after})")
+    elif rc == EXIT_FENCED and "recovery:fenced" not in after:
+        result.fail("other", f"the stalled worker was not refused by the fence: {after}")
 
 
 def check_service_point(server: LiveService, sd: SeedDir, result: SeedResult) -> None:
@@ -655,7 +833,9 @@ class Summary:
     def table(self) -> str:
         recovery_kinds = sorted(k for k in self.covered_kinds() if k.startswith("in-recovery:"))
         by_kind = {kind: sum(1 for r in self.results if r.plan.point.kind == kind) for kind in ("web", "worker",
-                                                                                            "takeover")}
+                                                                                            "takeover", "stall")}
+        stall_ends = {end: sum(1 for r in self.results if r.stall_outcome == end) for end in ("fenced",
+                                                                                           "lease-refused")}
         matrix = self.points or tuple(Point("runtime", i + 1, "?") for i in range(self.transitions))
         rows = [
             ("store", self.store),
@@ -676,6 +856,9 @@ class Summary:
                  f"{by_kind['worker']} seeds, {self.restarts.get('worker', 0)} restarts"),
                 ("turns taken over", f"{by_kind['takeover']} seeds, "
                  f"{sum(r.stale_writes_refused for r in self.results)} late writes fenced"),
+                ("workers stalled past the lease", f"{by_kind['stall']} seeds, {stall_ends['fenced']} fenced, "
+                 f"{stall_ends['lease-refused']} refused by their lease"),
+                ("lease refusals, unstalled", str(sum(r.lease_refusals for r in self.results))),
                 ("bulk decisions", f"{sum(r.bulk_left_alone for r in self.results)} left alone by an approval, "
                  f"{sum(r.bulk_blocked for r in self.results)} blocked"),
             ]
@@ -694,7 +877,9 @@ class Summary:
 def describe(result: SeedResult) -> str:
     p = result.plan
     where = p.point.label if p.point.kind != "runtime" else f"crash at {p.crash_at} ({result.crash_kind})"
-    if p.point.kind != "runtime":
+    if p.point.kind == "stall":
+        where += f", ended {result.stall_outcome} after {result.stalled_seconds:.1f} s"
+    elif p.point.kind != "runtime":
         where += f", runtime crash at {p.crash_at} ({result.crash_kind})"
     head = (
         f"seed {p.seed}: {where} v{p.v_first}->v{p.v_after}"
@@ -716,6 +901,7 @@ def run_seeds(
     echo: Callable[[str], None] | None = None,
     naive: bool = False,
     store: str = "file",
+    lease_check: bool = True,
 ) -> Summary:
     """``store``: ``http`` (the certification: a live service on PostgreSQL and Redis with a real worker, the
     runtime talking to it through the runtime client, the service killed too) or ``file`` (the adapter,
@@ -737,7 +923,9 @@ def run_seeds(
 
         def one(seed: int) -> SeedResult:
             try:
-                return run_seed(seed, root, golden, naive=naive, server=server, operator=operator())
+                return run_seed(
+                    seed, root, golden, naive=naive, server=server, operator=operator(), lease_check=lease_check
+                )
             except Exception as error:  # the seed fails, with what raised; the other seeds still run
                 failed = SeedResult(SeedPlan.of(seed, golden.points))
                 failed.fail("other", f"the rig raised {error!r}")

@@ -15,6 +15,10 @@ recovery gate about every open turn, claims it, journals any operator finding as
 runs only what the journal says is missing (`next_action` is a pure function of the journal). Every
 record append, every ledger effect and every recovery step (gate, claim) is a *transition*; the
 failpoint SIGKILLs the process right after transition N (N=0: never).
+
+A worker keeps the leases of its claims (a local monotonic deadline, renewed as it works) and starts an
+unsafe effect only while its lease outlasts the effect (docs/chaos.md, "Leases"). ``--stall-at N`` stops
+the process (SIGSTOP) at the dispatch that is transition N, for the rig's stall seeds.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from loopx_client.errors import Conflict, Fenced
 
 from engine import DEFAULT_PHASES, canonical_bytes, digest, fold_state
 from engine.writer import JournalWriter, fixed_clock
@@ -40,6 +46,16 @@ from .store import EvidenceRow, FileGateway, Gateway, cited_evidence, latest_evi
 EXIT_DONE = 0
 EXIT_BLOCKED = 3
 EXIT_FENCE_BREACHED = 5  # a dead worker's late write was stored: the fence did not hold
+EXIT_FENCED = 6  # the service refused this worker's records: another worker took the turn over
+EXIT_LEASE_REFUSED = 7  # the lease had too little time left for an unsafe effect: the worker stopped before it
+
+# The longest the workload's effect may take once started (the ledger's receiver: one local SQLite write,
+# generous under load), and the margin for a clock that runs slower than the server's. An unsafe effect
+# starts only while at least both remain of the worker's own lease.
+EFFECT_MAX_SECONDS = 0.5
+LEASE_MARGIN_SECONDS = 0.25
+# A renewal that answered too late to leave that much is tried again (same token: the lease never lapsed).
+LEASE_RENEWALS = 3
 
 
 @dataclass(frozen=True)
@@ -293,6 +309,23 @@ class Failpoint:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class Stop(Exception):
+    """The worker stops here and exits with ``code``: it may no longer act for the turn."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+
+
+@dataclass
+class Lease:
+    """A claim as this worker knows it: the token, and a local monotonic deadline taken before the claim
+    request was sent (the server's lease can only end later than that)."""
+
+    token: int
+    deadline: float
+
+
 def resume_writer(run: str, version: int, lines: list[bytes]) -> JournalWriter:
     """A JournalWriter positioned after the stored records (chains, lsns, live branch)."""
     start = datetime(2026, 1, 1, tzinfo=datetime.now().astimezone().tzinfo)
@@ -319,12 +352,14 @@ class Runtime:
         ledger: Ledger,
         run: str,
         version: int,
-        tick: Callable[[str], None],
+        tick: Failpoint,
         worker: str,
         *,
         naive: bool = False,
         claims: Path | None = None,
         zombie_of: Path | None = None,
+        stall: tuple[str, int] | None = None,
+        lease_check: bool = True,
     ) -> None:
         # naive: a runtime that skips the gate and simply re-runs what looks unfinished. It exists only so
         # that the rig's tests can show the rig catches it (a double effect); never use it otherwise.
@@ -339,10 +374,18 @@ class Runtime:
         # hands a dead worker's file to its successor to play that worker's late write (``zombie_of``).
         self.claims = claims
         self.zombie_of = zombie_of
+        # stall: (variant, transition): SIGSTOP this process at the dispatch that is transition N, either
+        # before its record is acknowledged ("a") or after, before the effect ("b"); the rig continues it.
+        self.stall = stall
+        # lease_check False: a runtime that trusts a lease it no longer holds. It exists only so that the
+        # rig's tests can show the rig catches it (a stalled worker's second effect); never use it otherwise.
+        self.lease_check = lease_check
+        self.leases: dict[str, Lease] = {}
         self.writer = resume_writer(run, version, gateway.lines())
 
     def _claim(self, turn: str, label: str) -> int:
         token, waited = self.gw.claim_or_wait(turn, self.worker)
+        self._hold(turn, token)
         if self.claims is not None:
             with open(self.claims, "a") as fh:
                 fh.write(json.dumps({"turn": turn, "token": token, "worker": self.worker}) + "\n")
@@ -375,8 +418,66 @@ class Runtime:
             os._exit(EXIT_FENCE_BREACHED)
         self.tick("recovery:stale-write-refused")
 
+    def _hold(self, turn: str, token: int) -> None:
+        deadline = self.gw.lease_deadline(turn)
+        if deadline is not None:  # the file store keeps no leases: its token alone fences
+            self.leases[turn] = Lease(token, deadline)
+
+    def _renew(self, turn: str) -> bool:
+        """Claim the turn again as its holder. True when the lease was extended; False when it was lost: the
+        service refused (another worker holds the turn, or it is finished) or answered with a new token (the
+        lease had run out, so another worker may have had the turn in between)."""
+        lease = self.leases[turn]
+        try:
+            token = self.gw.claim(turn, self.worker)
+        except Conflict:
+            return False
+        if token != lease.token:
+            return False
+        self._hold(turn, token)
+        return True
+
+    def _keep_lease(self, turn: str | None) -> None:
+        """Before each step of a claimed turn: renew the lease once half of it has gone."""
+        if turn is None or turn not in self.leases:
+            return
+        half = self.gw.lease_seconds(turn) / 2
+        if self.leases[turn].deadline - time.monotonic() < half and not self._renew(turn):
+            self._refuse_lease(turn, "the lease was lost before the step")
+
+    def _lease_allows_effect(self, turn: str) -> None:
+        """Right before an unsafe effect: it starts only while the lease outlasts the effect's longest
+        duration plus the margin. The assumption (as for any lease): between this check and the effect
+        the worker pauses for less than that margin."""
+        lease = self.leases.get(turn)
+        if lease is None or not self.lease_check:
+            return
+        needed = EFFECT_MAX_SECONDS + LEASE_MARGIN_SECONDS
+        for renewals in range(LEASE_RENEWALS + 1):
+            if self.leases[turn].deadline - time.monotonic() >= needed:
+                return
+            if renewals == LEASE_RENEWALS or not self._renew(turn):
+                break
+        self._refuse_lease(turn, "too little of the lease is left for the unsafe effect")
+
+    def _refuse_lease(self, turn: str, detail: str) -> None:
+        self.tick("recovery:lease-refused")
+        raise Stop(EXIT_LEASE_REFUSED, f"{turn}: {detail}")
+
+    def _stall(self, variant: str, at: int) -> None:
+        """Stopped at the dispatch point until the rig continues this process (SIGCONT)."""
+        if self.stall != (variant, at):
+            return
+        self.tick(f"stall:{variant}")
+        os.kill(os.getpid(), signal.SIGSTOP)
+        self.tick("stall:continued")
+
     def _store(self, record: dict[str, Any], label: str | None = None) -> None:
-        self.gw.ingest([canonical_bytes(record)])
+        try:
+            self.gw.ingest([canonical_bytes(record)])
+        except Fenced as fenced:
+            self.tick("recovery:fenced")
+            raise Stop(EXIT_FENCED, str(fenced)) from fenced
         self.tick(label or f"append:{record['kind']}")
 
     def recover(self) -> str | None:
@@ -425,6 +526,7 @@ class Runtime:
 
     def execute(self, action: Action) -> None:
         w = self.writer
+        self._keep_lease(action.turn)
         if action.kind == "plan":
             assert action.turn is not None
             self._store(w.plan(action.turn, action.lineage))
@@ -447,8 +549,15 @@ class Runtime:
         elif action.kind == "dispatch":
             spec, turn = action.intent, action.turn
             assert spec is not None and turn is not None
-            # Intent first, then the effect, then the readback: a crash between them is what the gate sees.
-            self._store(w.dispatch(turn, spec.intent, spec.effect_class, spec.key))
+            # Intent first, acknowledged by the service under the turn's token, then the effect (an unsafe one
+            # only while the lease holds), then the readback: a crash between them is what the gate sees.
+            dispatch = w.dispatch(turn, spec.intent, spec.effect_class, spec.key)
+            at = self.tick.count + 1  # the transition the acknowledged dispatch will be
+            self._stall("a", at)
+            self._store(dispatch)
+            self._stall("b", at)
+            if spec.effect_class == "unsafe":
+                self._lease_allows_effect(turn)
             answer = self.ledger.receive(
                 run=self.run, turn=turn, intent=spec.intent, effect_class=spec.effect_class, key=spec.key,
                 flaky=spec.flaky,
@@ -487,6 +596,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zombie-of", type=Path, default=None, help="a dead worker's claims: play its late write")
     parser.add_argument("--arm-after", type=int, default=0, help="after this transition, write --arm-file")
     parser.add_argument("--arm-file", type=Path, default=None, help="the service failpoint to arm (its file)")
+    parser.add_argument("--stall-at", type=int, default=0, help="SIGSTOP at the dispatch that is this transition")
+    parser.add_argument(
+        "--stall-variant", choices=("a", "b"), default="a",
+        help="a: before the dispatch is acknowledged; b: after, before the effect",
+    )
+    parser.add_argument(
+        "--no-lease-check", action="store_true", help="trust a lapsed lease (only to prove the rig catches it)"
+    )
     args = parser.parse_args(argv)
     print(f"chaos runtime seed={args.seed} run={args.run} crash_at={args.crash_at} v={args.version}", file=sys.stderr)
     ledger = Ledger(args.ledger)
@@ -501,8 +618,14 @@ def main(argv: list[str] | None = None) -> int:
             naive=args.naive,
             claims=args.claims,
             zombie_of=args.zombie_of,
+            stall=(args.stall_variant, args.stall_at) if args.stall_at else None,
+            lease_check=not args.no_lease_check,
         )
-        return runtime.run_to_end()
+        try:
+            return runtime.run_to_end()
+        except Stop as stop:
+            print(json.dumps({"stopped": str(stop), "code": stop.code}))
+            return stop.code
     finally:
         ledger.close()
 

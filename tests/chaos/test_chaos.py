@@ -3,7 +3,8 @@ workload, and the service itself at its kill points, and check recovery jointly 
 (recovery/chaos/rig.py lists the properties).
 
 The certification is the HTTP sample: two full rounds of the crash matrix (every runtime transition, the
-web killed mid-batch, the worker killed mid-assessment, a turn taken over from a dead worker) against a
+web killed mid-batch, the worker killed mid-assessment, a turn taken over from a dead worker, a worker
+stalled past its lease at a dispatch while another takes its turn over) against a
 live service on PostgreSQL and Redis with a real worker, every point once without and once with a v1->v2
 upgrade between crash and restart. The file sample checks the workload and the rig themselves, fast.
 """
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from engine import canonical_bytes
+from recovery.chaos.http import lease_seconds
 from recovery.chaos.ledger import Ledger
 from recovery.chaos.rig import (
     EXPECTED_SERVICE_POINTS,
+    EXPECTED_STALL_POINTS,
     EXPECTED_TRANSITIONS,
     RECOVERY_KINDS,
     REQUIRED_KINDS,
@@ -32,8 +35,9 @@ from recovery.chaos.rig import (
     golden_run,
     run_seeds,
     service_points,
+    stall_points,
 )
-from recovery.chaos.runtime import INTENDED_EFFECTS
+from recovery.chaos.runtime import EXIT_FENCED, EXIT_LEASE_REFUSED, INTENDED_EFFECTS
 
 SAMPLE = range(2 * EXPECTED_TRANSITIONS)
 
@@ -66,7 +70,7 @@ def test_the_service_kill_points_are_pinned_and_placed_in_the_workload(tmp_path:
     takeover = [p for p in points if p.kind == "takeover"]
     assert [kinds[p.at - 1] for p in takeover] == ["claim"] * 3
     matrix = crash_matrix(kinds, service=True)
-    assert len(matrix) == EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS == len(set(matrix))
+    assert len(matrix) == EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS + EXPECTED_STALL_POINTS == len(set(matrix))
     # Seeds 0..2N-1 take every point of the matrix once without and once with the upgrade.
     plans = [SeedPlan.of(seed, matrix) for seed in range(2 * len(matrix))]
     for point in matrix:
@@ -104,6 +108,27 @@ def test_a_runtime_that_skips_the_gate_is_caught(tmp_path: Path) -> None:
     for result in summary.results:
         assert "double_effects" in result.failures, describe(result)
         assert "unrecoverable" in result.failures, describe(result)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_runtime_without_the_lease_check_is_caught() -> None:
+    """The stall seeds are not vacuous: a worker stalled past its lease after its unsafe dispatch was
+    acknowledged, which then trusts the lease it no longer holds, sends the effect a second time (the
+    fence refuses only its records, after the fact); the rig reports the double effect."""
+    matrix_size = EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS + EXPECTED_STALL_POINTS
+    first_stall = EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS
+    # One stall of each variant at the first unsafe dispatch (the matrix lists them variant "a" first).
+    unsafe = [s for s in range(first_stall, matrix_size) if s in (first_stall + 4, first_stall + 5)]
+    summary = run_seeds(unsafe, jobs=2, store="http", lease_check=False, echo=print)
+    points = {(r.plan.point.variant, r.plan.point.effect) for r in summary.results}
+    assert points == {("a", "unsafe"), ("b", "unsafe")}
+    for result in summary.results:
+        if result.plan.point.variant == "b":
+            assert "double_effects" in result.failures, describe(result)
+        else:  # before the acknowledgment, the fence alone stops the stalled worker before its effect
+            assert result.ok, describe(result)
 
 
 def test_refold_check_catches_a_checkpoint_that_lies(tmp_path: Path) -> None:
@@ -176,7 +201,7 @@ def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path:
 
 
 # The certification: the HTTP sample, twice the matrix (every point with and without the upgrade).
-HTTP_MATRIX = EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS
+HTTP_MATRIX = EXPECTED_TRANSITIONS + EXPECTED_SERVICE_POINTS + EXPECTED_STALL_POINTS
 HTTP_SAMPLE = range(2 * HTTP_MATRIX)
 
 
@@ -203,12 +228,62 @@ def test_composition_gate_over_http() -> None:
     assert summary.restarts["web"] >= len(by_kind["web"]) and summary.restarts["worker"] >= len(by_kind["worker"])
     # Every turn taken over from a dead worker saw that worker's late write refused by the fence.
     assert all(r.stale_writes_refused >= 1 for r in by_kind["takeover"])
+    # Every stalled worker was stopped past its lease and ended as its point says (the rig fails a seed
+    # otherwise): fenced, or refused by its own lease check before an unsafe effect.
+    stalls = [r for r in summary.results if r.plan.point.kind == "stall"]
+    assert len(stalls) == 2 * EXPECTED_STALL_POINTS
+    assert {r.stall_outcome for r in stalls} == {"fenced", "lease-refused"}
     # The operator was needed and decided through the console's services, in bulk too: a bulk approval
     # left the turns with unconfirmed effects alone, a bulk block held them until the evidence came.
     assert sum(r.approvals for r in summary.results) > 0
     assert sum(r.bulk_left_alone for r in summary.results) > 0
     assert sum(r.bulk_blocked for r in summary.results) > 0
     assert any(r.v1_checkpoint_with_v2_above for r in summary.results)
+
+
+def test_the_stall_points_are_pinned_and_placed_at_every_dispatch_that_is_not_safe(tmp_path: Path) -> None:
+    kinds = golden_run(tmp_path).kinds
+    points = stall_points(kinds)
+    assert len(points) == EXPECTED_STALL_POINTS
+    # Each stall is at the dispatch record of an effect that is not safe, in both variants.
+    assert all(kinds[p.at - 1] == "append:intent_dispatched" for p in points)
+    assert all(kinds[p.at] == f"effect:{p.effect}" for p in points)
+    assert sorted((p.effect, p.variant) for p in points) == sorted(
+        [("unsafe", v) for v in "ab"] * 3 + [("idempotent", v) for v in "ab"] * 3
+    )
+    # A stalled worker is never killed: it is continued, and must end refused by the fence (before the
+    # acknowledgment, or after an idempotent effect the key made harmless) or by its own lease check.
+    assert all(p.crash_at == 0 for p in points)
+    ends = {(p.variant, p.effect): p.stall_ends for p in points}
+    assert ends == {
+        ("a", "unsafe"): EXIT_FENCED,
+        ("a", "idempotent"): EXIT_FENCED,
+        ("b", "unsafe"): EXIT_LEASE_REFUSED,
+        ("b", "idempotent"): EXIT_FENCED,
+    }
+    # `make chaos` (500 seeds) stalls a worker in at least 50 of them, and the HTTP sample in every variant.
+    matrix = crash_matrix(kinds, service=True)
+    stalled = [s for s in range(500) if SeedPlan.of(s, matrix).point.kind == "stall"]
+    assert len(stalled) >= 50
+    sample = {SeedPlan.of(s, matrix).point for s in range(2 * len(matrix))}
+    assert set(points) <= sample
+
+
+def test_the_lease_is_read_from_the_claim_answer_or_the_rig(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from loopx_client.gate import Claim
+
+    monkeypatch.setenv("LOOPX_CHAOS_LEASE_SECONDS", "3")
+    assert lease_seconds({"lease_seconds": 5, "fencing_token": 1}) == 5.0
+    assert lease_seconds({"fencing_token": 1}) == 3.0
+    # The client's Claim: with `lease_seconds` it is the service's; a client without it, the rig's.
+    names = {f.name for f in dataclasses.fields(Claim)}
+    base = {"run": "r", "turn": "t", "worker_id": "w", "fencing_token": 1, "expires_at": "2026-01-01T00:00:00+00:00"}
+    if "lease_seconds" in names:
+        assert lease_seconds(Claim(**{k: v for k, v in base.items() if k in names}, lease_seconds=7)) == 7.0
+    else:
+        assert lease_seconds(Claim(**base)) == 3.0
 
 
 def test_a_takeover_point_is_placed_where_the_dead_worker_holds_its_claim() -> None:
