@@ -512,26 +512,19 @@ def _door_heads(
 
 
 def _door_refusal(fault: DoorFault) -> IngestError:
-    if fault.code in CHAIN_CODES:
-        return IngestError(
-            409,
-            "chain_mismatch",
-            f"{fault.detail}; nothing stored",
-            fault.line,
-            violation=str(fault.code),
-            branch=fault.branch,
-            lsn=fault.lsn,
-            expected_lsn=fault.expected_lsn,
-            expected_prev=fault.expected_prev,
-        )
+    """A chain fault (the writer's lsn or prev) is 409 `chain_mismatch`, naming the lsn and prev it needs;
+    a record broken by itself is 422 `record_invalid`. Both name the engine's code (``violation``)."""
+    chain = fault.code in CHAIN_CODES
+    needed = {"expected_lsn": fault.expected_lsn, "expected_prev": fault.expected_prev} if chain else {}
     return IngestError(
-        422,
-        "record_invalid",
+        409 if chain else 422,
+        "chain_mismatch" if chain else "record_invalid",
         f"{fault.detail}; nothing stored",
         fault.line,
         violation=str(fault.code),
         branch=fault.branch,
         lsn=fault.lsn,
+        **needed,
     )
 
 
