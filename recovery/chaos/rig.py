@@ -685,7 +685,13 @@ def _run_seed(
         stage_checks(f"while the worker is stalled at {point.at} ({point.variant})")
     else:
         rc, out, result.crash_kind = sd.launch(crash_at=plan.crash_at, version=plan.v_first, arm=arm)
-        if rc != -9:
+        if rc == EXIT_LEASE_REFUSED:
+            # The worker's lease ran out under it before its crash point (the service, killed by this seed or
+            # another, was down longer than the lease): it stopped before an effect, safely. That stop is
+            # its crash; recovery takes it from there.
+            result.lease_refusals += 1
+            result.crash_kind = "lease-refused"
+        elif rc != -9:
             result.fail("unrecoverable", f"crash point {plan.crash_at} was not reached: rc={rc} {out.strip()}")
             return result
         stage_checks(f"after crash at {plan.crash_at} ({result.crash_kind})")

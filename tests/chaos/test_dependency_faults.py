@@ -116,6 +116,30 @@ def _deliver(service: LiveService, traffic: Traffic, phase: str, run: str, index
         time.sleep(0.5)  # a 500 is recorded (and fails the test at the end); the batch is sent again
 
 
+def _probe(service: LiveService, traffic: Traffic, phase: str) -> None:
+    """One read of a run's page (it needs the database), its answer counted as the writers' are."""
+    request = urllib.request.Request(
+        f"{service.base_url}/api/v1/runs", headers={"Authorization": f"Bearer {service.token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, raw, headers = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        status, raw, headers = error.code, error.read(), dict(error.headers)
+    except OSError:
+        status, raw, headers = 0, b"", {}
+    with traffic.lock:
+        traffic.statuses[(phase, status)] += 1
+        if status == 503:
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = {}
+            shaped = set(answer) == {"error", "detail", "line"} and answer.get("error") == "unavailable"
+            if not shaped or not headers.get("Retry-After", "").isdigit():
+                traffic.bad_503.append(f"{answer} {headers.get('Retry-After')!r}")
+
+
 Work = dict[str, list[tuple[int, bytes, int]]]  # run -> (batch index, body, records) to send, in order
 
 
@@ -224,7 +248,11 @@ def test_assessments_survive_a_killed_worker_an_empty_redis_and_a_database_crash
         time.sleep(1.0)
         if private:
             service.crash_postgres()
-            time.sleep(3.0)
+            # The writers may have sent their share before the crash: a read while the database is down
+            # must be told so too (503 with Retry-After), whatever the writers' timing.
+            down = time.monotonic()
+            _probe(service, traffic, "database")
+            time.sleep(max(0.0, 3.0 - (time.monotonic() - down)))
             service.start_postgres()
         else:
             assert service.terminate_connections() > 0
