@@ -216,6 +216,9 @@ class SeedResult:
     stall_outcome: str | None = None  # how the stalled worker ended: "fenced" or "lease-refused"
     stalled_seconds: float = 0.0
     lease_refusals: int = 0  # an unstalled worker stopped by its lease check (then restarted)
+    # The seed's service kill was never reached: its worker stopped on its lease first (another seed's kill
+    # held the service down longer than the lease), so the batch the kill waited for was never sent.
+    kills_preempted: int = 0
     failures: dict[str, list[str]] = field(default_factory=dict)
 
     def fail(self, column: str, message: str) -> None:
@@ -796,6 +799,9 @@ def check_service_point(server: LiveService, sd: SeedDir, result: SeedResult) ->
         failpoint = WEB_POINT if point.kind == "web" else WORKER_POINT
         if server.fired(point.kind, failpoint, sd.run):
             result.service_kills += 1
+        elif result.crash_kind == "lease-refused":
+            server.disarm(point.kind, failpoint, sd.run)
+            result.kills_preempted += 1
         else:
             server.disarm(point.kind, failpoint, sd.run)
             result.fail("other", f"the {point.kind}'s kill at {failpoint} was armed and never reached")
@@ -865,6 +871,7 @@ class Summary:
                 ("workers stalled past the lease", f"{by_kind['stall']} seeds, {stall_ends['fenced']} fenced, "
                  f"{stall_ends['lease-refused']} refused by their lease"),
                 ("lease refusals, unstalled", str(sum(r.lease_refusals for r in self.results))),
+                ("service kills pre-empted", str(sum(r.kills_preempted for r in self.results))),
                 ("bulk decisions", f"{sum(r.bulk_left_alone for r in self.results)} left alone by an approval, "
                  f"{sum(r.bulk_blocked for r in self.results)} blocked"),
             ]

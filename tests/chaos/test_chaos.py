@@ -224,8 +224,13 @@ def test_composition_gate_over_http() -> None:
     # supervisor brought the service back each time.
     kinds = ("web", "worker", "takeover")
     by_kind = {kind: [r for r in summary.results if r.plan.point.kind == kind] for kind in kinds}
-    assert all(r.service_kills == 1 for r in by_kind["web"] + by_kind["worker"])
-    assert summary.restarts["web"] >= len(by_kind["web"]) and summary.restarts["worker"] >= len(by_kind["worker"])
+    # A kill is pre-empted only when the seed's worker stopped on its lease first (another seed's kill held
+    # the service down longer than the lease): rare, and counted.
+    service = by_kind["web"] + by_kind["worker"]
+    assert all(r.service_kills + r.kills_preempted == 1 for r in service)
+    assert sum(r.kills_preempted for r in service) <= len(service) // 10, summary.table()
+    fired = {kind: sum(r.service_kills for r in by_kind[kind]) for kind in ("web", "worker")}
+    assert summary.restarts["web"] >= fired["web"] and summary.restarts["worker"] >= fired["worker"]
     # Every turn taken over from a dead worker saw that worker's late write refused by the fence.
     assert all(r.stale_writes_refused >= 1 for r in by_kind["takeover"])
     # Every stalled worker was stopped past its lease and ended as its point says (the rig fails a seed
