@@ -13,7 +13,7 @@ stored bytes and compares:
   sequence on its branch (contract sections 1 and 4). A journal that arrived with such a break is
   reported too: the assessment already blocks it, and the finding is where an operator owns it.
 
-Nothing is ever repaired: each difference is a finding that blocks the run (recovery/finding_models.py). The pass
+Nothing is ever repaired: each difference is a finding that blocks the run (recovery/findings/models.py). The pass
 is incremental: ``ChainCursor`` keeps, per run, the seq verified through, the running digest and the
 per-branch continuation, so that a pass reads only new records; ``chain_rewind_oldest`` sends a few fully
 verified runs back to seq 0 each pass so that old records are re-read too.
@@ -30,7 +30,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from audits.background import ChainCursor
+from audits.models import ChainCursor
 from engine.canonical import parse_line
 from journals.models import EMPTY_PREFIX_DIGEST, JournalRecord, Run
 

@@ -26,10 +26,10 @@ from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
 from journals.pending import PendingAssessment
 from recovery import services as recovery_services
 from recovery.background import assessment_enqueue
-from recovery.finding_models import UNRESOLVED, Finding
-from recovery.finding_services import finding_clear, finding_open_or_touch, repair_covers
+from recovery.findings.models import UNRESOLVED, Finding
+from recovery.findings.services import finding_clear, finding_open_or_touch, repair_covers
 from recovery.models import Assessment, TurnAssessment
-from recovery.repair_models import repair_in_force
+from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
 from recovery.state import WAITING

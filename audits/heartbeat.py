@@ -26,7 +26,7 @@ def heartbeat_record(*, role: str, name: str, detail: dict[str, Any] | None = No
     from django.db import close_old_connections, connection
     from django.utils import timezone
 
-    from audits.background import Heartbeat
+    from audits.models import Heartbeat
 
     # Timer threads are no request: drop a connection the database closed meanwhile, as a request would
     # (never inside a transaction, whose connection is in use).
@@ -66,7 +66,7 @@ def heartbeats_overview(*, now: datetime | None = None) -> dict[str, list[Heartb
     intervals old (one missed beat is not yet a dead process)."""
     from django.utils import timezone
 
-    from audits.background import Heartbeat
+    from audits.models import Heartbeat
 
     now = now or timezone.now()
     stale = timedelta(seconds=3 * heartbeat_interval())

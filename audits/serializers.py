@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from recovery.audit_models import ACTION_KINDS, RecoveryAudit, RecoveryAuditAction, RecoveryDivergence
+from recovery.recovery_audits.models import ACTION_KINDS, RecoveryAudit, RecoveryAuditAction, RecoveryDivergence
 from trail.models import OperatorAction
 
 

@@ -38,10 +38,10 @@ from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
 from journals.views import _ERRORS
 from kernel.errors import ServiceError
-from recovery.audit_models import RecoveryAudit, RecoveryAuditAction
-from recovery.audit_services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
-from recovery.finding_models import FINDING_KINDS, FINDING_STATES, Finding
-from recovery.finding_services import finding_acknowledge, finding_resolve
+from recovery.findings.models import FINDING_KINDS, FINDING_STATES, Finding
+from recovery.findings.services import finding_acknowledge, finding_resolve
+from recovery.recovery_audits.models import RecoveryAudit, RecoveryAuditAction
+from recovery.recovery_audits.services import recovery_audit_action_report, recovery_audit_close, recovery_audit_open
 from trail.export import EXPORT_FORMATS, FILTERS, trail_export
 from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
 from trail.tokens import api_token_create, api_token_revoke
@@ -190,7 +190,7 @@ class OperatorActionListView(LoopxView):
         return self.get_paginated_response(OperatorActionSerializer(page, many=True).data)
 
 
-# --- the console's acts, in the API: findings, tokens, the audit log's export ---------------------------
+# --- the console's acts, in the API: findings, tokens, the trail's export ---------------------------
 
 
 class FindingSerializer(serializers.ModelSerializer[Finding]):
@@ -352,7 +352,7 @@ class TokenRevokeView(LoopxView):
 
 
 class OperatorActionExportView(LoopxView):
-    """The audit log as a stream (JSONL or CSV) for a SIEM; the export itself is a row of the log. The
+    """The trail as a stream (JSONL or CSV) for a SIEM; the export itself is a row of the log. The
     operator role, as the console's export: a viewer reads the log's pages, never takes it away whole."""
 
     permission_classes = [CanExport]
@@ -368,7 +368,7 @@ class OperatorActionExportView(LoopxView):
         fmt = request.query_params.get("output", "jsonl")  # not `format`: DRF keeps that for its renderers
         stream = trail_export(actor=request.user, params=request.query_params, fmt=fmt)
         response = StreamingHttpResponse(stream, content_type="application/jsonl" if fmt == "jsonl" else "text/csv")
-        response["Content-Disposition"] = f'attachment; filename="loopx-audit-log.{fmt}"'
+        response["Content-Disposition"] = f'attachment; filename="loopx-trail.{fmt}"'
         return response
 
 

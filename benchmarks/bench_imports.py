@@ -14,7 +14,7 @@ alternating rounds (floor, import, floor, ...; the best of each side kept, each 
 
 - floor: the file read, ``orjson.loads`` of it whole and sha256 of it (hex digest): the least any import
   of it does;
-- import: ``recovery.importers.history_import_file(source="temporal", ...)``, the whole thing (split,
+- import: ``recovery.imports.importers.history_import_file(source="temporal", ...)``, the whole thing (split,
   parse, map, journal bytes in memory).
 
 Targets: the import within 3x of the floor in CPU time; its peak RSS under 200 MB.
@@ -155,7 +155,7 @@ def floor(path: Path) -> dict[str, Any]:
 
 
 def importer(path: Path) -> dict[str, Any]:
-    from recovery.importers import effect_map_parse, history_import_file
+    from recovery.imports.importers import effect_map_parse, history_import_file
 
     result = history_import_file(
         source="temporal", path=path, effects=effect_map_parse({"Lookup": "safe", "SendEmail": "idempotent"})

@@ -76,13 +76,13 @@ def _psql(url: str, sql: str) -> None:
         conn.execute(sql)
 
 
-def _fresh_database(url: str) -> None:
+def fresh_database(url: str) -> None:
     name = url.rpartition("/")[2]
     _psql(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _psql(url, f'CREATE DATABASE "{name}"')
 
 
-def _manage(url: str, *args: str) -> str:
+def manage_command(url: str, *args: str) -> str:
     env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
     done = subprocess.run(
         [sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True, capture_output=True, text=True
@@ -90,7 +90,7 @@ def _manage(url: str, *args: str) -> str:
     return done.stdout
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -211,7 +211,7 @@ def bench_copy_one(floor: FloorCopy) -> float:
     return floor.batch(0, len(floor.rows))
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
@@ -230,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"preparing {args.records:,} records, batches of {args.batch:,}, database {args.database_url}")
     lines = journal_lines("bench-run", args.records)
     batches = [b"".join(line + b"\n" for line in lines[i : i + args.batch]) for i in range(0, len(lines), args.batch)]
-    _fresh_database(args.database_url)
-    _manage(args.database_url, "migrate", "--noinput")
-    token = _manage(args.database_url, "create_api_token", "bench-runtime").strip().splitlines()[-1]
+    fresh_database(args.database_url)
+    manage_command(args.database_url, "migrate", "--noinput")
+    token = manage_command(args.database_url, "create_api_token", "bench-runtime").strip().splitlines()[-1]
 
-    port = _free_port()
+    port = free_port()
     server = start_gunicorn(args.database_url, args.workers, port)
     floor = FloorCopy(args.database_url, lines)
     try:
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy-one   {args.records / copy_one_seconds:12,.0f} records/s  ({copy_one_seconds:.2f} s, a single COPY)")
     print(
         f"batch of {args.batch:,}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
-        f"p95 {_pct(latencies, 0.95) * 1000:.1f} ms (floor: p50 {statistics.median(copies) * 1000:.1f} ms, "
-        f"p95 {_pct(copies, 0.95) * 1000:.1f} ms)"
+        f"p95 {percentile(latencies, 0.95) * 1000:.1f} ms (floor: p50 {statistics.median(copies) * 1000:.1f} ms, "
+        f"p95 {percentile(copies, 0.95) * 1000:.1f} ms)"
     )
     blocks = [
         sum(copies[i : i + args.block]) / sum(latencies[i : i + args.block]) for i in range(0, len(copies), args.block)

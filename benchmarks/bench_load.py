@@ -40,7 +40,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.bench_ingest import _free_port, _manage, _pct, journal_lines, warm_up
+from benchmarks.bench_ingest import free_port, journal_lines, manage_command, percentile, warm_up
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP = "skipped: set DATABASE_URL (or BENCH_DATABASE_URL) to a PostgreSQL database"
@@ -76,7 +76,7 @@ class Broker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = "filesystem://"
         if shutil.which("redis-server"):
-            port = _free_port()
+            port = free_port()
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(folder)],
@@ -165,7 +165,7 @@ def floor_child(batches: int, records: int) -> None:
 
 
 def _ms(values: list[float]) -> str:
-    return f"p50 {statistics.median(values) * 1000:7.1f} ms, p99 {_pct(values, 0.99) * 1000:7.1f} ms"
+    return f"p50 {statistics.median(values) * 1000:7.1f} ms, p99 {percentile(values, 0.99) * 1000:7.1f} ms"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(LOOPX_VAR_DIR=env["LOOPX_VAR_DIR"], CELERY_BROKER_URL=broker.url)
     web: subprocess.Popen[bytes] | None = None
     try:
-        _manage(scratch, "migrate", "--noinput")
-        token = _manage(scratch, "create_api_token", "bench-load").strip().splitlines()[-1]
+        manage_command(scratch, "migrate", "--noinput")
+        token = manage_command(scratch, "create_api_token", "bench-load").strip().splitlines()[-1]
         total = args.writers * args.batches
         print(f"scratch database {scratch.rpartition('/')[2]}, broker {broker.url.partition(':')[0]}; "
               f"{args.writers} writers x {args.batches} batches of {args.records} records "
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         floor_seconds: list[float] = json.loads(floor.stdout.strip().splitlines()[-1])
 
-        port = _free_port()
+        port = free_port()
         web = _start_web(env, port, args.web_workers, args.threads)
         warm_up(port, token, args.web_workers * args.threads)
         bodies = {f"load-{w:03d}": _bodies(f"load-{w:03d}", args.batches, args.records) for w in range(args.writers)}

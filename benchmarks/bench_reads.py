@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.bench_ingest import _free_port, _fresh_database, _manage, _pct, start_gunicorn
+from benchmarks.bench_ingest import free_port, fresh_database, manage_command, percentile, start_gunicorn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -191,12 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     turns = max(TURNS_PER_RUN, int(100_000 * args.scale))
 
-    _fresh_database(args.database_url)
-    _manage(args.database_url, "migrate", "--noinput")
+    fresh_database(args.database_url)
+    manage_command(args.database_url, "migrate", "--noinput")
     t0 = time.perf_counter()
     sample = load(args.database_url, turns)
     print(f"loaded {turns:,} turns / {turns * 10:,} records in {time.perf_counter() - t0:.1f} s")
-    token = _manage(args.database_url, "create_api_token", "bench-reader").strip().splitlines()[-1]
+    token = manage_command(args.database_url, "create_api_token", "bench-reader").strip().splitlines()[-1]
 
     rng = random.Random(7)
     runs = sorted({run for run, _ in sample})
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             {"Authorization": f"Bearer {token}"},
         ),
     }
-    port = _free_port()
+    port = free_port()
     server = start_gunicorn(args.database_url, args.workers, port, settings="benchmarks.bench_settings")
     results: dict[str, list[float]] = {name: [] for name in suites}
     try:
@@ -228,11 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         server.terminate()
         server.wait(timeout=30)
 
-    base_p95 = _pct(results["baseline"], 0.95)
-    page_p95 = _pct(results["page"], 0.95)
+    base_p95 = percentile(results["baseline"], 0.95)
+    page_p95 = percentile(results["page"], 0.95)
     worst = 0.0
     for name, latencies in results.items():
-        p95 = _pct(latencies, 0.95)
+        p95 = percentile(latencies, 0.95)
         ratio = p95 / base_p95
         if name not in FLOORS:
             worst = max(worst, ratio)

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     from journals.pending import PendingAssessment
     from journals.services import records_ingest
     from loopx_site.celery import app
-    from recovery.demo import workload_lines
+    from ops.demo import workload_lines
 
     app.conf.task_default_queue = queue  # before the first publish: every message goes to our queue
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / queue  # noqa: S108  the fallback when TMPDIR is unset; the directory is the benchmark's own queue name

@@ -18,7 +18,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from journals import access
 from journals.models import Intent, Resolution, Turn
 from kernel.errors import ServiceError
-from recovery import assignment, services
+from recovery import services
+from recovery.assignments import services as assignment
 from recovery.state import state_of
 
 from . import selectors

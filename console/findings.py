@@ -1,6 +1,6 @@
 """Findings of the scheduled audits: list (viewer), acknowledge and resolve with a reason (operator).
 
-Transitions go through the tasks side's services (recovery.finding_services), which keep who/when/why.
+Transitions go through the tasks side's services (recovery.findings.services), which keep who/when/why.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from django.views.decorators.http import require_POST
 
 from journals import access
 from kernel.errors import ServiceError
-from recovery import finding_services
-from recovery.finding_models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
+from recovery.findings import services as finding_services
+from recovery.findings.models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
 
 from . import selectors
 from .forms import ReasonForm

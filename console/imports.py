@@ -1,7 +1,7 @@
 """Imports of other runtimes' histories in the console, and the effect maps that classify them.
 
 The upload is read once at the door and then converted and stored by the ``convert_history`` task
-(recovery/import_services.py); the import's page polls a small partial every second (htmx) until it is
+(recovery/imports/services.py); the import's page polls a small partial every second (htmx) until it is
 final, as a package upload's page does. Maps are edited by operators with a reason: every save is a new
 version, audited, and re-imports the runs that used the map as a new generation.
 """
@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from journals import access
 from journals.models import EFFECT_CLASSES
-from recovery.import_models import (
+from recovery.imports.models import (
     ANY_KEY,
     IMPORT_FINAL_STATES,
     IMPORT_SYSTEMS,
@@ -32,7 +32,7 @@ from recovery.import_models import (
     HistoryImport,
     ImportedRun,
 )
-from recovery.import_services import (
+from recovery.imports.services import (
     ImportServiceError,
     effect_map_attach,
     effect_map_create,

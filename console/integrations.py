@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from audits.background import Heartbeat
+from audits.models import Heartbeat
 from journals.access import RunScope
-from recovery.finding_models import UNRESOLVED, Finding
+from recovery.findings.models import UNRESOLVED, Finding
 
 # A process that has not beaten for this long is shown as silent (workers beat every minute or so).
 STALE_AFTER = timedelta(seconds=getattr(settings, "LOOPX_HEARTBEAT_STALE_SECONDS", 180))

@@ -1,7 +1,7 @@
 """Recovery packages in the console: upload (verified and imported in the background), follow the
 verification live, and export a run as a package (operators only: it carries raw bytes).
 
-Nothing is verified inside a request: the upload is kept as received (recovery/package_services.py) and the
+Nothing is verified inside a request: the upload is kept as received (recovery/packages/services.py) and the
 ``validate_package`` task checks it completely, then imports it as a run when it is accepted. The detail page
 polls a small partial every second (htmx) while the task works, and stops once the upload reaches a final
 state.
@@ -26,13 +26,13 @@ from django.views.decorators.http import require_POST
 
 from journals import access
 from journals.models import Run
-from recovery.finding_models import Finding
-from recovery.package_models import FINAL_STATES, IMPORTED, PackageUpload
-from recovery.package_selectors import package_uploads_visible
-from recovery.package_services import PackageError, package_upload_receive
-from recovery.package_services import package_requeue as requeue_package
-from recovery.package_services import run_export as run_export_package
-from recovery.package_views import export_filename
+from recovery.findings.models import Finding
+from recovery.packages.models import FINAL_STATES, IMPORTED, PackageUpload
+from recovery.packages.selectors import package_uploads_visible
+from recovery.packages.services import PackageError, package_upload_receive
+from recovery.packages.services import package_requeue as requeue_package
+from recovery.packages.services import run_export as run_export_package
+from recovery.packages.views import export_filename
 
 from .permissions import operator_required, viewer_required
 

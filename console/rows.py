@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
-from recovery.assignment import assigned_to
+from recovery.assignments.services import assigned_to
 from recovery.state import state_of
 
 from . import vocabulary

@@ -1,6 +1,6 @@
-"""The audit log (the operator trail, filtered and paged, with its streamed export) and the journal repair
+"""The trail (the operator trail, filtered and paged, with its streamed export) and the journal repair
 page of a run (preview, then apply what was previewed). Thin: the rules are in trail/export.py and
-recovery/repair.py."""
+recovery/repair/services.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from journals import access
 from journals.models import Run
 from kernel.errors import ServiceError
 from kernel.via import VIA
-from recovery.repair import journal_repair_apply, journal_repair_preview, repairs_list
-from recovery.repair_models import REPAIR_KINDS
+from recovery.repair.models import REPAIR_KINDS
+from recovery.repair.services import journal_repair_apply, journal_repair_preview, repairs_list
 from trail.export import TrailQueryError, trail_export, trail_filters, trail_rows
 from trail.models import OPERATOR_ACTION_KINDS
 
@@ -28,7 +28,7 @@ CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
 
 
 @viewer_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def trail_page(request: HttpRequest) -> HttpResponse:
     from .views import _page_number, _role_context
 
     try:
@@ -41,22 +41,22 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     page = selectors.page_of(rows, _page_number(request), 50, count_qs=trail_rows(filters, scope=scope))
     return render(
         request,
-        "console/audit_log.html",
+        "console/trail.html",
         {"page": page, "filters": filters, "error": error, "kinds": OPERATOR_ACTION_KINDS, "vias": VIA,
-         "nav": "audit", **_role_context(request)},
+         "nav": "trail", **_role_context(request)},
         status=400 if error else 200,
     )
 
 
 @operator_required
-def audit_log_export(request: HttpRequest) -> HttpResponseBase:
+def trail_page_export(request: HttpRequest) -> HttpResponseBase:
     fmt = request.GET.get("format", "jsonl")
     try:
         stream = trail_export(actor=request.user, params=request.GET, fmt=fmt)
     except TrailQueryError as err:
         return HttpResponse(err.detail, status=err.status, content_type="text/plain; charset=utf-8")
     response = StreamingHttpResponse(stream, content_type=CONTENT_TYPES[fmt])
-    response["Content-Disposition"] = f'attachment; filename="loopx-audit-log.{fmt}"'
+    response["Content-Disposition"] = f'attachment; filename="loopx-trail.{fmt}"'
     response["Cache-Control"] = "no-store"
     return response
 

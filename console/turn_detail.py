@@ -16,9 +16,9 @@ from engine.canonical import STORAGE_CORRUPTION
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from journals.models import Branch, Checkpoint, JournalRecord, Turn, TurnState
 from journals.selectors import record_public, turn_with_timeline
-from recovery.audit_models import RecoveryAudit
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
-from recovery.package_models import JournalCorruption
+from recovery.packages.models import JournalCorruption
+from recovery.recovery_audits.models import RecoveryAudit
 from recovery.selectors import GateView, claim_current, gate_view
 from recovery.state import APPROVABLE, StateValue, state_of
 from trail.models import OperatorAction

@@ -1,6 +1,7 @@
 """The console's URLs, mounted at the root by loopx_site/urls.py."""
 
 from django.urls import path
+from django.views.generic import RedirectView
 
 from . import actions, findings, imports, packages, saved_views, trail, views
 
@@ -31,8 +32,10 @@ urlpatterns = [
     path("packages/<uuid:pk>/status/", packages.package_status, name="package_status"),
     path("packages/<uuid:pk>/requeue/", packages.package_requeue, name="package_requeue"),
     path("runs/<int:pk>/repair/", trail.run_repair, name="run_repair"),
-    path("audit/", trail.audit_log, name="audit_log"),
-    path("audit/export/", trail.audit_log_export, name="audit_log_export"),
+    path("trail/", trail.trail_page, name="trail"),
+    # The page was called the audit log; old links and bookmarks still land on it.
+    path("audit/", RedirectView.as_view(pattern_name="console:trail", query_string=True, permanent=True)),
+    path("trail/export/", trail.trail_page_export, name="trail_export"),
     path("imports/", imports.imports, name="imports"),
     path("imports/upload/", imports.import_upload, name="import_upload"),
     path("imports/<uuid:pk>/", imports.import_detail, name="import"),

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from journals import access
 from journals.models import JournalRecord, Run, Turn
-from recovery import assignment
+from recovery.assignments import services as assignment
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.state import DONE
 

@@ -186,7 +186,7 @@ ACTIONS: dict[str, str] = {
     "role_change": "changed a role",
     "role_delete": "removed a role",
     "journal_repair": "repaired a journal",
-    "trail_export": "exported the audit log",
+    "trail_export": "exported the trail",
     "effect_map_create": "saved a new effect map",
     "effect_map_update": "saved an effect map's new version",
     "effect_map_attach": "attached an effect map",
@@ -197,7 +197,7 @@ ACTIONS: dict[str, str] = {
     "team_delete": "removed a team",
 }
 
-# What the scheduled audits find (recovery.finding_models.KINDS).
+# What the scheduled audits find (recovery.findings.models.KINDS).
 FINDINGS: dict[str, str] = {
     "lost_turn": "turn gone quiet",
     "chain_broken": "hash chain broken",
@@ -208,14 +208,14 @@ FINDINGS: dict[str, str] = {
     "trail_broken": "audit trail altered",
 }
 
-# How a recovery did otherwise than it planned (recovery.audit_models.DIVERGENCE_CODES).
+# How a recovery did otherwise than it planned (recovery.recovery_audits.models.DIVERGENCE_CODES).
 DIVERGENCES: dict[str, str] = {
     "unplanned_action": "done but not planned",
     "repeated_action": "done more than once",
     "planned_action_missing": "planned but not done",
 }
 
-# How an operator repaired a journal (recovery.repair_models.REPAIR_KINDS).
+# How an operator repaired a journal (recovery.repair.models.REPAIR_KINDS).
 REPAIRS: dict[str, str] = {
     "accept_prefix": "accepted the records up to a point",
     "supersede": "replaced by a corrected journal",

@@ -61,11 +61,11 @@ from .assess import (
     assess_path,
     fold_state,
     offset_mismatches,
+    proven_canonical,
     rebuild_state,
     state_digest,
 )
-from .assess import _parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
-from .assess import _proven_canonical as proven_canonical
+from .assess import parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
 
 __all__ += [
     "ENGINE_VERSION",

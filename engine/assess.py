@@ -36,7 +36,7 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
-from .canonical import _HAVE_ORJSON, _strict, digest, digest_no_float
+from .canonical import HAVE_ORJSON, digest, digest_no_float, parse_strict
 from .canonical import is_int as _is_int
 from .fold import DigestCache, IntentEntry, TurnState, View, merge_outcome, next_generation
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
@@ -56,7 +56,7 @@ from .types import (
     Violation,
 )
 
-if _HAVE_ORJSON:
+if HAVE_ORJSON:
     import orjson
 
     _loads: Callable[[bytes], Any] | None = orjson.loads
@@ -80,7 +80,7 @@ EvidenceMap = Mapping[Any, Any]  # (turn, intent) or intent id -> finding, or (f
 
 # RFC 3339 date-time (section 5.6), ASCII digits only ([0-9], not \d, which matches every script's digits),
 # matched whole (fullmatch: "$" would accept a trailing newline), with the field ranges of the RFC; the
-# day is checked against its month by _valid_at.
+# day is checked against its month by valid_at.
 _RFC3339 = re.compile(
     r"([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)"
     r"(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
@@ -114,7 +114,7 @@ _PRESCAN_MARKERS = (_find_lsn, _find_backslash)
 _NEGATIVE_EXPONENT = re.compile(rb"e-[0-9]").search
 _BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
 _LINES_PER_BATCH = 256
-_PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see _parse_batch
+_PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see parse_batch
 _PRESCAN_BLOCK = 1 << 17
 _INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
 _AT_CACHE_LIMIT = 4096
@@ -126,7 +126,7 @@ def _orjson_keys(*names: str) -> tuple[str, ...]:
     """The names as the str objects orjson hands out for those keys (it keeps one object per key it has
     read): a record's field looked up by that very object is found by identity, not by comparing strings.
     The same lookup either way (should orjson ever hand out another object, it is merely slower)."""
-    if not _HAVE_ORJSON:  # pragma: no cover - installs without orjson
+    if not HAVE_ORJSON:  # pragma: no cover - installs without orjson
         return names
     keys = tuple(orjson.loads(b"{" + b",".join(b'"%s":0' % name.encode() for name in names) + b"}"))
     assert keys == names
@@ -173,7 +173,7 @@ def _nonempty_str(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
 
 
-def _valid_at(at: Any) -> bool:
+def valid_at(at: Any) -> bool:
     if type(at) is not str:
         return False
     m = _RFC3339.fullmatch(at)
@@ -214,7 +214,7 @@ def _turn_of(obj: dict[str, Any], error: str | None) -> str | None:
     return turn
 
 
-def _has_float(value: Any) -> bool:
+def has_float(value: Any) -> bool:
     """Any float at any depth of an orjson-parsed value (orjson already refused lone surrogates)."""
     stack = [value]
     while stack:
@@ -228,10 +228,6 @@ def _has_float(value: Any) -> bool:
             stack.extend(item)
     return False
 
-
-# The door check (engine/door.py) reads records with the assessment's own rules.
-valid_at = _valid_at
-has_float = _has_float
 
 
 # -- sources -----------------------------------------------------------------------------------------------
@@ -402,7 +398,7 @@ def _note_point(points: Counter[tuple[int, int]], line: bytes) -> None:
         except _DecodeError:
             obj = None
     if obj is None:
-        obj = _strict(line).obj  # what orjson refuses may still be an object (a big integer, say)
+        obj = parse_strict(line).obj  # what orjson refuses may still be an object (a big integer, say)
     if obj.__class__ is not dict:
         return
     kind, branch = obj.get("kind"), obj.get("branch")
@@ -422,7 +418,7 @@ def _loads_or_none(line: bytes) -> Any:
         return None
 
 
-def _parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
+def parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
     """Each line parsed on its own (None where orjson refuses it), and whether every line is proven to be
     the canonical bytes of its value, by one serialisation of the whole batch instead of one per line.
 
@@ -438,12 +434,12 @@ def _parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
         objs = list(map(_loads, lines))
     except _DecodeError:
         return [_loads_or_none(line) for line in lines], False  # checked line by line
-    return objs, _proven_canonical(objs, lines)
+    return objs, proven_canonical(objs, lines)
 
 
-def _proven_canonical(objs: Sequence[Any], lines: Sequence[bytes]) -> bool:
+def proven_canonical(objs: Sequence[Any], lines: Sequence[bytes]) -> bool:
     """Whether every line is the canonical bytes of its value, ``objs[i]`` being ``lines[i]`` parsed on its
-    own: one serialisation of the whole list (the proof in ``_parse_batch``). Ingest's streamed path parses
+    own: one serialisation of the whole list (the proof in ``parse_batch``). Ingest's streamed path parses
     chunk by chunk and proves the whole batch once, after its rows are sent."""
     try:
         return bool(_dumps_sorted(objs) == b"[" + b",".join(lines) + b"]")
@@ -505,7 +501,7 @@ def _prescan_file(path: Path) -> Counter[tuple[int, int]]:
             buf[:kept] = buf[end:size]
 
 
-class _Assessor:
+class Assessor:
     def __init__(self, points: Counter[tuple[int, int]], evidence: Mapping[Any, Any] | None = None) -> None:
         self.points = points
         self.evidence = evidence or {}
@@ -586,7 +582,7 @@ class _Assessor:
             return False
         if at.startswith(self._at_prefix) and at[16:] in self._at_suffixes:
             return True
-        if not _valid_at(at):
+        if not valid_at(at):
             return False
         self._at_prefix = at[:16]
         if len(self._at_suffixes) < _AT_CACHE_LIMIT:
@@ -608,7 +604,7 @@ class _Assessor:
         Anything else goes, before anything has been changed, to _feed_general, which classifies
         precisely; tests/engine runs every path and compares the results with an independent model. The
         lines are parsed and proven
-        canonical a few dozen at a time (_parse_batch: one serialisation and one comparison for all of them,
+        canonical a few dozen at a time (parse_batch: one serialisation and one comparison for all of them,
         not one per line), few enough that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
             for line in lines:
@@ -635,7 +631,7 @@ class _Assessor:
         a record that fails one is _record's); every record that passes them goes to the same turn rules
         as any other (_semantics), so a rule of the contract is written once, in its kind's method."""
         dumps_sorted, sha256 = _dumps_sorted, _sha256
-        objs, verified = _parse_batch(lines)
+        objs, verified = parse_batch(lines)
         branches_get = self.branches.get
         views = self.views
         suffixes = self._at_suffixes
@@ -727,7 +723,7 @@ class _Assessor:
             self.records += 1
             self._record(obj, None, "", canonical_digest or _sha256(line).hexdigest())
             return
-        parsed = _strict(line)
+        parsed = parse_strict(line)
         obj = parsed.obj
         if obj is None:
             # A torn line's branch and lsn are unknown (section 1): never repaired, never quoted.
@@ -749,7 +745,7 @@ class _Assessor:
             return False
         except TypeError:  # orjson reads 1,024 levels of nesting but writes 254: the strict reader decides
             return False
-        return obj.__class__ is dict and written == line and not _has_float(obj)
+        return obj.__class__ is dict and written == line and not has_float(obj)
 
     def _envelope_problem(self, obj: dict[str, Any], error: str | None, detail: str) -> tuple[str, str] | None:
         """The first problem of a record's envelope (docs/engine.md, "check order"), or None."""
@@ -1410,12 +1406,12 @@ class _Assessor:
 
 # The rules of each kind that names a turn, one method each, all called alike (a table of the class's
 # functions, not of bound methods, so that an assessor holds no reference cycle).
-_TURN_RULES: dict[str, Callable[[_Assessor, dict[str, Any], int, int, int, View, str], None]] = {
-    "phase_committed": _Assessor._phase,
-    "intent_dispatched": _Assessor._dispatched,
-    "effect_observed": _Assessor._observed,
-    "turn_planned": _Assessor._planned,
-    "turn_terminal": _Assessor._terminal,
+_TURN_RULES: dict[str, Callable[[Assessor, dict[str, Any], int, int, int, View, str], None]] = {
+    "phase_committed": Assessor._phase,
+    "intent_dispatched": Assessor._dispatched,
+    "effect_observed": Assessor._observed,
+    "turn_planned": Assessor._planned,
+    "turn_terminal": Assessor._terminal,
 }
 _line_of = attrgetter("line")
 _line_of_pair = itemgetter(0)
@@ -1497,7 +1493,7 @@ def assess(
     reader = _Reader(source)
     normalised = _normalise_evidence(evidence)
     with _cycle_collection_paused():
-        assessor = _Assessor(reader.prescan(), normalised)
+        assessor = Assessor(reader.prescan(), normalised)
         for block, lines in reader.chunks():
             assessor.feed_batch(lines, block)
         return assessor.finish(dict(expect or {}))
@@ -1512,7 +1508,7 @@ def fold_state(source: Source, branch: int, through_lsn: int) -> dict[str, Any]:
     reader = _Reader(source)
     points = reader.prescan()
     points[(branch, through_lsn)] += 1
-    assessor = _Assessor(points)
+    assessor = Assessor(points)
     snap = assessor.snapshots.get((branch, through_lsn))  # (0, -1): the empty timeline, before any line
     if snap is not None:
         return snap.to_canonical()
@@ -1528,11 +1524,11 @@ def fold_state(source: Source, branch: int, through_lsn: int) -> dict[str, Any]:
 def rebuild_state(state: Mapping[str, Any], records_above: Iterable[bytes]) -> dict[str, Any]:
     """Rebuild a timeline's fold from a checkpoint's canonical ``state`` and then fold the records above
     it (the same branch's records after ``covers_lsn``, in order). Equals folding from lsn 0."""
-    assessor = _Assessor(Counter())
+    assessor = Assessor(Counter())
     view = View.from_canonical(dict(state))
     for line in records_above:
         assessor.line_no += 1
-        parsed = _strict(line)
+        parsed = parse_strict(line)
         obj = parsed.obj
         if obj is None or parsed.error is not None or not _is_int(obj.get("v")):
             raise ValueError(f"record {assessor.line_no} above the checkpoint is not a valid record")

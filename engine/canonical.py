@@ -22,9 +22,9 @@ from typing import Any, TypeGuard
 try:  # orjson is a dependency of the project; the engine still works (slower) without it.
     import orjson
 
-    _HAVE_ORJSON = True
+    HAVE_ORJSON = True
 except ImportError:  # pragma: no cover - exercised only on installs without orjson
-    _HAVE_ORJSON = False
+    HAVE_ORJSON = False
 
 STORAGE_CORRUPTION = "storage_corruption"
 RECORD_INVALID = "record_invalid"
@@ -53,7 +53,7 @@ def canonical_bytes_no_float(obj: Any) -> bytes:
     spells differently ("0.00001" for 1e-05), which is why a value with floats must not come here. What
     orjson refuses (an integer beyond 64 bits, nesting beyond its limit, a non-string key) takes the
     formula itself."""
-    if _HAVE_ORJSON:
+    if HAVE_ORJSON:
         try:
             return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # orjson.JSONEncodeError is a TypeError
@@ -124,7 +124,7 @@ def _has_float_or_surrogate(value: Any) -> str | None:
     return None
 
 
-def _strict(line: bytes) -> ParsedLine:
+def parse_strict(line: bytes) -> ParsedLine:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -160,11 +160,11 @@ def _strict(line: bytes) -> ParsedLine:
 
 def parse_line(line: bytes) -> ParsedLine:
     """Classify one journal line (without its trailing newline)."""
-    if _HAVE_ORJSON and line[:1] == b"{":
+    if HAVE_ORJSON and line[:1] == b"{":
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            return _strict(line)
+            return parse_strict(line)
         # Equal bytes prove: no duplicate key, no big integer turned float, nothing re-escaped; orjson
         # refuses lone surrogates itself. orjson spells a float with "." or a signed exponent, so only a
         # line with one of those can hold one. The line itself is kept as the canonical bytes (orjson's
@@ -172,11 +172,11 @@ def parse_line(line: bytes) -> ParsedLine:
         try:
             written = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # orjson reads 1,024 levels of nesting but writes 254: the strict reader decides
-            return _strict(line)
+            return parse_strict(line)
         if (
             isinstance(obj, dict)
             and written == line
             and not ((b"." in line or b"+" in line or b"e-" in line) and _has_float_or_surrogate(obj) is not None)
         ):
             return ParsedLine(obj, bytes(line))
-    return _strict(line)
+    return parse_strict(line)

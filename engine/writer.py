@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
-from .assess import _Assessor, fold_state
+from .assess import Assessor, fold_state
 from .canonical import canonical_bytes, digest
 from .fold import View
 
@@ -52,7 +52,7 @@ class JournalWriter:
         self.next_lsn: dict[int, int] = {0: 0}
         self.last_digest: dict[int, str | None] = {0: None}
         # The writer folds what it writes, so that checkpoints cost O(turns), not O(records).
-        self._fold = _Assessor(Counter())
+        self._fold = Assessor(Counter())
 
     # -- low level -------------------------------------------------------------------------------
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:

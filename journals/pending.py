@@ -49,7 +49,6 @@ class PendingAssessment(models.Model):
             models.Index(fields=["pending", "requested_at"], name="pendingassessment_sweep"),
             models.Index(fields=["lease_expires_at"], name="pendingassessment_lease"),
         ]
-        db_table = "recovery_pendingassessment"
 
     def __str__(self) -> str:
         return f"{self.run_id}: {'pending' if self.pending else 'idle'}"

@@ -189,7 +189,7 @@ def _canonical_object(raw: bytes) -> dict[str, Any] | None:
 
 def complete_record(line: bytes) -> dict[str, Any] | None:
     """The line's object when it is one complete JSON object, else None: exactly what ingest stores and what
-    it refuses as ``not_json`` (a package import keeps the latter aside, recovery/package_services.py)."""
+    it refuses as ``not_json`` (a package import keeps the latter aside, recovery/packages/services.py)."""
     obj = _canonical_object(line)
     return obj if obj is not None else parse_line(line).obj
 

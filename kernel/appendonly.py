@@ -78,3 +78,17 @@ def install_append_only_triggers(tables: list[str]) -> Any:
         "".join(append_only_trigger_sql(table)[0] for table in tables),
         "".join(append_only_trigger_sql(table)[1] for table in tables),
     )
+
+
+def rename_append_only_trigger(old_table: str, new_table: str) -> Any:
+    """A migration operation, placed after the table's rename, that names its trigger for the new table.
+
+    PostgreSQL carries a trigger along when its table is renamed but keeps the trigger's name; the trigger is
+    found by ``<table>_append_only``, so the name follows the table. Unapplied, it runs before the rename back.
+    """
+    from kernel.dialect import postgres_only
+
+    return postgres_only(
+        f"ALTER TRIGGER {old_table}_append_only ON {new_table} RENAME TO {new_table}_append_only;",
+        f"ALTER TRIGGER {new_table}_append_only ON {new_table} RENAME TO {old_table}_append_only;",
+    )

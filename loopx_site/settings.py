@@ -60,6 +60,9 @@ INSTALLED_APPS = [
     "ops",
     # The operator console: pages, template tags and the admin registrations.
     "console",
+    # The certification rig (`manage.py chaos`): crashes a reference runtime, the web and the worker at every
+    # point of its matrix. Installed for its command only; nothing in the product imports it.
+    "certification",
 ]
 
 MIDDLEWARE = [
@@ -235,7 +238,7 @@ SPECTACULAR_SETTINGS = {
     # Three different "kind" vocabularies share a field name; each gets its own enum component.
     "ENUM_NAME_OVERRIDES": {
         "OperatorActionKindEnum": "trail.models.OPERATOR_ACTION_KINDS",
-        "RecoveryActionKindEnum": "recovery.audit_models.ACTION_KINDS",
+        "RecoveryActionKindEnum": "recovery.recovery_audits.models.ACTION_KINDS",
         "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
         "TurnStateEnum": "journals.models.TurnState",
         "GateStateEnum": "journals.models.GATE_STATES",
@@ -243,7 +246,7 @@ SPECTACULAR_SETTINGS = {
         "DecisionFilterEnum": "recovery.state.DECISION_FILTER_VALUES",
         "TurnDecisionEnum": "journals.models.DECISIONS",
         "EffectClassEnum": "journals.models.EFFECT_CLASSES",
-        "ImportSystemEnum": "recovery.import_models.IMPORT_SYSTEMS",
+        "ImportSystemEnum": "recovery.imports.models.IMPORT_SYSTEMS",
     },
 }
 

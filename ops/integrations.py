@@ -15,7 +15,7 @@ FINDING_UNRESOLVED_STATES = ("open", "acknowledged")
 
 def open_findings_by_kind() -> dict[str, int]:
     """Open findings per kind; every known kind is present (0 when none), so alerts see a series."""
-    from recovery.finding_models import FINDING_KINDS, Finding
+    from recovery.findings.models import FINDING_KINDS, Finding
 
     counts = dict.fromkeys(FINDING_KINDS, 0)
     rows = Finding.objects.filter(state__in=FINDING_OPEN_STATES).order_by().values("kind").annotate(n=Count("id"))
@@ -26,7 +26,7 @@ def open_findings_by_kind() -> dict[str, int]:
 
 def beat_heartbeat_age() -> float | None:
     """Seconds since the most recent beat heartbeat (audits.Heartbeat, role "beat"); None when none."""
-    from audits.background import Heartbeat
+    from audits.models import Heartbeat
 
     last: datetime | None = Heartbeat.objects.filter(role="beat").aggregate(last=Max("last_seen"))["last"]
     if last is None:

@@ -227,7 +227,7 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _recovery_audits() -> Iterable[Metric]:
-        from recovery.audit_models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
+        from recovery.recovery_audits.models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
 
         family = CounterMetricFamily(
             "loopx_recovery_audits",

@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from kernel import context
 from kernel.dialect import set_local
-from recovery.audit_models import RecoveryAudit
+from recovery.recovery_audits.models import RecoveryAudit
 from trail.models import OperatorAction
 from trail.services import operator_action_record
 
@@ -256,7 +256,7 @@ def _forbid_journal_delete() -> None:
 
 def _delete_run_rows(run: Any) -> dict[str, int]:
     """Delete every row of the run, children first. The caller holds the transaction and the run's lock."""
-    from audits.background import ChainCursor
+    from audits.models import ChainCursor
     from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn, TurnEffective
     from journals.pending import PendingAssessment
     from recovery.models import Assessment, TurnAssessment, TurnClaim

@@ -162,10 +162,9 @@ class GateDecision(AppendOnlyModel):
 
 # The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
 # modules; imported here so that Django registers them with this app.
-from recovery.assignment_models import TurnAssignment  # noqa: E402, F401
-from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
-from recovery.finding_models import Finding  # noqa: E402, F401
-from recovery.import_models import (  # noqa: E402, F401
+from recovery.assignments.models import TurnAssignment  # noqa: E402, F401
+from recovery.findings.models import Finding  # noqa: E402, F401
+from recovery.imports.models import (  # noqa: E402, F401
     EffectMap,
     EffectMapAttachment,
     EffectMapVersion,
@@ -174,5 +173,6 @@ from recovery.import_models import (  # noqa: E402, F401
     ImportedIntent,
     ImportedRun,
 )
-from recovery.package_models import PackageUpload  # noqa: E402, F401
-from recovery.repair_models import JournalRepair  # noqa: E402, F401
+from recovery.packages.models import PackageUpload  # noqa: E402, F401
+from recovery.recovery_audits.models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
+from recovery.repair.models import JournalRepair  # noqa: E402, F401

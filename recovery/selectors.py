@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from engine import OffsetMismatch
 from journals.models import Decision, Intent, Resolution, Run, Turn
-from recovery.audit_models import RecoveryAudit
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.recovery_audits.models import RecoveryAudit
 from recovery.state import (
     DONE,
     HOLD,

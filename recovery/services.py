@@ -28,9 +28,9 @@ from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
-from recovery.package_models import JournalCorruption
-from recovery.repair_input import repaired_lines, repaired_result, stored_lines
-from recovery.repair_models import REPAIR_QUARANTINED, repair_in_force
+from recovery.packages.models import JournalCorruption
+from recovery.repair.input import repaired_lines, repaired_result, stored_lines
+from recovery.repair.models import REPAIR_QUARANTINED, repair_in_force
 from recovery.selectors import (
     DONE,
     HOLD,
@@ -60,7 +60,7 @@ class GateError(ServiceError):
 # --- Assessments ------------------------------------------------------------------------------------
 
 
-def _evidence_digest(
+def assessment_evidence_digest(
     evidence: Mapping[tuple[str, str], Any],
     corrupt: Iterable[tuple[int, str, bool]] = (),
     repair: list[object] | None = None,
@@ -71,7 +71,7 @@ def _evidence_digest(
     the identity would fall back to an assessment from before the line arrived, which is not the run's
     latest, and the turns would keep the blocked projection (tests/packages/test_torn_tail.py). Without
     kept lines it is the digest of the evidence alone, as it always was, so stored assessments keep theirs.
-    The journal repair in force (recovery/repair_models.py) is an input too: its identity joins the digest,
+    The journal repair in force (recovery/repair/models.py) is an input too: its identity joins the digest,
     so a repaired run has an assessment of its own and never reuses one from before the repair."""
     items = sorted([t, i, f] for (t, i), f in evidence.items())
     kept = [[pk, sha, in_force] for pk, sha, in_force in corrupt]
@@ -81,7 +81,7 @@ def _evidence_digest(
     return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
-def _corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
+def corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
     """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order."""
     kept = JournalCorruption.objects.with_force(run).order_by("after_seq", "ordinal", "id")
     return list(kept.values_list("pk", "sha256", "in_force"))
@@ -111,13 +111,13 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
     run = Run.objects.get(pk=run.pk)  # the prefix as committed now
     evidence = evidence_in_force(run=run)
-    kept = _corrupt_kept(run)
+    kept = corrupt_kept(run)
     corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
     repair = repair_in_force(run)
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
-        "evidence_digest": _evidence_digest(evidence, kept, repair.identity() if repair else None),
+        "evidence_digest": assessment_evidence_digest(evidence, kept, repair.identity() if repair else None),
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
@@ -133,14 +133,14 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
     else:
         read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
-        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair_input.py)
+        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair/input.py)
     blocked = result.run_blocked
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
         if newest_only and (
             Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
-            or _corrupt_kept(run) != kept
+            or corrupt_kept(run) != kept
             or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package

@@ -28,9 +28,9 @@ from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from journals.access import RunScope
 from journals.models import DECISIONS, TURN_STATUSES, Decision, Intent, Resolution, Run, Turn, TurnEffective, TurnState
 from kernel.events import emit, turn_blocked
-from recovery.finding_selectors import run_integrity_finding
+from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
-from recovery.repair_models import REPAIR_QUARANTINED
+from recovery.repair.models import REPAIR_QUARANTINED
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
 OPERATOR_BLOCKED = "operator_blocked"

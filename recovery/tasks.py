@@ -17,9 +17,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from recovery.background import assessment_run
-from recovery.import_services import history_abandon, history_process, history_reimport
-from recovery.package_models import PackageUpload
-from recovery.package_services import package_abandon, package_process, package_sweep
+from recovery.imports.services import history_abandon, history_process, history_reimport
+from recovery.packages.models import PackageUpload
+from recovery.packages.services import package_abandon, package_process, package_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ PACKAGE_TIME_LIMIT: int = settings.LOOPX_PACKAGE_TIME_LIMIT
     **TASK_OPTIONS,
 )
 def validate_package(upload_id: str) -> str:
-    """Verify an uploaded package (recovery/package_services.py) and import it as a run when accepted."""
+    """Verify an uploaded package (recovery/packages/services.py) and import it as a run when accepted."""
     try:
         return package_process(upload_id=upload_id)
     except (OperationalError, InterfaceError):
@@ -87,7 +87,7 @@ def validate_package(upload_id: str) -> str:
 )
 def convert_history(import_id: str) -> str:
     """Convert an uploaded history with its import's effect map and store its runs
-    (recovery/import_services.py)."""
+    (recovery/imports/services.py)."""
     try:
         return history_process(import_id=import_id)
     except (OperationalError, InterfaceError):
@@ -135,7 +135,7 @@ def _abandon(upload_id: str, *, timed_out: bool, detail: str) -> str:
 def sweep_packages(grace_seconds: int | None = None, orphan_grace_seconds: int | None = None) -> dict[str, Any]:
     """On beat's schedule and once at worker start: publish validate_package again for uploads whose message
     was lost, remove upload files no upload names, and re-assess runs whose torn tail was repaired
-    (recovery/package_services.py, ``package_sweep``). A schedule's kwargs override the settings."""
+    (recovery/packages/services.py, ``package_sweep``). A schedule's kwargs override the settings."""
     from datetime import timedelta
 
     report = package_sweep(

@@ -1,6 +1,9 @@
 from django.urls import path
 
-from recovery import import_views, package_views, repair_views, views
+from recovery import views
+from recovery.imports import views as import_views
+from recovery.packages import views as package_views
+from recovery.repair import views as repair_views
 
 T = "runs/<str:run_id>/turns/<str:turn_id>"
 

@@ -15,8 +15,8 @@ from journals.api import ErrorSerializer, LoopxView
 from journals.models import Turn
 from journals.services import high_water_parse
 from journals.views import _ERRORS
-from recovery.assignment import AssignError, turn_assign, turn_unassign
-from recovery.assignment_models import TurnAssignment
+from recovery.assignments.models import TurnAssignment
+from recovery.assignments.services import AssignError, turn_assign, turn_unassign
 from recovery.models import Assessment, GateDecision, OperatorEvidence
 from recovery.selectors import assessments_list, evidence_list, gate_decisions_list
 from recovery.serializers import (

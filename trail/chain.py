@@ -8,7 +8,7 @@ writers wait for each other at the head, so no two rows ever share a predecessor
 takes its trail row and the head's move with it. The head is the last lock a transition takes (services
 record their action after their other writes), so waiting on it never closes a cycle.
 
-The digest covers every column an audit log shows: seq, the previous digest, actor, actor name, kind, run,
+The digest covers every column the trail shows: seq, the previous digest, actor, actor name, kind, run,
 turn, reason, before, after, time and via, in the contract's canonical JSON. Editing any of them, removing
 a row, or adding one behind the writer's back breaks the chain (``trail_verify``).
 """

@@ -1,4 +1,4 @@
-"""The audit log's reads: one filter for the console page, the API and the export; and the streamed export
+"""The trail's reads: one filter for the console page, the API and the export; and the streamed export
 (JSONL or CSV, one row per OperatorAction in chain order, digests included so that a SIEM can re-check the
 chain itself). The export is an act of its own: ``trail_export`` records a ``trail_export`` row (with the
 filters) before the first byte is sent."""
@@ -139,6 +139,6 @@ def trail_export(*, actor: Any, params: Mapping[str, Any], fmt: str) -> Iterator
     filters = trail_filters(params)
     with transaction.atomic():
         recorded = operator_action_record(
-            actor=actor, kind="trail_export", reason="audit log exported", after={"format": fmt, "filters": filters}
+            actor=actor, kind="trail_export", reason="trail exported", after={"format": fmt, "filters": filters}
         )
     return trail_stream(filters, fmt, through=recorded.seq, scope=run_scope(user=actor))

@@ -1,8 +1,7 @@
 """The operator trail: who did what, when and why, in one tamper-evident chain.
 
 OperatorAction is append-only (save/delete/queryset guards, and a PostgreSQL trigger from the migration).
-TrailHead is the chain's single head row. The tables keep the names they had in the audits app
-(``audits_operatoraction``, ``audits_trailhead``): the move was a change of Django's state only.
+TrailHead is the chain's single head row.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ OPERATOR_ACTION_KINDS = (
     "turn_assign",
     "turn_unassign",
 )
-# How the act reached the service (kernel/via.py): a filter of the audit log, and part of the row's digest.
+# How the act reached the service (kernel/via.py): a filter of the trail, and part of the row's digest.
 # The digest the first row of the trail chains from.
 TRAIL_GENESIS = "0" * 64
 
@@ -106,7 +105,6 @@ class OperatorAction(AppendOnlyModel):
             models.CheckConstraint(condition=Q(seq__gte=1), name="operatoraction_seq_gte_1"),
         ]
         indexes = [models.Index(fields=["kind", "-created_at"], name="operatoraction_kind_created")]
-        db_table = "audits_operatoraction"
 
 
 class TrailHead(models.Model):
@@ -120,7 +118,6 @@ class TrailHead(models.Model):
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="trailhead_single_row")]
-        db_table = "audits_trailhead"
 
     def __str__(self) -> str:
         return f"trail head at {self.seq}"

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from recovery.import_selectors import turn_import_note
+from recovery.imports.selectors import turn_import_note
 
 register = template.Library()
 

@@ -1,7 +1,7 @@
 """``build_package``: write a recovery package (tar.gz by default; tar or zip on request) atomically.
 
 The archive is deterministic (fixed times, owners and modes) so the same inputs give the same bytes and the
-same sha256. It goes through ``recovery.atomic.atomic_write``: a crash leaves the old file or none.
+same sha256. It goes through ``kernel.atomic.atomic_write``: a crash leaves the old file or none.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Mapping
 from typing import IO
 
-from recovery.atomic import atomic_write, clean_stale_temporaries
+from kernel.atomic import atomic_write, clean_stale_temporaries
 
 from .manifest import FORMAT, JOURNAL, MANIFEST, VERSION
 from .paths import check_path, collision_key

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from recovery.atomic import RESTORE_KIND, clean_stale_temporaries, failpoint, fsync_directory, temporary_sibling
+from kernel.atomic import RESTORE_KIND, clean_stale_temporaries, failpoint, fsync_directory, temporary_sibling
 
 from . import report as codes
 from ._formats import DIR, FILE, Unsupported, open_archive

@@ -28,7 +28,7 @@ from .paths import check_path, collision_key, in_state
 from .report import PackageReport
 
 StrPath = str | os.PathLike[str]
-# Progress hook (added for the dashboard's background import, recovery/package_services.py): called after each
+# Progress hook (added for the dashboard's background import, recovery/packages/services.py): called after each
 # member with (bytes of the package file read so far, the file's size). Optional and None by default, so the
 # commands and every other caller behave exactly as before.
 Progress = Callable[[int, int], None]

@@ -44,7 +44,7 @@ def test_an_unsafe_redispatch_with_an_unknown_outcome_needs_evidence_in_bulk_too
     """The side door: the reason is unsafe_redispatch, not effect_indeterminate, yet the intent is unknown."""
     from journals.models import Run
     from journals.services import records_ingest
-    from recovery.demo import run_effects
+    from ops.demo import run_effects
     from recovery.services import assessment_refresh
 
     demo = run_effects("fx-1")

@@ -13,8 +13,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from journals.models import Run
-from recovery.import_models import HistoryImport, ImportedRun
-from recovery.import_services import effect_map_create, effect_map_update, history_upload_receive
+from recovery.imports.models import HistoryImport, ImportedRun
+from recovery.imports.services import effect_map_create, effect_map_update, history_upload_receive
 from tests.console.conftest import page_client
 from tests.imports.charge_history import history_bytes
 from tests.personas import make_runtime
@@ -149,7 +149,7 @@ def test_a_viewer_cannot_export_the_trail_through_any_door(viewer, operator):
     for fmt in ("jsonl", "csv"):
         answer = api.get(f"/api/v1/operator-actions/export?output={fmt}")
         assert answer.status_code == 403, answer.status_code
-        assert pages.get(f"/audit/export/?format={fmt}").status_code == 403
+        assert pages.get(f"/trail/export/?format={fmt}").status_code == 403
     assert OperatorAction.objects.filter(kind="trail_export").count() == before
     assert make_runtime("rt").client.get("/api/v1/operator-actions/export").status_code == 403
     answer = _api(operator).get("/api/v1/operator-actions/export?output=csv")

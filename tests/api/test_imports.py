@@ -10,8 +10,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from journals.models import JournalRecord, Run, Turn
-from recovery.import_models import HistoryImport, HistorySource, ImportedIntent, ImportedRun
-from recovery.import_services import effect_map_create
+from recovery.imports.models import HistoryImport, HistorySource, ImportedIntent, ImportedRun
+from recovery.imports.services import effect_map_create
 from tests.imports.charge_history import RUN, SECRET, history_bytes
 from tests.personas import make_runtime
 

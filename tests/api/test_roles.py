@@ -35,12 +35,12 @@ from rest_framework.test import APIClient
 
 from journals.models import JournalRecord, Run, Turn
 from notifications.models import Webhook, WebhookDelivery
-from recovery.audit_models import RecoveryAudit
-from recovery.finding_models import Finding
-from recovery.import_models import HistoryImport, ImportedRun
+from recovery.findings.models import Finding
+from recovery.imports.models import HistoryImport, ImportedRun
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
-from recovery.package_models import PackageUpload
-from recovery.package_services import run_journal_bytes
+from recovery.packages.models import PackageUpload
+from recovery.packages.services import run_journal_bytes
+from recovery.recovery_audits.models import RecoveryAudit
 from tests.api.test_teams import BLUE_RUN, blue, red  # noqa: F401 - the two teams' fixtures
 from tests.imports.charge_history import history_bytes
 from tests.personas import make_runtime
@@ -224,8 +224,8 @@ CONSOLE: dict[str, tuple[Call, str]] = {
     "console:package_requeue": (_page("post", lambda x: f"/packages/{x.upload}/requeue/"), "roomm"),
     "console:run_repair": (_page("post", lambda x: f"/runs/{x.run_pk}/repair/", lambda x: {
         "kind": "accept_prefix", "through_seq": 3, "reason": "cut", "preview": "0" * 64}), "roomm"),
-    "console:audit_log": (_page("get", lambda x: f"/audit/?run={x.run_id}"), "oooss"),
-    "console:audit_log_export": (_page("get", lambda x: f"/audit/export/?format=jsonl&run={x.run_id}"), "rooss"),
+    "console:trail": (_page("get", lambda x: f"/trail/?run={x.run_id}"), "oooss"),
+    "console:trail_export": (_page("get", lambda x: f"/trail/export/?format=jsonl&run={x.run_id}"), "rooss"),
     "console:imports": (_page("get", lambda x: "/imports/"), "ooooo"),
     "console:import_upload": (lambda c, x, p: c.post("/imports/upload/", {
         "file": _history(x, p), "source": "temporal", "run": x.run_id}), "rooss"),
@@ -271,7 +271,7 @@ def world(blue: dict[str, Any], red: Any, blue_operator: Any, admin_user: Any,  
 
     from notifications import delivery
     from notifications.tasks import deliver_webhook
-    from recovery.import_services import effect_map_create, history_upload_receive
+    from recovery.imports.services import effect_map_create, history_upload_receive
     from trail.tokens import api_token_create
 
     monkeypatch.setattr(deliver_webhook, "apply_async", lambda *a, **k: None)  # deliveries stay pending

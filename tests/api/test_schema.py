@@ -93,7 +93,7 @@ def test_api_never_answers_500(case, seeded, operator_session):
     """Each generated request is sent as the runtime (token) and as an operator (session)."""
     for client, headers in ((Client(), {"Authorization": f"Bearer {seeded}"}), (operator_session, {})):
         response = _send(client, case, headers)
-        # A streamed answer (the audit log's export) is read whole, so that a secret in it is seen too.
+        # A streamed answer (the trail's export) is read whole, so that a secret in it is seen too.
         content = b"".join(response.streaming_content) if response.streaming else response.content
         assert response.status_code < 500, (case.method, case.path, response.status_code, content[:300])
         assert b"FUZZ-SECRET" not in content

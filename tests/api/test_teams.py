@@ -19,12 +19,12 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from console.selectors import turn_counts
 from journals.access import NO_RUN, run_scope
 from journals.models import Turn
-from recovery.audit_models import RecoveryAudit
-from recovery.audit_services import recovery_audit_open
-from recovery.finding_models import Finding
-from recovery.finding_services import finding_open_or_touch
+from recovery.findings.models import Finding
+from recovery.findings.services import finding_open_or_touch
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
-from recovery.package_models import PackageUpload
+from recovery.packages.models import PackageUpload
+from recovery.recovery_audits.models import RecoveryAudit
+from recovery.recovery_audits.services import recovery_audit_open
 from recovery.services import turn_approve, turn_claim
 from tests.console.conftest import page_client
 from tests.console.scenarios import payments_run
@@ -255,7 +255,7 @@ def test_an_import_of_another_teams_run_is_404(red_operator, operator):
     console and the API, and is in no list."""
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from recovery.import_services import history_upload_receive
+    from recovery.imports.services import history_upload_receive
     from tests.imports.charge_history import history_bytes
 
     upload, _ = history_upload_receive(

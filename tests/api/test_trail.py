@@ -21,10 +21,10 @@ from audits.checks import audit_trail_verification
 from journals.models import ApiToken, Run, Turn
 from journals.services import records_ingest
 from notifications.models import Webhook, WebhookDelivery
-from recovery.finding_models import Finding
+from recovery.findings.models import Finding
 from recovery.models import GateDecision
-from recovery.package_models import PackageUpload
-from recovery.repair_models import JournalRepair
+from recovery.packages.models import PackageUpload
+from recovery.repair.models import JournalRepair
 from recovery.services import assessment_refresh
 from tests.gate.test_repair import RUN as BROKEN
 from tests.gate.test_repair import _break_seq, _broken
@@ -67,7 +67,7 @@ EXEMPT_URLS = {
 }
 READ_ONLY_URLS = {
     "console:overview", "console:blocked_queue", "console:runs", "console:run", "console:turns", "console:turn",
-    "console:findings", "console:packages", "console:package", "console:package_status", "console:audit_log",
+    "console:findings", "console:packages", "console:package", "console:package_status", "console:trail",
     "console:imports", "console:import", "console:import_status", "console:effect_maps", "console:effect_map",
     "console:records", "console:record", "console:inbox_count", "favicon",
     "password_change_done", "password_reset_done", "password_reset_complete", "healthz", "readyz", "metrics",
@@ -89,7 +89,7 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
     records_ingest(run_id="run-ok", body=ok.body(), content_type="application/x-ndjson", token=None)
     run = Run.objects.get(run_id="run-ok")
     assessment_refresh(run=run)
-    from recovery.finding_services import finding_open_or_touch
+    from recovery.findings.services import finding_open_or_touch
 
     finding, _ = finding_open_or_touch(kind="lost_turn", run=run, turn=Turn.objects.get(run=run, turn_id="t1"))
     token, _ = api_token_create(name="rt", actor_name="test")
@@ -102,11 +102,11 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
     from recovery.services import turn_block
 
     turn_block(turn=Turn.objects.get(run=run, turn_id="t1"), actor=operator, reason="held first")
-    from recovery.assignment import turn_assign
+    from recovery.assignments.services import turn_assign
 
     # The operator has taken t1 for review: releasing it, or handing it on, is one act each.
     turn_assign(turn=Turn.objects.get(run=run, turn_id="t1"), actor=operator, assignee=operator)
-    from recovery.import_services import effect_map_create, history_upload_receive
+    from recovery.imports.services import effect_map_create, history_upload_receive
 
     effect_map_create(name="fx", entries={"SendReceipt": "idempotent"}, actor=operator, reason="the first map")
     imported, _ = history_upload_receive(
@@ -207,7 +207,7 @@ SCENARIOS: dict[str, Scenario] = {
         "system": "temporal", "key": "*", "reason": "every namespace"})),
     "console:run_repair": ("operator", _repair_console),
     "console:run_export": ("operator", lambda c, w: c.get(f"/runs/{w['run'].pk}/export/")),
-    "console:audit_log_export": ("operator", lambda c, w: c.get("/audit/export/?format=jsonl")),
+    "console:trail_export": ("operator", lambda c, w: c.get("/trail/export/?format=jsonl")),
     # the admin's edits (Django admin), one of each family
     "admin:user_add": ("admin", lambda c, w: c.post("/admin/auth/user/add/", {
         "username": "newbie", "password1": "a-Long-passw0rd!", "password2": "a-Long-passw0rd!",
@@ -249,7 +249,7 @@ def _state() -> list[Any]:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     from console.models import TurnAnnotation
-    from recovery.assignment_models import TurnAssignment
+    from recovery.assignments.models import TurnAssignment
 
     return [
         list(OperatorAction.objects.order_by("seq").values_list("seq", "digest")),
@@ -387,7 +387,7 @@ def test_the_chain_check_catches_an_edited_row(world: dict[str, Any]) -> None:
     assert not trail_verify().problems
     victim = OperatorAction.objects.order_by("seq").first()
     assert victim is not None and OperatorAction.objects.count() >= 2
-    _behind_the_writers_back("UPDATE audits_operatoraction SET reason = %s WHERE id = %s", ["edited", victim.pk])
+    _behind_the_writers_back("UPDATE trail_operatoraction SET reason = %s WHERE id = %s", ["edited", victim.pk])
     problems = trail_verify().problems
     assert [p.fact_key for p in problems] == [f"row:{victim.seq}"]
     report = audit_trail_verification()
@@ -401,7 +401,7 @@ def test_the_chain_check_catches_an_edited_row(world: dict[str, Any]) -> None:
 def test_a_removed_last_row_shows_at_the_head(world: dict[str, Any]) -> None:
     last = OperatorAction.objects.order_by("-seq").first()
     assert last is not None
-    _behind_the_writers_back("DELETE FROM audits_operatoraction WHERE id = %s", [last.pk])
+    _behind_the_writers_back("DELETE FROM trail_operatoraction WHERE id = %s", [last.pk])
     assert [p.fact_key for p in trail_verify().problems] == ["head"]
 
 

@@ -194,7 +194,7 @@ def test_upload_a_torn_package_see_its_kept_lines_and_resolve_one(
 ):
     """A package whose journal has a damaged line and a torn tail imports with both kept as evidence: the page
     lists where they were (never their bytes) and links each to its finding, which the operator resolves."""
-    from recovery.finding_models import Finding
+    from recovery.findings.models import Finding
     from recovery.models import PackageUpload
     from recovery.packages import build_package
     from recovery.tasks import assess_run, validate_package

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_upload_a_temporal_history_wait_for_the_import_and_open_the_runs_turns(
     live_server, page, shot, tmp_path, monkeypatch
 ):
-    from recovery.import_models import HistoryImport
+    from recovery.imports.models import HistoryImport
     from recovery.tasks import assess_run, convert_history
     from tests.imports.charge_history import RUN, SECRET, history_bytes
 

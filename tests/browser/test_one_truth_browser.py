@@ -10,7 +10,7 @@ import pytest
 
 from journals.models import Run
 from journals.services import records_ingest
-from recovery.demo import run_effects
+from ops.demo import run_effects
 from recovery.services import assessment_refresh
 from tests.browser.conftest import login, make_user
 from tests.console.scenarios import payments_run

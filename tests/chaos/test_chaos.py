@@ -1,6 +1,6 @@
 """The composition gate: SIGKILL the reference runtime at every transition of the compound
 workload, and the service itself at its kill points, and check recovery jointly after every restart
-(recovery/chaos/rig.py lists the properties).
+(certification/rig.py lists the properties).
 
 The certification is the HTTP sample: two full rounds of the crash matrix (every runtime transition, the
 web killed mid-batch, the worker killed mid-assessment, a turn taken over from a dead worker, a worker
@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import canonical_bytes
-from recovery.chaos.http import lease_seconds
-from recovery.chaos.ledger import Ledger
-from recovery.chaos.rig import (
+from certification.http import lease_seconds
+from certification.ledger import Ledger
+from certification.rig import (
     EXPECTED_SERVICE_POINTS,
     EXPECTED_STALL_POINTS,
     EXPECTED_TRANSITIONS,
@@ -37,7 +36,8 @@ from recovery.chaos.rig import (
     service_points,
     stall_points,
 )
-from recovery.chaos.runtime import EXIT_FENCED, EXIT_LEASE_REFUSED, INTENDED_EFFECTS
+from certification.runtime import EXIT_FENCED, EXIT_LEASE_REFUSED, INTENDED_EFFECTS
+from engine import canonical_bytes
 
 SAMPLE = range(2 * EXPECTED_TRANSITIONS)
 
@@ -167,8 +167,8 @@ def test_ledger_dedupes_idempotent_effects_only(tmp_path: Path) -> None:
 def test_a_finding_already_journaled_does_not_resolve_a_later_dispatch(tmp_path: Path) -> None:
     """Evidence names an intent, not a dispatch. The runtime journals an operator finding as a readback
     citing it; after that, the same finding must not settle a *new* dispatch of the unsafe intent."""
+    from certification.store import FileGateway
     from engine.writer import JournalWriter
-    from recovery.chaos.store import FileGateway
 
     gw = FileGateway(tmp_path, "r")
     w = JournalWriter("r")
@@ -298,8 +298,8 @@ def test_a_takeover_point_is_placed_where_the_dead_worker_holds_its_claim() -> N
 
 @pytest.mark.slow
 def test_web_process_killed_mid_batch_leaves_no_partial_batch(tmp_path: Path) -> None:
-    from recovery.chaos.server import LiveServer
-    from recovery.chaos.service_crash import web_kill_trial
+    from certification.server import LiveServer
+    from certification.service_crash import web_kill_trial
 
     with LiveServer(tmp_path / "server") as server:
         # Seed 0's kill is placed (a failpoint parks the batch inside its transaction); the others are

@@ -1,4 +1,4 @@
-"""Assessments survive their own faults, against the production stack (recovery/chaos/server.py's
+"""Assessments survive their own faults, against the production stack (certification/server.py's
 LiveService: gunicorn, one Celery worker, beat, a redis-server and a PostgreSQL cluster of its own).
 
 A few writers post batches over HTTP (every fifth one delivered twice) while, one after another:
@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from recovery.chaos.server import LiveService, postgres_bin
-from recovery.demo import batches, workload_lines
+from certification.server import LiveService, postgres_bin
+from ops.demo import batches, workload_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -1,5 +1,5 @@
 """A live LoopX server for the client's tests: `manage.py runserver --noreload` on a free loopback port,
-over a SQLite database of its own, migrated, with runtime tokens (recovery/chaos/server.py). Started once
+over a SQLite database of its own, migrated, with runtime tokens (certification/server.py). Started once
 for the session, stopped (our own child, by its handle) at the end."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.chaos.server import LiveServer
+from certification.server import LiveServer
 
 CLIENT_DIR = Path(__file__).resolve().parents[2] / "client"
 

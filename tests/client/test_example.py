@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from certification.server import PROJECT_ROOT, LiveServer
 from engine import assess
-from recovery.chaos.server import PROJECT_ROOT, LiveServer
 from tests.client.conftest import operator_approves
 
 EXAMPLE = PROJECT_ROOT / "client" / "examples" / "agent_loop.py"

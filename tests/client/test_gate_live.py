@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from loopx_client import Claim, Gate, Journal, ShipDiverged, errors
 
-from recovery.chaos.server import LiveServer
+from certification.server import LiveServer
 from tests.client.conftest import operator_approves
 
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from recovery.chaos.server import PROJECT_ROOT
+from certification.server import PROJECT_ROOT
 
 SCRIPT = textwrap.dedent(
     """

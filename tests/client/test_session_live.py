@@ -26,7 +26,7 @@ from loopx_client import (
     digest,
 )
 
-from recovery.chaos.server import PROJECT_ROOT, LiveServer
+from certification.server import PROJECT_ROOT, LiveServer
 from tests.client.conftest import SHORT_LEASE_SECONDS
 from tests.client.stall_worker import run_turn
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
+from certification.server import PROJECT_ROOT, LiveServer
 from engine import assess
 from engine.canonical import parse_line
-from recovery.chaos.server import PROJECT_ROOT, LiveServer
 from tests.client.conftest import operator_approves
 from tests.conftest import REQUIRE_SERVICES
 

@@ -1,12 +1,19 @@
-"""A turn's review assignment (recovery/assignment.py): who takes, hands on and releases a held turn, the
+"""A turn's review assignment (recovery/assignments/services.py): who takes, hands on and releases a held turn, the
 one trail row each act writes, and the inbox of "mine"."""
 
 from __future__ import annotations
 
 import pytest
 
-from recovery.assignment import AssignError, assigned_to, inbox_count, turn_assign, turn_unassign, with_assignee
-from recovery.assignment_models import TurnAssignment
+from recovery.assignments.models import TurnAssignment
+from recovery.assignments.services import (
+    AssignError,
+    assigned_to,
+    inbox_count,
+    turn_assign,
+    turn_unassign,
+    with_assignee,
+)
 from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db

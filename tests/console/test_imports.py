@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from journals.models import Turn
-from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedRun
-from recovery.import_services import effect_map_attach, effect_map_create, history_upload_receive
+from recovery.imports.models import EffectMap, EffectMapVersion, HistoryImport, ImportedRun
+from recovery.imports.services import effect_map_attach, effect_map_create, history_upload_receive
 from recovery.tasks import convert_history
 from tests.imports.charge_history import RUN, history_bytes
 from trail.models import OperatorAction
@@ -162,7 +162,7 @@ def test_list_pages_cost_the_same_queries_for_3_rows_or_12(op_pages, operator, n
 def test_the_turn_pages_note_costs_one_query_for_other_runs_and_two_for_an_import(
     operator, pay, eager_tasks, django_capture_on_commit_callbacks, django_assert_num_queries
 ):
-    from recovery.import_selectors import turn_import_note
+    from recovery.imports.selectors import turn_import_note
 
     other = Turn.objects.select_related("run").filter(run=pay.run).first()
     with django_assert_num_queries(1):

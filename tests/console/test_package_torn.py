@@ -15,10 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from journals.models import Run, Turn
-from recovery.finding_models import Finding
+from recovery.findings.models import Finding
 from recovery.models import PackageUpload
-from recovery.package_models import JournalCorruption
 from recovery.packages import build_package
+from recovery.packages.models import JournalCorruption
 from recovery.services import assessment_refresh
 from tests.console.test_queries import QUIET_TURN_PAGE_QUERIES
 from tests.journal_builder import JournalBuilder

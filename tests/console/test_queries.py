@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from console.services import turn_annotate
 from journals.models import Run, Turn
-from recovery.assignment import turn_assign
-from recovery.audit_services import recovery_audit_action_report, recovery_audit_open
-from recovery.finding_models import Finding
+from recovery.assignments.services import turn_assign
+from recovery.findings.models import Finding
+from recovery.recovery_audits.services import recovery_audit_action_report, recovery_audit_open
 from recovery.services import turn_approve, turn_block, turn_claim
 from tests.console.scenarios import many_runs
 

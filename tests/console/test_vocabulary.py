@@ -14,9 +14,9 @@ from console.forms import REASON_CHOICES
 from console.services import turn_annotate
 from engine.types import EFFECT_INDETERMINATE, Code, Decision
 from journals.models import TurnState
-from recovery.audit_models import DIVERGENCE_CODES
-from recovery.finding_models import FINDING_KINDS
-from recovery.repair_models import REPAIR_KINDS, REPAIR_QUARANTINED
+from recovery.findings.models import FINDING_KINDS
+from recovery.recovery_audits.models import DIVERGENCE_CODES
+from recovery.repair.models import REPAIR_KINDS, REPAIR_QUARANTINED
 from recovery.services import turn_approve, turn_block
 from recovery.state import FILTER_CHOICES, OPERATOR_BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED
 from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
@@ -90,7 +90,7 @@ def test_the_audit_log_and_the_turn_history_show_what_changed_field_by_field(op_
     turn_annotate(turn=turn, actor=operator, changes={"notes": "called the owner"}, reason="context")
     turn_block(turn=turn, actor=operator, reason="hold for the owner")
     turn_approve(turn=turn, actor=operator, reason="the owner agreed")
-    log = viewer_pages.get(reverse("console:audit_log")).content.decode()
+    log = viewer_pages.get(reverse("console:trail")).content.decode()
     assert '<strong>approved the turn <code class="code">turn_approve</code></strong>' in log
     assert '<strong>edited the turn&#x27;s notes <code class="code">turn_edit</code></strong>' in log
     assert '<th scope="row"><code class="code">notes</code></th><td class="before wrap"></td>' in log

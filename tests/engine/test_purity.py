@@ -55,7 +55,7 @@ def test_no_engine_module_imports_django_or_the_rest_of_the_project() -> None:
 
 def test_no_importer_module_imports_django_or_more_than_the_engine() -> None:
     assert {p.name for p in IMPORTER_MODULES} >= {"__init__.py", "temporal.py", "langgraph.py", "stepfunctions.py"}
-    assert _offenders(IMPORTER_MODULES, ("engine", "recovery.importers")) == []
+    assert _offenders(IMPORTER_MODULES, ("engine", "recovery.imports.importers")) == []
 
 
 BLOCKED = """
@@ -63,10 +63,10 @@ import sys
 sys.modules["django"] = None  # any `import django...` now raises ImportError
 import pkgutil, importlib
 import engine as engine
-import recovery.importers as importers
+import recovery.imports.importers as importers
 for info in pkgutil.walk_packages(engine.__path__, "engine."):
     importlib.import_module(info.name)
-for info in pkgutil.walk_packages(importers.__path__, "recovery.importers."):
+for info in pkgutil.walk_packages(importers.__path__, "recovery.imports.importers."):
     importlib.import_module(info.name)
 history = b'{"events":[{"eventId":1,"eventType":"WorkflowExecutionStarted","eventTime":"2026-01-01T00:00:00Z",' \
     b'"workflowExecutionStartedEventAttributes":{"workflowType":{"name":"W"}}}]}'

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Code, Decision, assess, canonical_bytes, digest, parse_line
-from engine.canonical import _strict
+from engine.canonical import parse_strict
 from tests.engine.helpers import (
     PHASES,
     assert_clean,
@@ -671,7 +671,7 @@ def test_canonical_bytes_are_exactly_the_contract_formula() -> None:
 
 
 def _agree(line: bytes) -> None:
-    fast, strict = parse_line(line), _strict(line)
+    fast, strict = parse_line(line), parse_strict(line)
     assert (fast.obj, fast.canonical, fast.error, fast.digest) == (
         strict.obj,
         strict.canonical,

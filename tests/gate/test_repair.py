@@ -13,9 +13,9 @@ import pytest
 
 from journals.models import JournalRecord, Run, Turn
 from journals.services import records_ingest
-from recovery.finding_models import Finding
+from recovery.findings.models import Finding
 from recovery.models import Assessment
-from recovery.repair_models import JournalRepair
+from recovery.repair.models import JournalRepair
 from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
 from trail.models import OperatorAction
@@ -174,7 +174,7 @@ def test_the_chain_audit_leaves_a_repaired_break_alone(run, operator_client):
     preview = operator_client.post(f"{url}/preview", req, format="json").json()
     applied = operator_client.post(url, {**req, "preview": preview["preview"]}, format="json").json()
     assert Finding.objects.filter(kind="chain_broken", state="open").count() == 0
-    from audits.background import ChainCursor
+    from audits.models import ChainCursor
 
     ChainCursor.objects.filter(run=run).update(verified_seq=0, prefix_digest=hashlib.sha256(b"").hexdigest(), state={})
     again = audit_chain_verification(record_budget=1000, full_passes=0, full_pass_every=timedelta(0), limit=10)

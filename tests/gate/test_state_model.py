@@ -30,8 +30,8 @@ from journals.access import EVERY_RUN
 from journals.models import Intent, Run, Turn, TurnEffective
 from journals.services import records_ingest
 from kernel.errors import ServiceError
-from recovery.finding_models import UNRESOLVED, Finding
-from recovery.finding_services import finding_open_or_touch, finding_resolve
+from recovery.findings.models import UNRESOLVED, Finding
+from recovery.findings.services import finding_open_or_touch, finding_resolve
 from recovery.services import (
     assessment_refresh,
     turn_approve,

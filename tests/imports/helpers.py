@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from engine import assess
-from recovery.importers import EffectMap, ImportResult, effect_map_parse, history_import
+from recovery.imports.importers import EffectMap, ImportResult, effect_map_parse, history_import
 from recovery.management.commands.assess_journal import Command as AssessCommand
 from recovery.management.commands.import_history import Command as ImportCommand
 

@@ -13,8 +13,8 @@ from console.imports import EntriesField, entries_text
 from journals.models import EFFECT_CLASSES, JournalRecord, Run, Turn
 from kernel.appendonly import AppendOnlyError
 from kernel.errors import ServiceError
-from recovery.import_models import EffectMap, EffectMapVersion, HistoryImport, ImportedIntent
-from recovery.import_services import (
+from recovery.imports.models import EffectMap, EffectMapVersion, HistoryImport, ImportedIntent
+from recovery.imports.services import (
     ImportServiceError,
     converter_map,
     effect_map_attach,

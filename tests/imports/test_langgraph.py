@@ -16,7 +16,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver  # a dev dependency: missing
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from recovery.importers import ImportRefused
+from recovery.imports.importers import ImportRefused
 from tests.imports.helpers import decisions, imported, intents, records, run_assess, run_import
 
 SECRET = "sk-live-prompt-about-a-patient"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.importers import ImportRefused
+from recovery.imports.importers import ImportRefused
 from tests.imports.helpers import SECRET, decisions, imported, intents, records, run_assess, run_import, turn
 
 LAMBDA = "arn:aws:lambda:eu-west-1:123456789012:function:charge"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery.importers import ImportRefused, history_import
+from recovery.imports.importers import ImportRefused, history_import
 from tests.imports.helpers import (
     PAYLOAD,
     History,

@@ -48,7 +48,7 @@ def test_workload_shows_in_metrics(runtime, operator):
         assessment_refresh(run=Run.objects.get(run_id=run_id))
     turn_block(turn=Run.objects.get(run_id="m-ok").turns.get(turn_id="t2"), actor=operator, reason="hold it")
 
-    from recovery.finding_services import finding_open_or_touch
+    from recovery.findings.services import finding_open_or_touch
 
     finding_open_or_touch(kind="lost_turn", run=Run.objects.get(run_id="m-ok"), fact_key="t2")
 

@@ -94,7 +94,7 @@ def test_round_trip_export_remove_reimport(retention_dir):
 
 
 def test_only_finished_quiet_runs_go(retention_dir, operator):
-    from recovery.finding_services import finding_open_or_touch
+    from recovery.findings.services import finding_open_or_touch
     from recovery.services import turn_block
 
     _store(_completed("recent"), days_idle=2)

@@ -340,7 +340,7 @@ def test_a_rejected_package_upload_is_announced(operator, published, settings, t
     one `package.rejected` delivery, naming the upload by its id, never by the uploader's file name."""
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from recovery.package_services import package_process, package_upload_receive
+    from recovery.packages.services import package_process, package_upload_receive
 
     settings.LOOPX_PACKAGE_DIR = tmp_path
     _hook("http://127.0.0.1:9/hook", ["package.rejected"])

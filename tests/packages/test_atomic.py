@@ -1,4 +1,4 @@
-"""recovery.atomic: the one atomic-write helper (the kill tests are in test_kill.py)."""
+"""kernel.atomic: the one atomic-write helper (the kill tests are in test_kill.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.atomic import (
+from kernel.atomic import (
     atomic_write,
     atomic_write_bytes,
     atomic_write_text,

@@ -1,4 +1,4 @@
-"""Importing an uploaded package into the dashboard (recovery/package_services.py): verified completely in the
+"""Importing an uploaded package into the dashboard (recovery/packages/services.py): verified completely in the
 background, imported as a run through the store's ingest service when accepted, and nothing created when it
 is refused. Runs the real services and the real task function; no broker (publishes are recorded)."""
 
@@ -17,10 +17,10 @@ from journals.models import Branch, JournalRecord, Run, Turn
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
 from kernel import events
-from recovery import package_services
 from recovery.models import Assessment, PackageUpload
-from recovery.package_services import package_import, package_upload_receive, package_validate
 from recovery.packages import build_package, check_package, restore_package
+from recovery.packages import services as package_services
+from recovery.packages.services import package_import, package_upload_receive, package_validate
 from recovery.tasks import validate_package
 from tests.journal_builder import JournalBuilder
 from tests.packages.crafting import E, make_archive, manifest_bytes, package_entries

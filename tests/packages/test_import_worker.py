@@ -12,8 +12,8 @@ import pytest
 
 from journals.models import JournalRecord, Run
 from recovery.models import PackageUpload
-from recovery.package_services import package_upload_receive
 from recovery.packages import build_package
+from recovery.packages.services import package_upload_receive
 from tests.journal_builder import JournalBuilder
 from tests.tasks.procs import RedisServer, Stack, publishing_to, wait_for
 

@@ -1,7 +1,7 @@
 """SIGKILL at every step: a restore leaves no target or the whole target; an atomic write leaves the old file.
 
 Real processes are killed. ``LOOPX_TEST_PAUSE_AT=NAME:K`` makes the Kth call of failpoint NAME announce itself
-on stderr and sleep (recovery.atomic.failpoint), so each step can be hit exactly (counting per name keeps
+on stderr and sleep (kernel.atomic.failpoint), so each step can be hit exactly (counting per name keeps
 steps well defined although files are written on a second thread); runs killed after random delays cover
 the moments between failpoints. After each kill the next run must clean the leftovers.
 """
@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from recovery.atomic import clean_stale_temporaries
+from kernel.atomic import clean_stale_temporaries
 from recovery.packages import build_package, restore_package
 from recovery.packages import report as codes
 
@@ -166,7 +166,7 @@ def test_kill_restore_after_random_delays(tmp_path: Path) -> None:
 
 WRITER = """
 import sys
-from recovery.atomic import atomic_write, failpoint
+from kernel.atomic import atomic_write, failpoint
 path, chunks = sys.argv[1], int(sys.argv[2])
 with atomic_write(path) as fh:
     for i in range(chunks):
@@ -207,7 +207,7 @@ def test_kill_atomic_writer_at_every_step(tmp_path: Path) -> None:
 
 LOOPER = """
 import hashlib, itertools, sys
-from recovery.atomic import atomic_write
+from kernel.atomic import atomic_write
 for n in itertools.count():
     body = bytes([n % 251]) * (256 * 1024 + n)
     with atomic_write(sys.argv[1]) as fh:

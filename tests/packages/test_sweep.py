@@ -1,4 +1,4 @@
-"""The package sweep (recovery/package_services.py ``package_sweep``, task ``recovery.tasks.sweep_packages`` on
+"""The package sweep (recovery/packages/services.py ``package_sweep``, task ``recovery.tasks.sweep_packages`` on
 beat and at worker start): uploads whose validate_package was lost are published again, once per claim; upload
 files no row names are removed after a grace period, and nothing else is touched."""
 
@@ -19,10 +19,10 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from recovery import package_services
 from recovery.models import PackageUpload
-from recovery.package_services import package_sweep, package_upload_receive, upload_dir
 from recovery.packages import build_package
+from recovery.packages import services as package_services
+from recovery.packages.services import package_sweep, package_upload_receive, upload_dir
 from recovery.tasks import sweep_packages, sweep_packages_at_start, validate_package
 from tests.journal_builder import JournalBuilder
 from tests.packages.test_import import package_dir  # noqa: F401 - an autouse fixture
@@ -258,7 +258,7 @@ def test_a_file_left_by_a_receive_killed_before_its_commit_is_swept(tmp_path, se
     }
     code = (
         "import django; django.setup()\n"
-        "from recovery.package_services import package_upload_receive\n"
+        "from recovery.packages.services import package_upload_receive\n"
         "package_upload_receive(file=b'a package that never got its row', actor=None)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=django_settings.BASE_DIR, env=env)

@@ -17,12 +17,12 @@ from journals.pending import PendingAssessment
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
 from kernel.appendonly import AppendOnlyError
-from recovery.finding_models import Finding
-from recovery.finding_services import finding_acknowledge, finding_resolve
+from recovery.findings.models import Finding
+from recovery.findings.services import finding_acknowledge, finding_resolve
 from recovery.models import Assessment, PackageUpload, TurnAssessment
-from recovery.package_models import JournalCorruption
-from recovery.package_services import MAX_CORRUPT_LINES, package_sweep, run_journal_bytes
 from recovery.packages import build_package, check_package, restore_package
+from recovery.packages.models import JournalCorruption
+from recovery.packages.services import MAX_CORRUPT_LINES, package_sweep, run_journal_bytes
 from recovery.selectors import HOLD
 from recovery.services import assessment_refresh, turn_decision
 from recovery.tasks import assess_run, validate_package
@@ -59,7 +59,7 @@ def published(monkeypatch) -> list[str]:
 @pytest.fixture
 def imported(operator, tmp_path, django_capture_on_commit_callbacks):
     """Build a package of ``body``, upload it as the operator and run the task; returns the upload."""
-    from recovery.package_services import package_upload_receive
+    from recovery.packages.services import package_upload_receive
 
     count = 0
 

@@ -15,8 +15,8 @@ from journals.models import ApiToken, Intent, JournalRecord, Run, Turn
 from journals.selectors import api_token_find, journal_bytes
 from journals.services import records_ingest
 from kernel.appendonly import AppendOnlyError
-from recovery.audit_models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
 from recovery.models import GateDecision, OperatorEvidence
+from recovery.recovery_audits.models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence
 from tests.journal_builder import JournalBuilder
 from trail.models import OperatorAction
 from trail.services import operator_action_record
@@ -113,9 +113,9 @@ def test_postgres_trigger_refuses_raw_update_and_delete(model):
 def test_postgres_trigger_protects_the_audit_trail(operator):
     action = operator_action_record(actor=operator, kind="turn_block", reason="why")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("UPDATE audits_operatoraction SET reason = 'x' WHERE id = %s", [action.pk])
+        cursor.execute("UPDATE trail_operatoraction SET reason = 'x' WHERE id = %s", [action.pk])
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("DELETE FROM audits_operatoraction WHERE id = %s", [action.pk])
+        cursor.execute("DELETE FROM trail_operatoraction WHERE id = %s", [action.pk])
 
 
 def test_unique_branch_lsn_per_run():
@@ -284,11 +284,11 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
             records_ingest(run_id="run-lock", body=batch(1), content_type="application/x-ndjson", token=None)
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 other.execute(
-                    "UPDATE recovery_pendingassessment SET pending = false"
+                    "UPDATE journals_pendingassessment SET pending = false"
                     " WHERE run_id = (SELECT id FROM journals_run WHERE run_id = 'run-lock')"
                 )
         # Committed: the row is free, and the flag is raised.
-        other.execute("SELECT 1 FROM recovery_pendingassessment FOR UPDATE NOWAIT")
+        other.execute("SELECT 1 FROM journals_pendingassessment FOR UPDATE NOWAIT")
     finally:
         other.close()
     assert PendingAssessment.objects.get(run__run_id="run-lock").pending

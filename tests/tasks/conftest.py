@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from recovery.demo import batches
+from ops.demo import batches
 
 
 def ingest(run_id: str, lines: list[bytes], *, batch_size: int | None = None) -> Any:

@@ -10,7 +10,6 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from audits.background import ChainCursor
 from audits.checks import (
     audit_assessment_sweep,
     audit_chain_verification,
@@ -18,16 +17,17 @@ from audits.checks import (
     audit_stale_turns,
     audit_unclaimed_blocked_turns,
 )
+from audits.models import ChainCursor
 from engine import assess as engine_assess
 from engine.canonical import parse_line
 from engine.writer import JournalWriter
 from journals.models import JournalRecord, Run, Turn
 from journals.pending import PendingAssessment
+from ops.demo import run_chain_broken, run_effects, run_fork_checkpoint_v1, run_healthy, workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
-from recovery.demo import run_chain_broken, run_effects, run_fork_checkpoint_v1, run_healthy, workload_lines
-from recovery.finding_models import Finding
-from recovery.finding_services import finding_acknowledge, finding_resolve
+from recovery.findings.models import Finding
+from recovery.findings.services import finding_acknowledge, finding_resolve
 from recovery.models import Assessment
 from recovery.selectors import gate_view
 from recovery.services import assessment_refresh, turn_block

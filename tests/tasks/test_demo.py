@@ -8,8 +8,8 @@ import pytest
 from engine import assess
 from journals.models import Checkpoint, JournalRecord, Run
 from journals.pending import PendingAssessment
+from ops.demo import demo_journals, demo_seed, workload_lines
 from recovery.background import assessment_run
-from recovery.demo import demo_journals, demo_seed, workload_lines
 from recovery.models import TurnAssessment
 
 

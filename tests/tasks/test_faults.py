@@ -17,8 +17,8 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from journals.models import Run
 from journals.pending import PendingAssessment
-from recovery.demo import run_effects, workload_lines
-from recovery.finding_models import Finding
+from ops.demo import run_effects, workload_lines
+from recovery.findings.models import Finding
 from recovery.models import Assessment, TurnAssessment
 from recovery.tasks import assess_run
 from tests.tasks.conftest import ingest

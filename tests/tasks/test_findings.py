@@ -8,9 +8,9 @@ from django.db import IntegrityError, transaction
 
 from journals.models import Turn
 from kernel.errors import ServiceError
-from recovery.demo import workload_lines
-from recovery.finding_models import Finding
-from recovery.finding_services import (
+from ops.demo import workload_lines
+from recovery.findings.models import Finding
+from recovery.findings.services import (
     FindingError,
     finding_acknowledge,
     finding_clear,

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from audits.background import Heartbeat
 from audits.heartbeat import WorkerHeartbeat, heartbeat_record, heartbeats_overview
+from audits.models import Heartbeat
 
 pytestmark = pytest.mark.django_db
 

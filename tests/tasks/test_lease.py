@@ -14,9 +14,9 @@ from audits.checks import audit_assessment_sweep
 from journals.assessment_flag import assessment_flag_lower, assessment_flag_renew
 from journals.models import Run
 from journals.pending import PendingAssessment
+from ops.demo import workload_lines
 from recovery.background import LeaseKeeper, assessment_run
-from recovery.demo import workload_lines
-from recovery.finding_models import Finding
+from recovery.findings.models import Finding
 from recovery.models import Assessment
 from tests.tasks.conftest import ingest
 

@@ -12,8 +12,8 @@ from engine import assess as engine_assess
 from journals.assessment_flag import assessment_request, assessments_overdue
 from journals.models import Run
 from journals.pending import PendingAssessment
+from ops.demo import run_healthy, workload_lines
 from recovery.background import assessment_run
-from recovery.demo import run_healthy, workload_lines
 from recovery.models import Assessment, TurnAssessment
 from recovery.services import ENGINE_VERSION, PrefixSuperseded, assessment_refresh
 from tests.tasks.conftest import ingest

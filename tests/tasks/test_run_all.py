@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.demo import demo_journals
+from ops.demo import demo_journals
 from tests.tasks.procs import ROOT, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_run_all_comes_up_on_the_embedded_defaults_and_stops_cleanly(tmp_path):
         assert f"http://127.0.0.1:{port}/" in output and "operator / loopx-demo" in output
         # The worker (not this process, not the seeding) assesses every demo run: the task's own marks.
         done = (
-            "SELECT r.run_id FROM recovery_pendingassessment p JOIN journals_run r ON r.id = p.run_id "
+            "SELECT r.run_id FROM journals_pendingassessment p JOIN journals_run r ON r.id = p.run_id "
             "WHERE p.outcome = 'stored' AND p.pending = 0 AND r.assessed_seq = r.last_seq ORDER BY r.run_id"
         )
         wait_for(lambda: [r[0] for r in _query(db, done)] == demo_ids, timeout=60, interval=0.5,
@@ -116,7 +116,7 @@ def test_run_all_comes_up_on_the_embedded_defaults_and_stops_cleanly(tmp_path):
         wait_for(lambda: {r[0] for r in _query(db, "SELECT role FROM audits_heartbeat")} == {"worker", "beat"},
                  timeout=30, interval=0.5, what="worker and beat heartbeats")
         # The demo's first audit pass, run by the worker, leaves findings for the console.
-        wait_for(lambda: _query(db, "SELECT count(*) FROM audits_finding")[0][0] > 0, timeout=30, interval=0.5,
+        wait_for(lambda: _query(db, "SELECT count(*) FROM recovery_finding")[0][0] > 0, timeout=30, interval=0.5,
                  what="the demo findings")
         # A runtime that streams its batch (Transfer-Encoding: chunked, no Content-Length) is read whole.
         token = subprocess.run(

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from journals.selectors import run_find
 from kernel.via import via
-from recovery.package_services import EXPORT_FORMATS, run_export
+from recovery.packages.services import EXPORT_FORMATS, run_export
 
 
 class Command(BaseCommand):

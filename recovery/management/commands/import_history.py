@@ -20,7 +20,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from recovery.importers import SOURCES, EffectMap, ImportRefused, effect_map_parse, history_import_file
+from recovery.imports.importers import SOURCES, EffectMap, ImportRefused, effect_map_parse, history_import_file
 
 
 class _UsageError(Exception):
