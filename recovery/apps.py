@@ -6,7 +6,10 @@ class RecoveryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready (they import models). The tasks register their names, by which
+        # the services publish them (recovery/publish.py).
         from kernel import events
+        from recovery import tasks  # noqa: F401
         from recovery.background import prefix_moved_received
 
         # Intake announces a moved prefix; the assessment it owes is published from here.

@@ -49,13 +49,13 @@ from journals.assessment_flag import (
 from journals.models import Run
 from kernel.failpoints import failpoint
 from recovery.models import Assessment
+from recovery.publish import task_publish
 from recovery.services import PrefixSuperseded, assessment_refresh
 
 logger = logging.getLogger(__name__)
 
 # A publish that cannot reach the broker gives up quickly: the batch is committed, the flag stays raised,
 # and the sweep publishes later. Blocking an ingest answer on a broker outage would help no one.
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
 def prefix_moved_received(*, run_pk: int, run_id: str, **_: Any) -> None:
@@ -66,10 +66,8 @@ def prefix_moved_received(*, run_pk: int, run_id: str, **_: Any) -> None:
 def assessment_enqueue(*, run_pk: int, run_id: str) -> bool:
     """Publish ``assess_run`` for a run whose flag is raised. Never raises: on failure the flag stays
     raised and the sweep tries again."""
-    from recovery.tasks import assess_run  # tasks import this module
-
     try:
-        assess_run.apply_async(args=[run_id], retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        task_publish("recovery.tasks.assess_run", run_id)
     except Exception:  # any broker or serialisation failure: the database already holds the truth
         logger.warning("could not publish assess_run for run pk %s; the sweep will retry", run_pk, exc_info=True)
         return False

@@ -17,6 +17,28 @@ from django.utils import timezone
 from journals.models import DECISIONS, ID_MAX, Evidence, Run, Turn
 from kernel.appendonly import AppendOnlyModel
 
+# The sub-domains' models (findings, recovery audits, imports, packages, repair, review assignments) live in
+# their own sub-packages; imported here so that Django registers them with this app.
+from recovery.assignments.models import TurnAssignment  # noqa: F401
+from recovery.findings.models import Finding  # noqa: F401
+from recovery.imports.models import (  # noqa: F401
+    EffectMap,
+    EffectMapAttachment,
+    EffectMapVersion,
+    HistoryImport,
+    HistorySource,
+    ImportedIntent,
+    ImportedRun,
+)
+from recovery.packages.models import PackageUpload  # noqa: F401
+from recovery.recovery_audits.models import (  # noqa: F401
+    RecoveryAudit,
+    RecoveryAuditAction,
+    RecoveryAuditClosure,
+    RecoveryDivergence,
+)
+from recovery.repair.models import JournalRepair  # noqa: F401
+
 
 def _in(field: str, values: tuple[str, ...], *, null: bool = False) -> Q:
     q = Q(**{f"{field}__in": values})
@@ -159,20 +181,3 @@ class GateDecision(AppendOnlyModel):
         ordering = ["turn", "-id"]
         constraints = [models.CheckConstraint(condition=_in("kind", GATE_KINDS), name="gatedecision_kind_valid")]
 
-
-# The assessment queue's per-run flag and the recovery packages uploaded from the console live in their own
-# modules; imported here so that Django registers them with this app.
-from recovery.assignments.models import TurnAssignment  # noqa: E402, F401
-from recovery.findings.models import Finding  # noqa: E402, F401
-from recovery.imports.models import (  # noqa: E402, F401
-    EffectMap,
-    EffectMapAttachment,
-    EffectMapVersion,
-    HistoryImport,
-    HistorySource,
-    ImportedIntent,
-    ImportedRun,
-)
-from recovery.packages.models import PackageUpload  # noqa: E402, F401
-from recovery.recovery_audits.models import RecoveryAudit, RecoveryAuditAction, RecoveryAuditClosure, RecoveryDivergence  # noqa: E402, F401
-from recovery.repair.models import JournalRepair  # noqa: E402, F401

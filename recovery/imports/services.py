@@ -66,7 +66,8 @@ from recovery.imports.models import (
     ImportedIntent,
     ImportedRun,
 )
-from recovery.packages.services import PUBLISH_RETRY_POLICY, ThrottledProgress, actor_principal, journal_ingest
+from recovery.packages.services import ThrottledProgress, actor_principal, journal_ingest
+from recovery.publish import task_publish
 from trail.services import operator_action_record, reason_clean
 
 logger = logging.getLogger(__name__)
@@ -398,10 +399,8 @@ def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
 def conversion_enqueue(*, import_id: uuid.UUID | str) -> bool:
     """Publish ``convert_history``. Never raises: the import stays ``received`` and publishing again (the
     console's "queue again") is safe."""
-    from recovery.tasks import convert_history  # tasks import this module
-
     try:
-        convert_history.apply_async(args=[str(import_id)], retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        task_publish("recovery.tasks.convert_history", str(import_id))
     except Exception:  # any broker failure: the row already holds the truth
         logger.warning("could not publish convert_history for import %s", import_id, exc_info=True)
         return False
@@ -562,14 +561,10 @@ def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, s
 def reassessment_enqueue(*, import_ids: list[Any], map_version_id: int) -> int:
     """Publish ``reimport_history`` for each import (after a map's new version committed). Returns how many
     were published; a lost publish leaves the import on its old version, which the map's page shows."""
-    from recovery.tasks import reimport_history
-
     published = 0
     for pk in import_ids:
         try:
-            reimport_history.apply_async(
-                args=[str(pk), int(map_version_id)], retry=True, retry_policy=PUBLISH_RETRY_POLICY
-            )
+            task_publish("recovery.tasks.reimport_history", str(pk), int(map_version_id))
             published += 1
         except Exception:
             logger.warning("could not publish reimport_history for import %s", pk, exc_info=True)

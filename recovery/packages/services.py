@@ -69,6 +69,7 @@ from recovery.packages.models import (
     JournalCorruption,
     PackageUpload,
 )
+from recovery.publish import task_publish
 from recovery.repair.services import repair_state_files
 from trail.services import operator_action_record
 
@@ -82,7 +83,6 @@ CHECK_TIMED_OUT = "check_timed_out"
 CHECK_FAILED = "check_failed"
 # The same publish retries as the assessment queue (recovery/background.py): a short broker hiccup is
 # ridden out; a longer one leaves the upload `received`, and publishing it again is always safe.
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 # Progress is written at most this often (seconds): a package of 10,000 members must not cost 10,000 UPDATEs.
 PROGRESS_INTERVAL = 0.5
 STORAGE_CORRUPTION = "storage_corruption"  # the contract's code, and the finding kind that names a kept line
@@ -194,10 +194,8 @@ def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
 def package_validation_enqueue(*, upload_id: uuid.UUID | str) -> bool:
     """Publish ``validate_package`` for an upload. Never raises: on a broker failure the upload stays
     ``received`` and publishing again (the console's "queue again") is safe."""
-    from recovery.tasks import validate_package  # tasks import this module
-
     try:
-        validate_package.apply_async(args=[str(upload_id)], retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        task_publish("recovery.tasks.validate_package", str(upload_id))
     except Exception:  # any broker or serialisation failure: the row already holds the truth
         logger.warning("could not publish validate_package for upload %s", upload_id, exc_info=True)
         return False

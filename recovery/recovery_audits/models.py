@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from journals.models import ID_MAX, Run, Turn
 from kernel.appendonly import AppendOnlyModel
-from recovery.models import Assessment, TurnClaim
 
 
 def _in(field: str, values: tuple[str, ...]) -> Q:
@@ -29,10 +28,10 @@ class RecoveryAudit(AppendOnlyModel):
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="recovery_audits")
     turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="recovery_audits")
-    claim = models.ForeignKey(TurnClaim, on_delete=models.PROTECT, related_name="audits")
+    claim = models.ForeignKey("recovery.TurnClaim", on_delete=models.PROTECT, related_name="audits")
     fencing_token = models.BigIntegerField()
     worker_id = models.CharField(max_length=ID_MAX)
-    assessment = models.ForeignKey(Assessment, on_delete=models.PROTECT, related_name="+")
+    assessment = models.ForeignKey("recovery.Assessment", on_delete=models.PROTECT, related_name="+")
     decision = models.CharField(max_length=16)
     resume_from = models.TextField(null=True, blank=True)
     # The turn's committed progress when the attempt opened; attempts without progress are counted.

@@ -125,7 +125,7 @@ def test_a_new_version_reimports_on_commit_as_a_new_generation_and_leaves_the_ol
         assert published == []  # nothing is published before the new version is committed
     assert len(callbacks) == 1
     callbacks[0]()
-    assert published == [[str(first.pk), v2.pk]]
+    assert published == [(str(first.pk), v2.pk)]
     made = reimport_history(*published[0])
     assert made == "imported"
     second = HistoryImport.objects.get(supersedes=first)
