@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
 
+from journals.actors import Actor
 from kernel.errors import ServiceError
 from trail.services import operator_action_record, reason_clean
 
@@ -31,7 +32,7 @@ def schedule_state(task: PeriodicTask) -> dict[str, Any]:
     }
 
 
-def schedule_change(*, task: PeriodicTask, actor: Any, reason: str, enabled: bool | None = None,
+def schedule_change(*, task: PeriodicTask, actor: Actor, reason: str, enabled: bool | None = None,
                     every_seconds: int | None = None) -> PeriodicTask:
     """Pause, resume or retime one schedule; beat notices through django-celery-beat's change row."""
     reason = reason_clean(reason=reason)

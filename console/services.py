@@ -10,6 +10,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from journals import access
+from journals.actors import Actor, person_of
 from journals.models import Turn, TurnEffective
 from journals.storable import storable
 from kernel.errors import ServiceError
@@ -27,7 +28,7 @@ class AnnotationError(ServiceError):
     pass
 
 
-def turn_annotate(*, turn: Turn, actor: Any, changes: dict[str, str], reason: str) -> TurnAnnotation:
+def turn_annotate(*, turn: Turn, actor: Actor, changes: dict[str, str], reason: str) -> TurnAnnotation:
     """Set some of a turn's annotations; the OperatorAction holds only the fields that changed (the diff).
 
     A finished or discarded turn is not annotated: nothing a person writes there decides anything. Notes
@@ -57,7 +58,7 @@ def turn_annotate(*, turn: Turn, actor: Any, changes: dict[str, str], reason: st
         if not diff_after:
             return annotation
         annotation.updated_at = timezone.now()
-        annotation.updated_by = actor if getattr(actor, "pk", None) else None
+        annotation.updated_by = person_of(actor)
         annotation.save()
         operator_action_record(
             actor=actor,
@@ -136,7 +137,7 @@ def saved_view_create(*, user: Any, page: str, name: str, query: str) -> SavedVi
         raise SavedViewError(409, "name_taken", f"You already have a view named “{name}”.") from None
 
 
-def saved_view_delete(*, view: SavedView, actor: Any) -> None:
+def saved_view_delete(*, view: SavedView, actor: Actor) -> None:
     """Delete a saved view: only its owner may, anyone else is told it does not exist."""
     if view.user_id != getattr(actor, "pk", None):
         raise SavedViewError(404, "not_found", "No such saved view.")

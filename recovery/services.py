@@ -21,6 +21,7 @@ import engine
 from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
+from journals.actors import Actor, person_of
 from journals.models import Branch, Decision, Intent, Run, Turn, TurnState
 from journals.projection import branches_project, turns_project
 from journals.storable import storable
@@ -353,7 +354,7 @@ def _refuse_while_claimed(turn: Turn) -> None:
         )
 
 
-def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
+def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
     (page, bulk, API, admin, task), for: a turn that is not held; a discarded turn; a run-level violation
@@ -382,7 +383,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
                     intent_id=intent_id,
                     finding=finding,
                     dispatch=known[intent_id],  # the latest dispatch, as the operator saw it
-                    actor=actor,
+                    actor=person_of(actor),
                     actor_name=actor_display(actor),
                     reason=reason,
                 )
@@ -398,7 +399,7 @@ def turn_approve(*, turn: Turn, actor: Any, reason: str, evidence: Mapping[str, 
             run=locked.run,
             turn=locked,
             kind="approve",
-            actor=actor,
+            actor=person_of(actor),
             actor_name=actor_display(actor),
             reason=reason,
             assessment=current.assessment,
@@ -455,7 +456,7 @@ def _approvable(view: GateView) -> None:
         )
 
 
-def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
+def turn_block(*, turn: Turn, actor: Actor, reason: str) -> GateView:
     """An operator holds a turn until someone approves it."""
 
     reason = reason_clean(reason=reason)
@@ -465,7 +466,7 @@ def turn_block(*, turn: Turn, actor: Any, reason: str) -> GateView:
             run=locked.run,
             turn=locked,
             kind="block",
-            actor=actor,
+            actor=person_of(actor),
             actor_name=actor_display(actor),
             reason=reason,
             assessment=before.assessment,
@@ -500,7 +501,7 @@ class BulkOutcome:
     left: list[tuple[Turn, GateError]] = field(default_factory=list)
 
 
-def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Any, reason: str) -> BulkOutcome:
+def turns_bulk_decide(*, turns: Iterable[Turn], action: str, actor: Actor, reason: str) -> BulkOutcome:
     """Approve or block each turn through the same service a single decision uses, each in its own
     transaction: one turn refusing (it needs evidence, it changed meanwhile) never undoes the others, and
     is listed with the refusal so that the operator can open it. At most BULK_MAX turns."""

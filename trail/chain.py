@@ -24,6 +24,7 @@ from typing import Any
 from django.db import transaction
 
 from engine.canonical import canonical_bytes
+from journals.actors import Actor, person_of
 from kernel.via import current_via
 from trail.models import TRAIL_GENESIS, OperatorAction, TrailHead
 
@@ -94,7 +95,7 @@ def _locked_head() -> TrailHead:
 
 def trail_append(
     *,
-    actor: Any,
+    actor: Actor,
     actor_name: str,
     kind: str,
     run: Any,
@@ -110,7 +111,7 @@ def trail_append(
     with transaction.atomic():
         head = _locked_head()
         row = OperatorAction(
-            actor=actor,
+            actor=person_of(actor),
             actor_name=actor_name,
             kind=kind,
             run=run,

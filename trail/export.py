@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from journals.access import RunScope, run_scope
+from journals.actors import Actor
 from kernel.errors import ServiceError
 from kernel.via import VIA
 from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
@@ -130,7 +131,7 @@ def trail_stream(
         yield buffer.getvalue().encode()
 
 
-def trail_export(*, actor: Any, params: Mapping[str, Any], fmt: str) -> Iterator[bytes]:
+def trail_export(*, actor: Actor, params: Mapping[str, Any], fmt: str) -> Iterator[bytes]:
     """Record the export (``trail_export``, with its filters), then return the stream of its rows, which
     ends at the export's own row: what was sent is what the row says was asked, whatever is written
     while it streams."""

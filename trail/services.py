@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.secrets import redact
+from journals.actors import Actor
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel.errors import ServiceError
@@ -27,7 +28,7 @@ def reason_clean(*, reason: Any) -> str:
     return storable(reason.strip())
 
 
-def actor_display(actor: Any) -> str:
+def actor_display(actor: Actor) -> str:
     """The name a trail row, a gate decision or a finding keeps for ``actor`` (at most 150 characters): a
     person's username, ``token:<name>`` for a runtime token, ``recovery-gate`` for the system."""
     if actor is None:
@@ -41,7 +42,7 @@ def actor_display(actor: Any) -> str:
 
 def operator_action_record(
     *,
-    actor: Any,
+    actor: Actor,
     kind: str,
     reason: str,
     run: Run | None = None,

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from journals.actors import Actor
 from journals.models import ApiToken
 from journals.services import TOKEN_PREFIX
 from trail.services import operator_action_record
@@ -27,7 +28,7 @@ def _token_state(token: ApiToken) -> dict[str, Any]:
 
 
 def api_token_create(
-    *, name: str, run_prefix: str = "", actor: Any = None, actor_name: str | None = None
+    *, name: str, run_prefix: str = "", actor: Actor = None, actor_name: str | None = None
 ) -> tuple[ApiToken, str]:
     """Create a token; the raw token is returned once and only its sha256 is stored. Audited
     (``actor``: the user in the admin; ``actor_name`` for a command line, e.g. ``manage.py``)."""
@@ -44,7 +45,7 @@ def api_token_create(
     return token, raw
 
 
-def api_token_revoke(*, token: ApiToken, actor: Any = None, actor_name: str | None = None) -> ApiToken:
+def api_token_revoke(*, token: ApiToken, actor: Actor = None, actor_name: str | None = None) -> ApiToken:
     if token.revoked_at is None:
         with transaction.atomic():
             before = _token_state(token)

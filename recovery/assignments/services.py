@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from journals import access
+from journals.actors import Actor, person_of
 from journals.models import Turn, TurnEffective
 from kernel.errors import ServiceError
 from recovery.assignments.models import TurnAssignment
@@ -48,21 +50,22 @@ def _picture(assignment: TurnAssignment | None) -> dict[str, Any]:
     }
 
 
-def _locked(turn: Turn, actor: Any) -> tuple[Turn, TurnAssignment | None]:
+def _locked(turn: Turn, actor: Actor) -> tuple[Turn, TurnAssignment | None, User]:
     locked = Turn.objects.select_for_update().select_related("run").get(pk=turn.pk)
     if not access.run_scope(user=actor).allows(locked.run.run_id):
         raise AssignError(404, "not_found", "no such turn")
-    if not access.can_operate(actor):
+    person = person_of(actor)
+    if not access.can_operate(actor) or person is None:
         raise AssignError(403, "operator_required", "assigning a turn needs the operator role")
     current = TurnAssignment.objects.select_for_update().select_related("assignee", "assigned_by").filter(turn=locked)
-    return locked, current.first()
+    return locked, current.first(), person
 
 
-def turn_assign(*, turn: Turn, actor: Any, assignee: Any, reason: str | None = None) -> TurnAssignment:
+def turn_assign(*, turn: Turn, actor: Actor, assignee: Any, reason: str | None = None) -> TurnAssignment:
     """Give the turn's review to ``assignee`` (the actor themself: "take it"). Both must hold the operator
     role and see the turn's run. Assigning the current assignee again changes nothing and records nothing."""
     with transaction.atomic():
-        locked, current = _locked(turn, actor)
+        locked, current, person = _locked(turn, actor)
         if assignee is None or not getattr(assignee, "is_active", False) or not _may_act(assignee, locked.run.run_id):
             raise AssignError(
                 400, "assignee_invalid", "the assignee must be an operator of a team that sees this turn's run"
@@ -73,11 +76,11 @@ def turn_assign(*, turn: Turn, actor: Any, assignee: Any, reason: str | None = N
         if state == DONE:
             raise AssignError(409, "turn_done", "a finished or discarded turn needs no reviewer")
         before = _picture(current)
-        mine = assignee.pk == actor.pk
+        mine = assignee.pk == person.pk
         why = _reason(reason, "took the turn for review" if mine else f"handed the turn to {assignee.get_username()}")
         if current is None:
             current = TurnAssignment(turn=locked)
-        current.assignee, current.assigned_by, current.assigned_at = assignee, actor, timezone.now()
+        current.assignee, current.assigned_by, current.assigned_at = assignee, person, timezone.now()
         current.save()
         operator_action_record(
             actor=actor,
@@ -91,11 +94,11 @@ def turn_assign(*, turn: Turn, actor: Any, assignee: Any, reason: str | None = N
     return current
 
 
-def turn_unassign(*, turn: Turn, actor: Any, reason: str | None = None) -> None:
+def turn_unassign(*, turn: Turn, actor: Actor, reason: str | None = None) -> None:
     """Release the turn's review (any operator who sees it may: a reviewer who left must not pin a turn).
     An unassigned turn stays as it is and records nothing."""
     with transaction.atomic():
-        locked, current = _locked(turn, actor)
+        locked, current, person = _locked(turn, actor)
         if current is None:
             return
         before = _picture(current)

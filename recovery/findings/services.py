@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from engine.secrets import redact
+from journals.actors import Actor, person_of
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel import events
@@ -106,7 +107,7 @@ def _summary(finding: Finding) -> dict[str, Any]:
     return {"finding": finding.pk, "kind": finding.kind, "state": finding.state, "fact_key": finding.fact_key}
 
 
-def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding:
+def finding_acknowledge(*, finding: Finding, actor: Actor, reason: str) -> Finding:
     """An operator has seen the finding and owns it; it stays unresolved (and blocking, if it blocks)."""
     reason = reason_clean(reason=reason)
     with transaction.atomic():
@@ -115,7 +116,7 @@ def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding
             raise FindingError(409, "finding_not_open", f"the finding is {locked.state}, not open")
         before = _summary(locked)
         locked.state = ACKNOWLEDGED
-        locked.acknowledged_by = actor if getattr(actor, "pk", None) else None
+        locked.acknowledged_by = person_of(actor)
         locked.acknowledged_at = timezone.now()
         locked.acknowledge_reason = reason
         locked.save(update_fields=["state", "acknowledged_by", "acknowledged_at", "acknowledge_reason"])
@@ -126,7 +127,7 @@ def finding_acknowledge(*, finding: Finding, actor: Any, reason: str) -> Finding
     return locked
 
 
-def finding_resolve(*, finding: Finding, actor: Any, reason: str) -> Finding:
+def finding_resolve(*, finding: Finding, actor: Actor, reason: str) -> Finding:
     """An operator closes the finding. For an integrity finding this lifts the block on the run: the
     reason should say how the journal was repaired or why the difference is accepted. If the audit sees
     the same fact again it opens a new finding; a resolution is never silently undone or redone."""
@@ -159,9 +160,9 @@ def finding_clear(*, finding: Finding, audit: str, reason: str) -> Finding:
     return locked
 
 
-def _mark_resolved(finding: Finding, *, actor: Any, name: str, reason: str) -> None:
+def _mark_resolved(finding: Finding, *, actor: Actor, name: str, reason: str) -> None:
     finding.state = RESOLVED
-    finding.resolved_by = actor if getattr(actor, "pk", None) else None
+    finding.resolved_by = person_of(actor)
     finding.resolved_by_name = name
     finding.resolved_at = timezone.now()
     finding.resolution_reason = reason
@@ -174,7 +175,7 @@ def repair_covers(repair: Any, seq: Any) -> bool:
     return isinstance(seq, int) and through < seq <= repair.at_seq
 
 
-def findings_resolve_by_repair(*, run: Run, repair: Any, actor: Any) -> list[int]:
+def findings_resolve_by_repair(*, run: Run, repair: Any, actor: Actor) -> list[int]:
     """The run's unresolved ``chain_broken`` findings that a journal repair covers, resolved by the operator
     who applied it (recovery/repair/services.py; the repair's own trail row names them, so none is written here).
     Covered: a break among the quarantined records of an accepted prefix, any break of a superseded

@@ -42,6 +42,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from journals.access import RunScope, run_scope
+from journals.actors import Actor
 from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, EffectClass, Run
 from journals.services import IngestError
 from kernel.errors import ServiceError
@@ -109,7 +110,7 @@ def _picture(version: EffectMapVersion | None) -> dict[str, Any]:
 
 
 def effect_map_create(
-    *, name: str, entries: Mapping[str, Any], default: str = EffectClass.UNSAFE, actor: Any, reason: str
+    *, name: str, entries: Mapping[str, Any], default: str = EffectClass.UNSAFE, actor: Actor, reason: str
 ) -> EffectMapVersion:
     """A new named map and its version 1, audited (``effect_map_create``). 409 ``effect_map_exists``."""
 
@@ -135,13 +136,13 @@ def effect_map_create(
     return version
 
 
-def _actor_fields(actor: Any) -> dict[str, Any]:
+def _actor_fields(actor: Actor) -> dict[str, Any]:
     person, _token, name = actor_principal(actor)
     return {"actor": person if getattr(person, "pk", None) else None, "actor_name": name}
 
 
 def effect_map_update(
-    *, effect_map: EffectMap, entries: Mapping[str, Any], default: str, actor: Any, reason: str
+    *, effect_map: EffectMap, entries: Mapping[str, Any], default: str, actor: Actor, reason: str
 ) -> EffectMapVersion:
     """Save a new version of the map (the old ones stay as they were), audited with the versions before and
     after (``effect_map_update``), and once committed re-assess every import that used an older version
@@ -175,7 +176,9 @@ def effect_map_update(
     return version
 
 
-def effect_map_attach(*, effect_map: EffectMap, system: str, key: str, actor: Any, reason: str) -> EffectMapAttachment:
+def effect_map_attach(
+    *, effect_map: EffectMap, system: str, key: str, actor: Actor, reason: str
+) -> EffectMapAttachment:
     """Attach the map to a source: uploads of ``system`` naming ``key`` (``*``: any key) use it unless they
     name a map themselves. Audited (``effect_map_attach``) with the map attached before. Imports already
     made keep their map; only a new version of a map re-imports (nothing is re-classified by surprise)."""
@@ -261,7 +264,7 @@ def history_upload_receive(
     *,
     file: Any,
     source: str,
-    actor: Any,
+    actor: Actor,
     run: str | None = None,
     effect_map: str | None = None,
     source_key: str = "",
@@ -339,7 +342,7 @@ def history_upload_receive(
     return upload, True
 
 
-def actor_scope(actor: Any) -> RunScope:
+def actor_scope(actor: Actor) -> RunScope:
     """The runs whoever acts may write: a token's prefix, a person's teams' prefixes (journals.access)."""
     person, token, _name = actor_principal(actor)
     return run_scope(user=person, token=token)
@@ -380,7 +383,7 @@ def _refuse_conflict(run_id: str, sha: str) -> None:
         )
 
 
-def history_requeue(*, upload: HistoryImport, actor: Any) -> bool:
+def history_requeue(*, upload: HistoryImport, actor: Actor) -> bool:
     """A person publishes an unfinished import's conversion again (a broker outage lost it), recorded on the
     trail; True when the broker took it. Refused (409) for a finished import."""
 

@@ -47,6 +47,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from journals import access
+from journals.actors import Actor
 from journals.assessment_flag import assessment_request
 from journals.models import ApiToken, JournalRecord, Run
 from journals.selectors import journal_bytes
@@ -123,7 +124,7 @@ def _chunks(file: Any) -> Iterator[bytes]:
         yield piece
 
 
-def actor_principal(actor: Any) -> tuple[Any, ApiToken | None, str]:
+def actor_principal(actor: Actor) -> tuple[Any, ApiToken | None, str]:
     """(person or None, runtime token or None, display name) of whoever acts: a user, an ApiToken, or the
     API's RuntimePrincipal (journals.authentication) standing for a token."""
     if isinstance(actor, ApiToken):
@@ -137,7 +138,7 @@ def actor_principal(actor: Any) -> tuple[Any, ApiToken | None, str]:
 # --- Receive ------------------------------------------------------------------------------------------
 
 
-def package_upload_receive(*, file: Any, actor: Any) -> PackageUpload:
+def package_upload_receive(*, file: Any, actor: Actor) -> PackageUpload:
     """Keep an uploaded package (never unpacked) and queue its verification. Raises PackageError (413 over
     the package size limit, 400 for an empty file) with nothing kept."""
 
@@ -204,7 +205,7 @@ def package_validation_enqueue(*, upload_id: uuid.UUID | str) -> bool:
     return True
 
 
-def package_requeue(*, upload: PackageUpload, actor: Any) -> bool:
+def package_requeue(*, upload: PackageUpload, actor: Actor) -> bool:
     """An operator queues an unfinished upload's verification again (its task was lost), audited. Refused
     (409) for a finished upload. Returns whether the publish reached the broker (the row says so too)."""
 
@@ -381,7 +382,7 @@ def _failed(
         _remove_bytes(upload.stored_name)
 
 
-def package_import(*, upload: PackageUpload, actor: Any) -> PackageUpload:
+def package_import(*, upload: PackageUpload, actor: Actor) -> PackageUpload:
     """Import an accepted upload as a run, on behalf of ``actor`` (the uploader: a person, who must still
     hold the operator role, or a runtime token, whose run prefix applies as it does to ingest).
 
@@ -642,7 +643,7 @@ def run_export(
     run: Run,
     out_path: str | os.PathLike[str],
     fmt: str = "tar.gz",
-    actor: Any = None,
+    actor: Actor = None,
     actor_name: str | None = None,
     reason: str = "",
 ) -> str:

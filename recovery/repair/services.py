@@ -23,6 +23,7 @@ from django.db import transaction
 
 from engine.canonical import canonical_bytes
 from engine.types import Assessment as EngineAssessment
+from journals.actors import Actor, person_of
 from journals.models import JournalRecord, Run
 from kernel.errors import ServiceError
 from recovery.findings.services import findings_resolve_by_repair
@@ -101,7 +102,7 @@ def _inputs_digest(run: Run, repair: JournalRepair) -> str:
     return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
-def _proposed(run: Run, *, kind: Any, through_seq: Any, journal: Any, actor: Any, reason: str) -> JournalRepair:
+def _proposed(run: Run, *, kind: Any, through_seq: Any, journal: Any, actor: Actor, reason: str) -> JournalRepair:
     if kind not in REPAIR_KINDS:
         raise RepairError(400, "repair_kind_invalid", f"kind must be one of {', '.join(REPAIR_KINDS)}")
     latest = Assessment.objects.filter(run=run).order_by("-id").first()
@@ -144,12 +145,12 @@ def _proposed(run: Run, *, kind: Any, through_seq: Any, journal: Any, actor: Any
     return repair
 
 
-def _name(actor: Any) -> str:
+def _name(actor: Actor) -> str:
     return str(getattr(actor, "get_username", lambda: "")() or "unknown")[:150]
 
 
 def journal_repair_preview(
-    *, run: Run, kind: Any, actor: Any, reason: Any = "", through_seq: Any = None, journal: Any = None
+    *, run: Run, kind: Any, actor: Actor, reason: Any = "", through_seq: Any = None, journal: Any = None
 ) -> RepairPreview:
     """What the run's assessment would be under this repair. Stores nothing. Refused (409
     ``repair_not_verified``) when the repaired journal still has a run-level fault: a repair accepts only a
@@ -173,7 +174,7 @@ def journal_repair_preview(
 
 
 def journal_repair_apply(
-    *, run: Run, kind: Any, actor: Any, reason: Any, preview: Any, through_seq: Any = None, journal: Any = None
+    *, run: Run, kind: Any, actor: Actor, reason: Any, preview: Any, through_seq: Any = None, journal: Any = None
 ) -> tuple[JournalRepair, Assessment]:
     """Apply the repair previewed as ``preview``; returns it and the run's new assessment, which names it."""
     reason = reason_clean(reason=reason)
@@ -188,7 +189,7 @@ def journal_repair_apply(
             raise RepairError(409, "preview_stale", "the run changed since this preview: preview it again")
         repair = seen.repair
         repair.run = locked
-        repair.actor = actor if getattr(actor, "pk", None) else None
+        repair.actor = person_of(actor)
         repair.preview_digest = seen.digest
         repair.save()
         resolved = findings_resolve_by_repair(run=locked, repair=repair, actor=actor)
