@@ -32,7 +32,7 @@ from recovery.packages.models import progress_percent
 
 # The sources an upload may name (recovery/imports/importers SOURCES; spelled out so that the schema does not move
 # when a converter is added without its service side).
-IMPORT_SYSTEMS: tuple[str, ...] = ("temporal", "langgraph", "stepfunctions")
+IMPORT_SYSTEMS: tuple[str, ...] = ("temporal", "langgraph", "stepfunctions", "dbos")
 ANY_KEY = "*"  # an attachment's key that stands for every key of its system
 
 RECEIVED, CONVERTING, IMPORTED, FAILED = "received", "converting", "imported", "failed"

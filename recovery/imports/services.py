@@ -521,8 +521,9 @@ def _ingest(
 
 
 # The fields in which an importer's intent_dispatched names what the map was asked about (Temporal's
-# activity type or Nexus operation, a LangGraph node, a Step Functions resource), in the order it asks.
-_NAME_FIELDS = ("activity_type", "operation", "node", "resource", "resource_type")
+# activity type or Nexus operation, a LangGraph node, a Step Functions resource, a DBOS step), in the
+# order it asks.
+_NAME_FIELDS = ("activity_type", "operation", "node", "resource", "resource_type", "step")
 
 
 def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, str | None]) -> None:

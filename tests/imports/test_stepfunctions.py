@@ -225,11 +225,17 @@ def test_epoch_timestamps_any_order_and_skipped_events() -> None:
 def test_an_event_type_not_in_the_mapping_and_anything_after_the_end_block() -> None:
     x = Execution()
     e = x.enter("Charge", 1)
-    out = x.exit("Charge", e)
-    end = x.add("ExecutionFailed", out)
-    x.add("ExecutionRedriven", end, redriveCount=1)
+    x.add("TaskStateResumed", e)  # not a type AWS writes
     answer = decisions(journal_of(x))
-    assert answer["violations"][0]["code"] == "kind_unknown"
+    assert [v["code"] for v in answer["violations"]] == ["kind_unknown"]
+    x = Execution()
+    e = x.enter("Charge", 1)
+    out = x.exit("Charge", e)
+    end = x.add("ExecutionSucceeded", out)
+    x.add("ExecutionRedriven", end, redriveCount=1)  # a succeeded execution is never redriven
+    recs = records(journal_of(x))
+    assert recs[-1]["kind"] == "stepfunctions.ExecutionRedriven"
+    assert decisions(journal_of(x))["violations"][0]["code"] == "kind_unknown"
 
 
 @pytest.mark.parametrize(

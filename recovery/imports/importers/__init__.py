@@ -27,7 +27,7 @@ from ._common import (
     effect_map_parse,
 )
 
-SOURCES = ("temporal", "langgraph", "stepfunctions")
+SOURCES = ("temporal", "langgraph", "stepfunctions", "dbos")
 
 
 def _sha256(data: Any) -> str:
@@ -43,8 +43,8 @@ def history_import(
     progress: Progress | None = None,
 ) -> ImportResult:
     """The journals of one source file. ``run`` names the run (Temporal, Step Functions) or the prefix of
-    each thread's run (LangGraph). Raises ImportRefused (``history_invalid``) for what is not a history of
-    that kind, ``source_unknown`` for a source not in SOURCES."""
+    each thread's or workflow's run (LangGraph, DBOS). Raises ImportRefused (``history_invalid``) for what
+    is not a history of that kind, ``source_unknown`` for a source not in SOURCES."""
     if source not in SOURCES:
         raise ImportRefused("source_unknown", f"the source must be one of {', '.join(SOURCES)}")
     if run is not None and not run:
@@ -60,12 +60,44 @@ def history_import(
 
         journal, skipped, events = sf_convert(data, effects=effects, run=run, file_sha=file_sha, progress=progress)
         runs = [journal.result()]
+    elif source == "dbos":
+        from .dbos import convert as dbos_convert
+
+        journals, skipped, events = dbos_convert(data, effects=effects, prefix=run, progress=progress)
+        runs = [j.result() for j in journals]
     else:
         from .langgraph import convert as lg_convert
 
         journals, skipped, events = lg_convert(data, effects=effects, prefix=run, progress=progress)
         runs = [j.result() for j in journals]
     return ImportResult(source=source, runs=runs, skipped=dict(sorted(skipped.items())), events=events, sha256=file_sha)
+
+
+def history_import_url(
+    *,
+    source: str,
+    url: str,
+    effects: EffectMap,
+    run: str | None = None,
+    progress: Progress | None = None,
+) -> ImportResult:
+    """The journals of a database named by its URL: a DBOS PostgreSQL system database (``source`` must be
+    ``dbos``). ``sha256`` is that of what was read. OSError when the database cannot be read."""
+    if source != "dbos":
+        raise ImportRefused("source_unknown", "only a dbos history is read from a database URL")
+    if run is not None and not run:
+        raise ImportRefused("history_invalid", "the run name is empty")
+    from .dbos import convert_rows, read_postgres, rows_digest
+
+    workflows, operations = read_postgres(url)
+    journals, skipped, events = convert_rows(workflows, operations, effects=effects, prefix=run, progress=progress)
+    return ImportResult(
+        source=source,
+        runs=[j.result() for j in journals],
+        skipped=dict(sorted(skipped.items())),
+        events=events,
+        sha256=rows_digest(workflows, operations),
+    )
 
 
 def history_import_file(
@@ -92,4 +124,5 @@ __all__ = [
     "effect_map_parse",
     "history_import",
     "history_import_file",
+    "history_import_url",
 ]

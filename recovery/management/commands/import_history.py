@@ -1,12 +1,12 @@
-"""`python manage.py import_history PATH --from temporal|langgraph|stepfunctions --out JOURNAL [--run RUN]
-[--effects MAP.json] [--json]`
+"""`python manage.py import_history PATH_OR_URL --from temporal|langgraph|stepfunctions|dbos --out JOURNAL
+[--run RUN] [--effects MAP.json] [--json]`
 
 Stable (imports.md): scripts depend on the JSON shape and the exit codes. Exit 0 when written; 2 when the
 input cannot be read as a history of that kind, the effect map is not one, or the arguments are wrong,
 with one line on stderr and nothing written. A journal is written atomically (a temporary file beside
-the target, fsynced, then renamed over it), so the target never holds a partial file; for LangGraph,
-`--out` is a folder and each thread's run gets `<run>.jsonl` in it, every one written before any is
-renamed into place.
+the target, fsynced, then renamed over it), so the target never holds a partial file; for LangGraph and
+DBOS, `--out` is a folder and each thread's or workflow's run gets `<run>.jsonl` in it, every one written
+before any is renamed into place. `--from dbos` also takes a PostgreSQL URL instead of a file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from recovery.imports.importers import SOURCES, EffectMap, ImportRefused, effect_map_parse, history_import_file
+from recovery.imports.importers import (
+    SOURCES,
+    EffectMap,
+    ImportRefused,
+    effect_map_parse,
+    history_import_file,
+    history_import_url,
+)
+
+_URL_SCHEMES = ("postgres://", "postgresql://")
+_FOLDER_SOURCES = ("langgraph", "dbos")
 
 
 class _UsageError(Exception):
@@ -90,7 +100,7 @@ def write_atomically(targets: list[tuple[Path, bytes]]) -> None:
 
 
 class Command(BaseCommand):
-    help = "Import a Temporal, LangGraph or Step Functions history as turn journals."
+    help = "Import a Temporal, LangGraph, Step Functions or DBOS history as turn journals."
     # A pure file-to-file command, like assess_journal: system checks have nothing to say about it.
     requires_system_checks: list[str] = []
 
@@ -123,27 +133,35 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         source: str = options["source"]
-        path = Path(options["path"])
+        raw_path: str = options["path"]
+        is_url = raw_path.startswith(_URL_SCHEMES)
+        path = Path(raw_path)
         out = Path(options["out"])
         effects = _effects(options["effects"])
-        if not path.is_file() or not os.access(path, os.R_OK):
+        if is_url and source != "dbos":
+            raise _UsageError("only --from dbos reads a database URL")
+        if not is_url and (not path.is_file() or not os.access(path, os.R_OK)):
             raise _UsageError(f"cannot read {path}: not a readable file")
-        if source == "langgraph":
+        if source in _FOLDER_SOURCES:
             if not out.is_dir():
-                raise _UsageError(f"--out {out} is not a folder (a LangGraph database holds one run per thread)")
+                raise _UsageError(f"--out {out} is not a folder (a {source} database holds several runs)")
         elif out.is_dir() or not out.parent.is_dir():
             raise _UsageError(f"--out {out} is a folder or has no parent folder")
         try:
-            result = history_import_file(source=source, path=path, effects=effects, run=options["run"])
+            if is_url:
+                result = history_import_url(source=source, url=raw_path, effects=effects, run=options["run"])
+            else:
+                result = history_import_file(source=source, path=path, effects=effects, run=options["run"])
         except ImportRefused as exc:
             raise _UsageError(f"not a {source} history: {exc.message}") from None
         except OSError:
-            raise _UsageError(f"cannot read {path}") from None
+            # A URL's text may hold a password: the message names the database only as "the database".
+            raise _UsageError("cannot read the database" if is_url else f"cannot read {path}") from None
         targets: list[tuple[Path, bytes]] = []
         for run in result.runs:
-            if source == "langgraph":
+            if source in _FOLDER_SOURCES:
                 if not _safe_file_name(run.run):
-                    raise _UsageError("a thread's run name cannot be a file name (it holds '/' or is too long)")
+                    raise _UsageError("a run name cannot be a file name (it holds '/' or is too long)")
                 targets.append((out / f"{run.run}.jsonl", run.journal))
             else:
                 targets.append((out, run.journal))
