@@ -7,6 +7,7 @@ class AuditsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # The roles read models, which load once the app registry is ready.
         from .roles import sync_roles
 
         # After every migrate, so that permissions of models added later reach the role groups.

@@ -33,6 +33,7 @@ from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
 from recovery.state import WAITING
+from trail.chain import trail_verify
 
 logger = logging.getLogger(__name__)
 
@@ -290,14 +291,13 @@ def audit_chain_verification(
 def audit_trail_verification() -> AuditReport:
     """Re-verify the operator trail's chain (trail/chain.py) from its first row: each break is a
     ``trail_broken`` finding of no run, which only a person resolves."""
-    from trail.chain import trail_verify
-
     report = AuditReport("trail_verification")
     result = trail_verify()
     report.checked = result.rows
     for problem in result.problems:
-        _, opened = finding_open_or_touch(kind="trail_broken", run=None, fact_key=problem.fact_key,
-                                          evidence=problem.evidence)
+        _, opened = finding_open_or_touch(
+            kind="trail_broken", run=None, fact_key=problem.fact_key, evidence=problem.evidence
+        )
         report.counts["trail_broken_opened" if opened else "trail_broken_seen"] += 1
     return report
 
@@ -340,10 +340,20 @@ def audit_engine_change(*, limit: int) -> AuditReport:
                 fact_key=f"{old.engine_version}/{old.projection_version}->{new.engine_version}/{new.projection_version}",
                 evidence={
                     "prefix_key": new.prefix_key,
-                    "old": {"assessment": old.pk, "engine_version": old.engine_version, "decision": was.decision,
-                            "reason": was.reason, "resume_from": was.resume_from},
-                    "new": {"assessment": new.pk, "engine_version": new.engine_version, "decision": row.decision,
-                            "reason": row.reason, "resume_from": row.resume_from},
+                    "old": {
+                        "assessment": old.pk,
+                        "engine_version": old.engine_version,
+                        "decision": was.decision,
+                        "reason": was.reason,
+                        "resume_from": was.resume_from,
+                    },
+                    "new": {
+                        "assessment": new.pk,
+                        "engine_version": new.engine_version,
+                        "decision": row.decision,
+                        "reason": row.reason,
+                        "resume_from": row.resume_from,
+                    },
                 },
             )
             report.counts["decision_changed"] += 1

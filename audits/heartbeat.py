@@ -26,6 +26,7 @@ def heartbeat_record(*, role: str, name: str, detail: dict[str, Any] | None = No
     from django.db import close_old_connections, connection
     from django.utils import timezone
 
+    # Celery's app loads this module before Django's app registry is ready; the model waits until a beat.
     from audits.models import Heartbeat
 
     # Timer threads are no request: drop a connection the database closed meanwhile, as a request would
@@ -66,6 +67,7 @@ def heartbeats_overview(*, now: datetime | None = None) -> dict[str, list[Heartb
     intervals old (one missed beat is not yet a dead process)."""
     from django.utils import timezone
 
+    # Celery's app loads this module before Django's app registry is ready; the model waits until a beat.
     from audits.models import Heartbeat
 
     now = now or timezone.now()

@@ -36,7 +36,7 @@ from journals.access import (
 )
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 from kernel.errors import ServiceError
 from recovery.findings.models import FINDING_KINDS, FINDING_STATES, Finding
 from recovery.findings.services import finding_acknowledge, finding_resolve
@@ -86,7 +86,7 @@ class TurnRecoveryView(LoopxView):
     @extend_schema(
         operation_id="recovery_open",
         request=OpenRequestSerializer,
-        responses={201: RecoveryAuditSerializer, **_ERRORS, **_CONFLICT},
+        responses={201: RecoveryAuditSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -95,7 +95,7 @@ class TurnRecoveryView(LoopxView):
         audit = recovery_audit_open(turn=turn, fencing_token=body.validated_data["fencing_token"])
         return Response(RecoveryAuditSerializer(_audits().get(pk=audit.pk)).data, status=201)
 
-    @extend_schema(operation_id="recovery_list", responses={200: RecoveryAuditSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="recovery_list", responses={200: RecoveryAuditSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         page = self.paginate_queryset(_audits().filter(turn=turn).order_by("-id"))
@@ -116,7 +116,7 @@ class _AuditOfTurn(LoopxView):
 
 
 class RecoveryAuditDetailView(_AuditOfTurn):
-    @extend_schema(operation_id="recovery_retrieve", responses={200: RecoveryAuditSerializer, **_ERRORS})
+    @extend_schema(operation_id="recovery_retrieve", responses={200: RecoveryAuditSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str, audit_id: int) -> Response:
         return Response(RecoveryAuditSerializer(self.get_audit(request, run_id, turn_id, audit_id)[1]).data)
 
@@ -127,7 +127,7 @@ class RecoveryActionView(_AuditOfTurn):
     @extend_schema(
         operation_id="recovery_action_report",
         request=ActionRequestSerializer,
-        responses={201: AuditActionSerializer, **_ERRORS, **_CONFLICT},
+        responses={201: AuditActionSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str, audit_id: int) -> Response:
         _, audit = self.get_audit(request, run_id, turn_id, audit_id)
@@ -148,7 +148,7 @@ class RecoveryCloseView(_AuditOfTurn):
     @extend_schema(
         operation_id="recovery_close",
         request=CloseRequestSerializer,
-        responses={200: RecoveryAuditSerializer, **_ERRORS, **_CONFLICT},
+        responses={200: RecoveryAuditSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str, audit_id: int) -> Response:
         _, audit = self.get_audit(request, run_id, turn_id, audit_id)
@@ -167,7 +167,7 @@ class AuditListView(LoopxView):
     def get_queryset(self) -> QuerySet[RecoveryAudit]:
         return _audits().filter(self.run_scope().q("run__run_id")).order_by("-id")
 
-    @extend_schema(operation_id="audits_list", responses={200: RecoveryAuditSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="audits_list", responses={200: RecoveryAuditSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response(RecoveryAuditSerializer(page, many=True).data)
@@ -183,7 +183,7 @@ class OperatorActionListView(LoopxView):
         return actions.filter(self.run_scope().q("run__run_id"))
 
     @extend_schema(
-        operation_id="operator_actions_list", responses={200: OperatorActionSerializer(many=True), **_ERRORS}
+        operation_id="operator_actions_list", responses={200: OperatorActionSerializer(many=True), **API_ERRORS}
     )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -231,7 +231,7 @@ class FindingListView(LoopxView):
             "-last_seen", "-id"
         )
 
-    @extend_schema(operation_id="findings_list", responses={200: FindingSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="findings_list", responses={200: FindingSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response(FindingSerializer(page, many=True).data)
@@ -242,7 +242,7 @@ class FindingDetailView(LoopxView):
     permission_classes = [CanOperate]
     queryset = Finding.objects.none()
 
-    @extend_schema(operation_id="findings_retrieve", responses={200: FindingSerializer, **_ERRORS})
+    @extend_schema(operation_id="findings_retrieve", responses={200: FindingSerializer, **API_ERRORS})
     def get(self, request: Request, finding_id: int) -> Response:
         return Response(FindingSerializer(_finding(finding_id, self.run_scope())).data)
 
@@ -273,7 +273,7 @@ class FindingResolveView(_FindingTransition):
     transition = staticmethod(finding_resolve)
 
     @extend_schema(operation_id="findings_resolve", request=ReasonSerializer,
-                   responses={200: FindingSerializer, **_ERRORS, **_CONFLICT})
+                   responses={200: FindingSerializer, **API_ERRORS, **_CONFLICT})
     def post(self, request: Request, finding_id: int) -> Response:
         return super().post(request, finding_id)
 
@@ -282,7 +282,7 @@ class FindingAcknowledgeView(_FindingTransition):
     transition = staticmethod(finding_acknowledge)
 
     @extend_schema(operation_id="findings_acknowledge", request=ReasonSerializer,
-                   responses={200: FindingSerializer, **_ERRORS, **_CONFLICT})
+                   responses={200: FindingSerializer, **API_ERRORS, **_CONFLICT})
     def post(self, request: Request, finding_id: int) -> Response:
         return super().post(request, finding_id)
 
@@ -318,13 +318,13 @@ class TokenListView(LoopxView):
     permission_classes = [IsAdministrator]
     queryset = ApiToken.objects.order_by("name")
 
-    @extend_schema(operation_id="tokens_list", responses={200: TokenSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="tokens_list", responses={200: TokenSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(TokenSerializer(page, many=True).data)
 
     @extend_schema(operation_id="tokens_create", request=TokenCreateSerializer,
-                   responses={201: TokenCreatedSerializer, **_ERRORS})
+                   responses={201: TokenCreatedSerializer, **API_ERRORS})
     def post(self, request: Request) -> Response:
         body = TokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -341,7 +341,7 @@ class TokenRevokeView(LoopxView):
     permission_classes = [IsAdministrator]
     queryset = ApiToken.objects.none()
 
-    @extend_schema(operation_id="tokens_revoke", request=None, responses={200: TokenSerializer, **_ERRORS})
+    @extend_schema(operation_id="tokens_revoke", request=None, responses={200: TokenSerializer, **API_ERRORS})
     def post(self, request: Request, token_id: int) -> Response:
         token = ApiToken.objects.filter(pk=token_id).first()
         if token is None:
@@ -362,7 +362,7 @@ class OperatorActionExportView(LoopxView):
         operation_id="operator_actions_export",
         parameters=[OpenApiParameter("output", str, enum=list(EXPORT_FORMATS), default="jsonl"),
                     *[OpenApiParameter(name, str) for name in FILTERS]],
-        responses={(200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR), **_ERRORS},
+        responses={(200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR), **API_ERRORS},
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         fmt = request.query_params.get("output", "jsonl")  # not `format`: DRF keeps that for its renderers
@@ -394,7 +394,7 @@ class ScheduleListView(LoopxView):
     pagination_class = None
     queryset = PeriodicTask.objects.none()
 
-    @extend_schema(operation_id="schedules_list", responses={200: ScheduleSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="schedules_list", responses={200: ScheduleSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
         tasks = PeriodicTask.objects.select_related("interval").order_by("name")
         return Response([schedule_state(t) for t in tasks])
@@ -406,7 +406,7 @@ class ScheduleDetailView(LoopxView):
     queryset = PeriodicTask.objects.none()
 
     @extend_schema(operation_id="schedules_change", request=ScheduleChangeSerializer,
-                   responses={200: ScheduleSerializer, **_ERRORS})
+                   responses={200: ScheduleSerializer, **API_ERRORS})
     def patch(self, request: Request, schedule_id: int) -> Response:
         task = PeriodicTask.objects.filter(pk=schedule_id).first()
         if task is None:

@@ -32,6 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from engine import assess
+from engine.writer import JournalWriter, fixed_clock
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "var" / "bench"
 GENERATOR_VERSION = "g3"  # bump when the generated journal changes
@@ -46,8 +49,6 @@ SHORT_PLAN = ["plan", "act", "report"]
 
 def _turn(w: object, i: int) -> None:
     """One turn; the mix averages about ten records per turn."""
-    from engine.writer import JournalWriter
-
     assert isinstance(w, JournalWriter)
     name = f"turn-{i:07d}"
     lineage = f"job-{i // 50:05d}"
@@ -101,8 +102,6 @@ def _turn(w: object, i: int) -> None:
 def generate(path: Path, records: int) -> int:
     """Write a journal of about `records` records to `path`; returns the number of turns."""
     from datetime import UTC, datetime, timedelta
-
-    from engine.writer import JournalWriter, fixed_clock
 
     tmp = path.with_suffix(".tmp")
     turns = max(1, records // 10)
@@ -179,8 +178,6 @@ def floor(path: Path) -> dict[str, float]:
 
 
 def engine(path: Path) -> dict[str, float]:
-    from engine import assess
-
     result = assess(path)
     decisions: dict[str, int] = {}
     for t in result.turns:

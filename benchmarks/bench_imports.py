@@ -33,6 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_engine import peak_rss_mb
+from recovery.imports.importers import effect_map_parse, history_import_file
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "var" / "bench"
 GENERATOR_VERSION = "g1"
@@ -155,8 +158,6 @@ def floor(path: Path) -> dict[str, Any]:
 
 
 def importer(path: Path) -> dict[str, Any]:
-    from recovery.imports.importers import effect_map_parse, history_import_file
-
     result = history_import_file(
         source="temporal", path=path, effects=effect_map_parse({"Lookup": "safe", "SendEmail": "idempotent"})
     )
@@ -164,8 +165,6 @@ def importer(path: Path) -> dict[str, Any]:
 
 
 def child(what: str, path: Path) -> None:
-    from benchmarks.bench_engine import peak_rss_mb  # the same measure of a child's own peak
-
     started_wall, started_cpu = time.perf_counter(), time.process_time()
     out = floor(path) if what == "floor" else importer(path)
     out["wall"] = time.perf_counter() - started_wall

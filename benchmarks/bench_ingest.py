@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engine.canonical import canonical_bytes, digest
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/loopx_bench"
 TARGET = 0.5
@@ -44,7 +46,6 @@ TARGET = 0.5
 def journal_lines(run: str, records: int) -> list[bytes]:
     """A conforming journal (chained v2 records): turns of 10 records each on branch 0."""
     sys.path.insert(0, str(REPO))
-    from engine.canonical import canonical_bytes, digest
 
     phases = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend"]
     lines: list[bytes] = []

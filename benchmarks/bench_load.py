@@ -152,6 +152,7 @@ def floor_child(batches: int, records: int) -> None:
     import django
 
     django.setup()
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.services import records_ingest
 
     seconds: list[float] = []

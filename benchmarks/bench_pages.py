@@ -30,6 +30,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from engine.canonical import canonical_bytes
+from engine.writer import JournalWriter
+
 TARGET_RATIO = 3.0
 
 
@@ -48,6 +51,7 @@ def _plain_view(request: Any) -> Any:
     from django.http import HttpResponse
     from django.template import engines
 
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.models import Turn
 
     rows = Turn.objects.order_by("-updated_at", "-id")[:50]
@@ -74,7 +78,7 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
     from django.db import transaction
     from django.utils import timezone
 
-    from engine.canonical import canonical_bytes
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.models import JournalRecord, Run, Turn
 
     now = timezone.now()
@@ -161,7 +165,7 @@ def _fill(turns: int, records: int, runs: int, log: Callable[[str], None]) -> No
 def _real_turn(records: int) -> int:
     """A real run (writer -> ingest -> assessment) with a blocked turn: the turn page's subject, and with its
     records the run page's and the event history's."""
-    from engine.writer import JournalWriter
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.models import Turn
     from journals.services import records_ingest
     from recovery.services import assessment_refresh
@@ -228,12 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         _fill(args.turns, args.records, runs, lambda m: print(m, flush=True))
         turn_pk = _real_turn(2_000 if args.small else 20_000)
+        # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
         from journals.models import Turn
 
         print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
 
         user = User.objects.create_user("bench-operator", password="bench-password-123")  # noqa: S106  a throwaway account in the benchmark's own database
         user.groups.add(Group.objects.get_or_create(name="operator")[0])
+        # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
         from teams.services import team_ensure, team_members_add
 
         team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[user])
@@ -277,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-
 def _effective_model() -> Any:
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.models import TurnEffective
 
     return TurnEffective
@@ -297,8 +303,13 @@ _STATES: dict[tuple[str | None, str | None], tuple[str, str]] = {
 
 def _effective(decision: str | None, reason: str | None) -> dict[str, Any]:
     state, gate = _STATES[(decision, reason)]
-    return {"state": state, "gate": gate, "decision": decision, "reason": reason,
-            "resume_from": "execute" if decision == "resume" else None}
+    return {
+        "state": state,
+        "gate": gate,
+        "decision": decision,
+        "reason": reason,
+        "resume_from": "execute" if decision == "resume" else None,
+    }
 
 
 if __name__ == "__main__":

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     import redis
     from django.db.models import F, Max, Min
 
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
     from journals.models import Run
     from journals.pending import PendingAssessment
     from journals.services import records_ingest

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from journals.access import CanOperate
 from journals.api import LoopxView
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 
 from .models import TurnAnnotation
 from .services import EDITABLE, MAX_TEXT, turn_annotate
@@ -42,13 +42,13 @@ class AnnotationView(LoopxView):
     permission_classes = [CanOperate]
     queryset = TurnAnnotation.objects.none()
 
-    @extend_schema(operation_id="turn_annotations_retrieve", responses={200: AnnotationSerializer, **_ERRORS})
+    @extend_schema(operation_id="turn_annotations_retrieve", responses={200: AnnotationSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         return Response(AnnotationSerializer(_shown(TurnAnnotation.objects.filter(turn=turn).first())).data)
 
     @extend_schema(operation_id="turn_annotations_update", request=AnnotateSerializer,
-                   responses={200: AnnotationSerializer, **_ERRORS})
+                   responses={200: AnnotationSerializer, **API_ERRORS})
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         body = AnnotateSerializer(data=request.data)

@@ -79,7 +79,7 @@ class JsonArrayParser(_RawBatchParser):
 
 _JSONL_BODY = {"type": "string", "description": "One JSON record per line (JSONL), in file order."}
 _ARRAY_BODY = {"type": "array", "items": {"type": "object", "additionalProperties": True}}
-_ERRORS = {
+API_ERRORS = {
     400: OpenApiResponse(ErrorSerializer, description="Malformed input; nothing stored."),
     401: OpenApiResponse(ErrorSerializer, description="No or invalid credentials."),
     403: OpenApiResponse(ErrorSerializer, description="Not allowed (role or token run prefix)."),
@@ -163,7 +163,7 @@ class LimitsView(JournalView):
     serializer_class = LimitsSerializer
     pagination_class = None
 
-    @extend_schema(operation_id="limits_retrieve", responses={200: LimitsSerializer, **_ERRORS})
+    @extend_schema(operation_id="limits_retrieve", responses={200: LimitsSerializer, **API_ERRORS})
     def get(self, request: Request) -> Response:
         return Response(
             {
@@ -199,7 +199,7 @@ class RecordsView(JournalView):
                 description="Same (branch, lsn), other bytes; or LoopX-Expect or LoopX-Fencing unmet. Nothing stored.",
             ),
             413: OpenApiResponse(ErrorSerializer, description="A line, the batch or the record count is too large."),
-            **_ERRORS,
+            **API_ERRORS,
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
@@ -224,7 +224,7 @@ class RecordsView(JournalView):
         )
         return Response(IngestResultSerializer(result).data)
 
-    @extend_schema(operation_id="records_list", responses={200: RecordSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="records_list", responses={200: RecordSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
         page = self.paginate_queryset(run.records.order_by("seq"))
@@ -238,7 +238,7 @@ class RunListView(JournalView):
     def get_queryset(self) -> QuerySet[Run]:
         return runs_list(scope=self.run_scope())
 
-    @extend_schema(operation_id="runs_list", responses={200: RunSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="runs_list", responses={200: RunSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(RunSerializer(page, many=True).data)
@@ -248,7 +248,7 @@ class RunDetailView(JournalView):
     serializer_class = RunDetailSerializer
     queryset = Run.objects.none()
 
-    @extend_schema(operation_id="runs_retrieve", responses={200: RunDetailSerializer, **_ERRORS})
+    @extend_schema(operation_id="runs_retrieve", responses={200: RunDetailSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
         decisions = {
@@ -275,7 +275,7 @@ class BranchListView(JournalView):
             return Branch.objects.none()
         return branches_list(run=self.get_run(self.request, self.kwargs["run_id"]))
 
-    @extend_schema(operation_id="branches_list", responses={200: BranchSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="branches_list", responses={200: BranchSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         return Response(BranchSerializer(self.get_queryset(), many=True).data)
 
@@ -349,13 +349,13 @@ class TurnListView(JournalView):
         assert page is not None  # PAGE_SIZE is set: every page of the API is paginated
         return page
 
-    @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="turns_list", responses={200: TurnSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
         return self.get_paginated_response([TurnSerializer.row(row) for row in self.page_rows()])
 
 
 class RunTurnListView(TurnListView):
-    @extend_schema(operation_id="run_turns_list", responses={200: TurnSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="run_turns_list", responses={200: TurnSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str | None = None) -> Response:
         page = self.page_rows()
         if not page and run_find(run_id=run_id or "") is None:
@@ -367,7 +367,7 @@ class TurnDetailView(JournalView):
     serializer_class = TurnDetailSerializer
     queryset = Turn.objects.none()
 
-    @extend_schema(operation_id="turns_retrieve", responses={200: TurnDetailSerializer, **_ERRORS})
+    @extend_schema(operation_id="turns_retrieve", responses={200: TurnDetailSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         self.check_run_allowed(request, run_id, missing="No such run or turn.")
         detail = turn_detail(run_id=run_id, turn_id=turn_id)
@@ -381,7 +381,7 @@ class TurnIntentListView(JournalView):
     queryset = Intent.objects.none()  # for the schema: path parameters and model
     pagination_class = None
 
-    @extend_schema(operation_id="turn_intents_list", responses={200: IntentSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="turn_intents_list", responses={200: IntentSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         return Response(IntentSerializer(turn.intents.order_by("position"), many=True).data)
@@ -391,7 +391,7 @@ class TurnRecordListView(JournalView):
     serializer_class = RecordSerializer
     queryset = JournalRecord.objects.none()
 
-    @extend_schema(operation_id="turn_records_list", responses={200: RecordSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="turn_records_list", responses={200: RecordSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         page = self.paginate_queryset(turn_records(turn=self.get_turn(request, run_id, turn_id)))
         assert page is not None  # PAGE_SIZE is set: every page of the API is paginated

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from django.db import models
 
+from kernel.dialect import postgres_only
+
 _M = TypeVar("_M", bound=models.Model)
 
 
@@ -72,8 +74,6 @@ def append_only_trigger_sql(table: str) -> tuple[str, str]:
 
 def install_append_only_triggers(tables: list[str]) -> Any:
     """A migration operation installing the triggers on PostgreSQL; a no-op on other databases."""
-    from kernel.dialect import postgres_only
-
     return postgres_only(
         "".join(append_only_trigger_sql(table)[0] for table in tables),
         "".join(append_only_trigger_sql(table)[1] for table in tables),
@@ -86,8 +86,6 @@ def rename_append_only_trigger(old_table: str, new_table: str) -> Any:
     PostgreSQL carries a trigger along when its table is renamed but keeps the trigger's name; the trigger is
     found by ``<table>_append_only``, so the name follows the table. Unapplied, it runs before the rename back.
     """
-    from kernel.dialect import postgres_only
-
     return postgres_only(
         f"ALTER TRIGGER {old_table}_append_only ON {new_table} RENAME TO {new_table}_append_only;",
         f"ALTER TRIGGER {new_table}_append_only ON {new_table} RENAME TO {old_table}_append_only;",

@@ -17,7 +17,7 @@ class LoopxAdminSite(AdminSite):
     site_title = "LoopX admin"
 
     def has_permission(self, request: HttpRequest) -> bool:
-        from journals.access import can_administer  # imports models: not at app-registry time
+        from journals.access import can_administer  # imports models, which wait for the app registry
 
         user = request.user
         return bool(user.is_active and (user.is_staff or can_administer(user)))

@@ -7,7 +7,8 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Webhooks listen to the domain's signals, once per process (web and worker alike).
+        # Webhooks listen to the domain's signals, once per process (web and worker alike), once the app registry
+        # is ready (the receivers import models).
         from . import receivers
 
         receivers.connect()

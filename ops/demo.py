@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.types import DEFAULT_PHASES
 from engine.writer import JournalWriter
+from journals.services import records_ingest
 
 PHASES = list(DEFAULT_PHASES)
 
@@ -192,8 +193,6 @@ def demo_seed(*, prefix: str = "demo", batch_size: int = 7) -> list[str]:
     """Ingest the demo journals through the store's ingest service; returns the run ids. Each batch
     commits on its own, so each run's background assessment is requested (and coalesced) like a real
     runtime's."""
-    from journals.services import records_ingest
-
     run_ids = []
     for demo in demo_journals(prefix):
         for body in batches(demo.lines, batch_size):

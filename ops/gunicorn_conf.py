@@ -38,6 +38,7 @@ logconfig_dict: dict[str, Any] = json_logging(
 
 def post_worker_init(worker: Any) -> None:
     # Read the migration graph once per worker now, so that the first /readyz is as fast as the others.
+    # gunicorn reads this file before Django's app registry is ready.
     from ops.health import expected_migrations
 
     expected_migrations()

@@ -42,9 +42,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from journals.models import DECISIONS, Turn, TurnEffective
+from journals.selectors import api_token_find
 from kernel import events
+from notifications.models import DELIVERY_STATUSES, WebhookDelivery
+from recovery.recovery_audits.models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
+from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
 
-from . import broker
+from . import broker, integrations
 
 
 def _counts_by(manager: Any, field: str, known: Iterable[str], count: Any = None) -> dict[str, int]:
@@ -60,6 +65,7 @@ def _filled(family: Any, counts: dict[str, int]) -> Any:
     for label, n in counts.items():
         family.add_metric([label], n)
     return family
+
 
 logger = logging.getLogger("loopx.metrics")
 
@@ -186,8 +192,8 @@ class DatabaseCollector(Collector):
                 families = list(producer())
             except Exception as exc:  # a scrape must answer; the error is its own series
                 logger.warning(
-                    "metrics source failed", extra={"event": "metrics.source_failed", "source": source,
-                                                    "error": type(exc).__name__}
+                    "metrics source failed",
+                    extra={"event": "metrics.source_failed", "source": source, "error": type(exc).__name__},
                 )
                 errors.add_metric([source], 1)
                 continue
@@ -197,8 +203,6 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _turns() -> Iterable[Metric]:
-        from journals.models import DECISIONS, Turn, TurnEffective
-
         family = GaugeMetricFamily(
             "loopx_turns",
             "Turns by effective state, with the decision and reason the recovery gate answers "
@@ -220,15 +224,11 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _findings() -> Iterable[Metric]:
-        from . import integrations
-
         family = GaugeMetricFamily("loopx_findings_open", "Open findings by kind.", labels=["kind"])
         yield _filled(family, dict(sorted(integrations.open_findings_by_kind().items())))
 
     @staticmethod
     def _recovery_audits() -> Iterable[Metric]:
-        from recovery.recovery_audits.models import DIVERGENCE_CODES, RecoveryAudit, RecoveryDivergence
-
         family = CounterMetricFamily(
             "loopx_recovery_audits",
             "Recovery audits by divergence code (an audit counts once per code it has; 'none': no divergence).",
@@ -240,22 +240,16 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _operator_actions() -> Iterable[Metric]:
-        from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
-
         family = CounterMetricFamily("loopx_operator_actions", "Operator actions by kind.", labels=["kind"])
         yield _filled(family, _counts_by(OperatorAction.objects, "kind", OPERATOR_ACTION_KINDS))
 
     @staticmethod
     def _webhooks() -> Iterable[Metric]:
-        from notifications.models import DELIVERY_STATUSES, WebhookDelivery
-
         family = GaugeMetricFamily("loopx_webhook_deliveries", "Webhook deliveries by status.", labels=["status"])
         yield _filled(family, _counts_by(WebhookDelivery.objects, "status", DELIVERY_STATUSES))
 
     @staticmethod
     def _heartbeat() -> Iterable[Metric]:
-        from . import integrations
-
         age = integrations.beat_heartbeat_age()
         if age is None:
             return
@@ -332,7 +326,6 @@ def metrics_allowed(request: HttpRequest) -> bool:
     expected = str(_setting("METRICS_TOKEN", "") or "")
     if expected and hmac.compare_digest(raw.encode(), expected.encode()):
         return True
-    from journals.selectors import api_token_find
 
     return api_token_find(raw=raw) is not None
 

@@ -34,16 +34,26 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
+from audits.models import ChainCursor
+from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Run, Turn, TurnEffective
+from journals.pending import PendingAssessment
+from journals.services import records_ingest
 from kernel import context
 from kernel.dialect import set_local
+from kernel.events import emit, package_rejected
+from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.packages import build_package, check_package, restore_package
 from recovery.recovery_audits.models import RecoveryAudit
 from trail.models import OperatorAction
 from trail.services import operator_action_record
+
+from .integrations import FINDING_UNRESOLVED_STATES
 
 logger = logging.getLogger("loopx.retention")
 
@@ -88,10 +98,6 @@ def package_name(run_id: str, last_seq: int, prefix_digest: str) -> str:
 
 
 def _candidates(cutoff: Any) -> Any:
-    from django.db.models import F
-
-    from journals.models import Run
-
     return (
         Run.objects.filter(updated_at__lt=cutoff, record_count__gt=0, blocked_reason__isnull=True)
         .filter(assessed_seq=F("last_seq"))
@@ -101,12 +107,6 @@ def _candidates(cutoff: Any) -> Any:
 
 def ineligible_reason(run: Any) -> str | None:
     """Why ``run`` must stay, or None when it may go. Read again under the row lock before removal."""
-    from journals.models import Turn
-    from journals.pending import PendingAssessment
-    from recovery.models import GateDecision, OperatorEvidence, TurnClaim
-
-    from .integrations import FINDING_UNRESOLVED_STATES
-
     if run.blocked_reason:
         return "blocked"
     if run.assessed_seq != run.last_seq:
@@ -160,8 +160,6 @@ _PATH_TO_RUN = {
 
 
 def _unknown_reference(run: Any) -> str | None:
-    from django.apps import apps
-
     for model in apps.get_models():
         label = (model._meta.app_label, model._meta.model_name)
         if label in _DELETED_HERE:
@@ -181,8 +179,6 @@ def _unknown_reference(run: Any) -> str | None:
 
 
 def _journal_bytes(run: Any) -> bytes:
-    from journals.models import JournalRecord
-
     lines = JournalRecord.objects.filter(run=run).order_by("seq").values_list("line", flat=True)
     return b"".join(bytes(line) + b"\n" for line in lines.iterator(chunk_size=2000))
 
@@ -223,16 +219,12 @@ def _file_sha256(path: Path) -> str:
 
 def export_run(run: Any, directory: Path | None = None) -> tuple[Path, str]:
     """Write and verify the run's package. Returns (path, sha256). Raises RetentionRefused if unverified."""
-    from recovery.packages import build_package, check_package
-
     directory = directory or retention_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / package_name(run.run_id, run.last_seq, run.prefix_digest)
     sha = build_package(path, run.run_id, _journal_bytes(run), _state_files(run))
     report = check_package(path)
     if not report.accepted:
-        from kernel.events import emit, package_rejected
-
         codes = report.codes()
         path.unlink(missing_ok=True)  # an unverified package is no copy of anything
         emit(package_rejected, code=codes[0], package=path.name, run_id=run.run_id, detail="retention export")
@@ -256,11 +248,6 @@ def _forbid_journal_delete() -> None:
 
 def _delete_run_rows(run: Any) -> dict[str, int]:
     """Delete every row of the run, children first. The caller holds the transaction and the run's lock."""
-    from audits.models import ChainCursor
-    from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Turn, TurnEffective
-    from journals.pending import PendingAssessment
-    from recovery.models import Assessment, TurnAssessment, TurnClaim
-
     counts: dict[str, int] = {}
 
     def remove(label: str, queryset: Any) -> None:
@@ -288,8 +275,6 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
 
 
 def remove_run(run_id: str, path: Path, sha: str, exported_seq: int, exported_digest: str, days: int) -> dict[str, Any]:
-    from journals.models import Run
-
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(run_id=run_id).first()
         if run is None:
@@ -357,8 +342,12 @@ def sweep(days: int | None = None, *, limit: int | None = None, dry_run: bool = 
             report.removed.append(removed)
             logger.info(
                 "retention removed a run",
-                extra={"event": "retention.removed", "sha256": removed["sha256"], "records": removed["records"],
-                       "package": Path(removed["package"]).name},
+                extra={
+                    "event": "retention.removed",
+                    "sha256": removed["sha256"],
+                    "records": removed["records"],
+                    "package": Path(removed["package"]).name,
+                },
             )
     return report
 
@@ -375,9 +364,6 @@ def reimport(path: str | Path) -> dict[str, Any]:
 
     Batches respect the ingest limits; records already stored are duplicates (so a re-import is idempotent).
     """
-    from journals.services import records_ingest
-    from recovery.packages import check_package, restore_package
-
     path = Path(path)
     report = check_package(path)
     if not report.accepted:

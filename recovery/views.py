@@ -14,7 +14,7 @@ from journals.access import CanOperate, CanRunRecovery
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import Turn
 from journals.services import high_water_parse
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 from recovery.assignments.models import TurnAssignment
 from recovery.assignments.services import AssignError, turn_assign, turn_unassign
 from recovery.models import Assessment, GateDecision, OperatorEvidence
@@ -61,12 +61,16 @@ class AssessmentListView(LoopxView):
             return Assessment.objects.none()
         return assessments_list(run=self.get_run(self.request, self.kwargs["run_id"])).select_related("run")
 
-    @extend_schema(operation_id="assessments_list", responses={200: AssessmentSummarySerializer(many=True), **_ERRORS})
+    @extend_schema(
+        operation_id="assessments_list", responses={200: AssessmentSummarySerializer(many=True), **API_ERRORS}
+    )
     def get(self, request: Request, run_id: str) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(AssessmentSummarySerializer(page, many=True).data)
 
-    @extend_schema(operation_id="assessments_refresh", request=None, responses={200: AssessmentSerializer, **_ERRORS})
+    @extend_schema(
+        operation_id="assessments_refresh", request=None, responses={200: AssessmentSerializer, **API_ERRORS}
+    )
     def post(self, request: Request, run_id: str) -> Response:
         assessment = assessment_refresh(run=self.get_run(request, run_id))
         return Response(AssessmentSerializer(assessment).data)
@@ -76,7 +80,7 @@ class AssessmentDetailView(LoopxView):
     serializer_class = AssessmentSerializer
     queryset = Assessment.objects.none()
 
-    @extend_schema(operation_id="assessments_retrieve", responses={200: AssessmentSerializer, **_ERRORS})
+    @extend_schema(operation_id="assessments_retrieve", responses={200: AssessmentSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str, assessment_id: int) -> Response:
         assessment = assessments_list(run=self.get_run(request, run_id)).filter(pk=assessment_id).first()
         if assessment is None:
@@ -105,7 +109,7 @@ class DecisionView(LoopxView):
                 ),
             )
         ],
-        responses={200: GateSerializer, **_ERRORS},
+        responses={200: GateSerializer, **API_ERRORS},
     )
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -120,7 +124,7 @@ class ClaimView(LoopxView):
     @extend_schema(
         operation_id="turn_claim",
         request=ClaimRequestSerializer,
-        responses={200: ClaimSerializer, **_ERRORS, **_CONFLICT},
+        responses={200: ClaimSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -136,7 +140,7 @@ class ReleaseView(LoopxView):
     @extend_schema(
         operation_id="turn_release",
         request=FencingRequestSerializer,
-        responses={200: ClaimSerializer, **_ERRORS, **_CONFLICT},
+        responses={200: ClaimSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -154,7 +158,7 @@ class ApproveView(LoopxView):
     @extend_schema(
         operation_id="turn_approve",
         request=ApproveRequestSerializer,
-        responses={200: GateSerializer, **_ERRORS, **_CONFLICT},
+        responses={200: GateSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -174,7 +178,7 @@ class BlockView(LoopxView):
     permission_classes = [CanOperate]
 
     @extend_schema(
-        operation_id="turn_block", request=BlockRequestSerializer, responses={200: GateSerializer, **_ERRORS}
+        operation_id="turn_block", request=BlockRequestSerializer, responses={200: GateSerializer, **API_ERRORS}
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -190,7 +194,7 @@ class EvidenceListView(LoopxView):
     queryset = OperatorEvidence.objects.none()
     pagination_class = None
 
-    @extend_schema(operation_id="turn_evidence_list", responses={200: EvidenceSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="turn_evidence_list", responses={200: EvidenceSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         return Response(EvidenceSerializer(evidence_list(turn=turn), many=True).data)
@@ -202,7 +206,7 @@ class GateDecisionListView(LoopxView):
     pagination_class = None
 
     @extend_schema(
-        operation_id="turn_gate_decisions_list", responses={200: GateDecisionSerializer(many=True), **_ERRORS}
+        operation_id="turn_gate_decisions_list", responses={200: GateDecisionSerializer(many=True), **API_ERRORS}
     )
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -218,7 +222,7 @@ class BulkDecisionView(LoopxView):
     @extend_schema(
         operation_id="turns_bulk",
         request=BulkRequestSerializer,
-        responses={200: BulkResultSerializer, **_ERRORS, **_CONFLICT},
+        responses={200: BulkResultSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request) -> Response:
         body = BulkRequestSerializer(data=request.data)
@@ -260,7 +264,7 @@ class AssignView(LoopxView):
     permission_classes = [CanOperate]
 
     @extend_schema(
-        operation_id="turn_assign", request=AssignRequestSerializer, responses={200: AssignmentSerializer, **_ERRORS}
+        operation_id="turn_assign", request=AssignRequestSerializer, responses={200: AssignmentSerializer, **API_ERRORS}
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -280,7 +284,7 @@ class UnassignView(LoopxView):
     @extend_schema(
         operation_id="turn_unassign",
         request=UnassignRequestSerializer,
-        responses={200: AssignmentSerializer, **_ERRORS},
+        responses={200: AssignmentSerializer, **API_ERRORS},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)

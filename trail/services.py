@@ -12,6 +12,7 @@ from journals.actors import Actor
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel.errors import ServiceError
+from trail.chain import trail_append
 from trail.models import OperatorAction
 
 REASON_MAX = 4000
@@ -57,8 +58,6 @@ def operator_action_record(
     the gate itself unless ``actor_name`` says who (e.g. ``manage.py``); a runtime token (or the API's
     principal for one) is recorded as ``token:<name>``; before/after are redacted. ``via`` overrides where
     the act came from (otherwise the request's path, or ``system``)."""
-    from trail.chain import trail_append
-
     name = actor_name or actor_display(actor)
     return trail_append(
         actor=actor if getattr(actor, "pk", None) and hasattr(actor, "get_username") else None,

@@ -22,13 +22,13 @@ from rest_framework.response import Response
 
 from journals.access import CanRunRecovery, CanView, runtime_token
 from journals.api import ErrorSerializer, LoopxView
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 from recovery.imports.models import HistoryImport
 from recovery.imports.selectors import imported_run_of, intent_class_sources
 from recovery.imports.serializers import HistoryImportSerializer, ImportUploadSerializer, IntentClassSerializer
 from recovery.imports.services import ImportServiceError, history_upload_receive, imports_visible
 
-_UPLOAD_ERRORS = {code: _ERRORS[code] for code in (401, 403)}
+_UPLOAD_ERRORS = {code: API_ERRORS[code] for code in (401, 403)}
 
 
 def import_queryset() -> object:
@@ -126,7 +126,7 @@ class RunImportView(LoopxView):
     serializer_class = HistoryImportSerializer
     queryset = HistoryImport.objects.none()
 
-    @extend_schema(operation_id="run_import", responses={200: HistoryImportSerializer, **_ERRORS})
+    @extend_schema(operation_id="run_import", responses={200: HistoryImportSerializer, **API_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
         row = imported_run_of(run_id=run.run_id)
@@ -142,7 +142,7 @@ class IntentClassListView(LoopxView):
     serializer_class = IntentClassSerializer
     queryset = HistoryImport.objects.none()
 
-    @extend_schema(operation_id="turn_intent_classes", responses={200: IntentClassSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="turn_intent_classes", responses={200: IntentClassSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         sources = intent_class_sources(run_id=run_id, turn=turn)

@@ -31,7 +31,7 @@ from rest_framework.response import Response
 from journals.access import CanExportRaw, CanRunRecovery, CanView, runtime_token
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import Run
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 from recovery.packages.models import PackageUpload
 from recovery.packages.selectors import package_upload_visible
 from recovery.packages.serializers import PackageUploadSerializer
@@ -84,7 +84,7 @@ _MULTIPART = {
     "required": ["package"],
 }
 _TOO_LARGE = {413: OpenApiResponse(ErrorSerializer, description="Larger than a package may be; nothing kept.")}
-_UPLOAD_ERRORS = {code: _ERRORS[code] for code in (400, 401, 403)}
+_UPLOAD_ERRORS = {code: API_ERRORS[code] for code in (400, 401, 403)}
 _NO_UPLOAD = {404: OpenApiResponse(ErrorSerializer, description="No such upload (or not this token's).")}
 
 
@@ -199,7 +199,7 @@ class RunExportView(LoopxView):
         responses={
             (200, "application/gzip"): OpenApiResponse(OpenApiTypes.BINARY, description="The package (tar.gz)."),
             (200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="The package (zip)."),
-            **_ERRORS,
+            **API_ERRORS,
         },
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:

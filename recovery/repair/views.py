@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from journals.access import CanOperate
 from journals.api import ErrorSerializer, LoopxView
-from journals.views import _ERRORS
+from journals.views import API_ERRORS
 from recovery.repair.models import REPAIR_KINDS, JournalRepair
 from recovery.repair.services import journal_repair_apply, journal_repair_preview, repairs_list
 from recovery.serializers import AssessmentSerializer
@@ -70,14 +70,14 @@ class RepairListView(LoopxView):
     permission_classes = [CanOperate]
     pagination_class = None
 
-    @extend_schema(operation_id="repairs_list", responses={200: RepairSerializer(many=True), **_ERRORS})
+    @extend_schema(operation_id="repairs_list", responses={200: RepairSerializer(many=True), **API_ERRORS})
     def get(self, request: Request, run_id: str) -> Response:
         return Response(RepairSerializer(repairs_list(run=self.get_run(request, run_id)), many=True).data)
 
     @extend_schema(
         operation_id="repairs_apply",
         request=RepairApplySerializer,
-        responses={201: RepairAppliedSerializer, **_ERRORS, **_CONFLICT},
+        responses={201: RepairAppliedSerializer, **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
@@ -103,7 +103,7 @@ class RepairPreviewView(LoopxView):
         operation_id="repairs_preview",
         request=RepairRequestSerializer,
         responses={200: OpenApiResponse(description="The preview: `preview` digest, the repair, the assessment."),
-                   **_ERRORS, **_CONFLICT},
+                   **API_ERRORS, **_CONFLICT},
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)

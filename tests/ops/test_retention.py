@@ -172,7 +172,7 @@ def test_unverified_package_keeps_the_run(retention_dir, monkeypatch, published_
         report.add("checksum_mismatch", "journal.jsonl", "the bytes differ from the manifest")
         return report
 
-    monkeypatch.setattr("recovery.packages.check_package", refuse)
+    monkeypatch.setattr("ops.retention.check_package", refuse)
     report = retention.sweep(days=30)
     assert report.kept == {"bad-export": "package failed verification: checksum_mismatch"}
     assert list(retention_dir.iterdir()) == []

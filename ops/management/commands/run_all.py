@@ -20,8 +20,15 @@ from types import FrameType
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+
+from audits import tasks
+from journals.models import Run
+from ops.demo import demo_seed
+from teams.models import ALL_RUNS_TEAM
+from teams.services import team_ensure, team_members_add
 
 DEMO_PASSWORD = "loopx-demo"  # noqa: S105  the documented password of the demo accounts that `make run` creates
 DEMO_USERS = (("operator", "operator"), ("viewer", "viewer"), ("admin", "admin"))
@@ -64,13 +71,35 @@ class Command(BaseCommand):
         # which runserver cannot, and serves the static files through whitenoise's finders under DEBUG.
         self._start(
             "web",
-            [*base, "gunicorn", "-c", "python:ops.gunicorn_conf", "--bind", f"{host}:{port}",
-             "--workers", "1", "--threads", "8", "loopx_site.wsgi"],
+            [
+                *base,
+                "gunicorn",
+                "-c",
+                "python:ops.gunicorn_conf",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "1",
+                "--threads",
+                "8",
+                "loopx_site.wsgi",
+            ],
         )
         self._start(
             "worker",
-            [*base, "celery", "-A", "loopx_site", "worker", "--loglevel", "INFO",
-             "--concurrency", str(options["concurrency"]), "--hostname", "worker@%h"],
+            [
+                *base,
+                "celery",
+                "-A",
+                "loopx_site",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                str(options["concurrency"]),
+                "--hostname",
+                "worker@%h",
+            ],
         )
         self._start("beat", [*base, "celery", "-A", "loopx_site", "beat", "--loglevel", "INFO"])
         self._banner(host, port, users, seeded)
@@ -80,9 +109,6 @@ class Command(BaseCommand):
     # -- setup -----------------------------------------------------------------------------------------
 
     def _seed(self) -> list[str]:
-        from journals.models import Run
-        from ops.demo import demo_seed
-
         if Run.objects.exists():
             return []
         run_ids = demo_seed()
@@ -94,19 +120,12 @@ class Command(BaseCommand):
         the chain verification finds the demo's tampered run at once; a turn is escalated or called lost
         only once it has really waited that long, as in production, so nothing on the first screen is a
         finding that clears itself minutes later."""
-        from audits import tasks
-
         for task in (tasks.audit_chain_verification, tasks.audit_unclaimed_blocked_turns, tasks.audit_stale_turns):
             # The assessments were published first; the countdown lets them land before the audits read them.
             task.apply_async(countdown=5)
 
     def _demo_users(self) -> list[tuple[str, str, bool]]:
         """(username, role, created). Existing users keep their passwords."""
-        from django.contrib.auth.models import Group, User
-
-        from teams.models import ALL_RUNS_TEAM
-        from teams.services import team_ensure, team_members_add
-
         out = []
         for username, role in DEMO_USERS:
             user = User.objects.filter(username=username).first()

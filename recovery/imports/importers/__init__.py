@@ -17,6 +17,7 @@ import hashlib
 import os
 from typing import Any
 
+from . import dbos, langgraph, stepfunctions, temporal
 from ._common import (
     EFFECT_CLASSES,
     EffectMap,
@@ -51,24 +52,20 @@ def history_import(
         raise ImportRefused("history_invalid", "the run name is empty")
     file_sha = _sha256(data)
     if source == "temporal":
-        from .temporal import convert
-
-        journal, skipped, events = convert(data, effects=effects, run=run, file_sha=file_sha, progress=progress)
+        journal, skipped, events = temporal.convert(
+            data, effects=effects, run=run, file_sha=file_sha, progress=progress
+        )
         runs = [journal.result()]
     elif source == "stepfunctions":
-        from .stepfunctions import convert as sf_convert
-
-        journal, skipped, events = sf_convert(data, effects=effects, run=run, file_sha=file_sha, progress=progress)
+        journal, skipped, events = stepfunctions.convert(
+            data, effects=effects, run=run, file_sha=file_sha, progress=progress
+        )
         runs = [journal.result()]
     elif source == "dbos":
-        from .dbos import convert as dbos_convert
-
-        journals, skipped, events = dbos_convert(data, effects=effects, prefix=run, progress=progress)
+        journals, skipped, events = dbos.convert(data, effects=effects, prefix=run, progress=progress)
         runs = [j.result() for j in journals]
     else:
-        from .langgraph import convert as lg_convert
-
-        journals, skipped, events = lg_convert(data, effects=effects, prefix=run, progress=progress)
+        journals, skipped, events = langgraph.convert(data, effects=effects, prefix=run, progress=progress)
         runs = [j.result() for j in journals]
     return ImportResult(source=source, runs=runs, skipped=dict(sorted(skipped.items())), events=events, sha256=file_sha)
 
@@ -87,16 +84,14 @@ def history_import_url(
         raise ImportRefused("source_unknown", "only a dbos history is read from a database URL")
     if run is not None and not run:
         raise ImportRefused("history_invalid", "the run name is empty")
-    from .dbos import convert_rows, read_postgres, rows_digest
-
-    workflows, operations = read_postgres(url)
-    journals, skipped, events = convert_rows(workflows, operations, effects=effects, prefix=run, progress=progress)
+    workflows, operations = dbos.read_postgres(url)
+    journals, skipped, events = dbos.convert_rows(workflows, operations, effects=effects, prefix=run, progress=progress)
     return ImportResult(
         source=source,
         runs=[j.result() for j in journals],
         skipped=dict(sorted(skipped.items())),
         events=events,
-        sha256=rows_digest(workflows, operations),
+        sha256=dbos.rows_digest(workflows, operations),
     )
 
 

@@ -6,6 +6,7 @@ Pure Python (no Django): tests/engine/test_purity.py holds this package to it, a
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,3 +167,26 @@ class Journal:
 
     def result(self) -> ImportedRun:
         return ImportedRun(run=self.run, journal=self.data(), records=len(self.lines), decided_by=self.decided_by)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_image_open(data: bytes) -> sqlite3.Connection:
+    """A SQLite database read from its bytes in memory, read only (LangGraph's saver, DBOS's system database).
+    A file that is not one is refused as ``history_invalid``."""
+    if not data.startswith(SQLITE_HEADER) or len(data) < 100:
+        raise refuse("not a SQLite database")
+    image = bytearray(data)
+    # A database in WAL mode (the saver sets it) says so in header bytes 18 and 19; an in-memory image
+    # can only be read in the rollback journal's mode, which these two bytes select.
+    image[18:20] = b"\x01\x01"
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.deserialize(bytes(image))
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError:
+        conn.close()
+        raise refuse("not a readable SQLite database") from None
+    return conn

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ._common import EFFECT_CLASSES, EffectMap, Journal, Progress, refuse
-from .langgraph import _open as _open_sqlite
+from ._common import EFFECT_CLASSES, EffectMap, Journal, Progress, refuse, sqlite_image_open
 
 PHASES = ["start", "close"]
 TURN = "workflow"
@@ -116,7 +115,7 @@ def _rows(
 
 def read_sqlite(data: bytes) -> tuple[list[Workflow], list[Operation]]:
     """The two tables of a DBOS SQLite system database, from its bytes."""
-    conn = _open_sqlite(data)
+    conn = sqlite_image_open(data)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"workflow_status", "operation_outputs"} <= tables:

@@ -25,10 +25,9 @@ import orjson
 
 from engine.assess import valid_at
 
-from ._common import EffectMap, Journal, Progress, refuse
+from ._common import EffectMap, Journal, Progress, refuse, sqlite_image_open
 
 PHASES = ["tasks", "checkpoint"]
-SQLITE_HEADER = b"SQLite format 3\x00"
 _CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint"}
 _WRITES_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type", "value"}
 
@@ -71,24 +70,6 @@ class _Checkpoint:
     sends: bool  # Send tasks pending
     step: int | None
     source: str | None
-
-
-def _open(data: bytes) -> sqlite3.Connection:
-    if not data.startswith(SQLITE_HEADER) or len(data) < 100:
-        raise refuse("not a SQLite database")
-    image = bytearray(data)
-    # A database in WAL mode (the saver sets it) says so in header bytes 18 and 19; an in-memory image
-    # can only be read in the rollback journal's mode, which these two bytes select.
-    image[18:20] = b"\x01\x01"
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.deserialize(bytes(image))
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError:
-        conn.close()
-        raise refuse("not a readable SQLite database") from None
-    return conn
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -343,7 +324,7 @@ def _iter_writes(conn: sqlite3.Connection, has_path: bool, thread: Any, ns: Any)
 def convert(
     data: bytes, *, effects: EffectMap, prefix: str | None, progress: Progress | None
 ) -> tuple[list[Journal], dict[str, int], int]:
-    with closing(_open(data)) as conn:
+    with closing(sqlite_image_open(data)) as conn:
         checkpoint_columns = _columns(conn, "checkpoints")
         writes_columns = _columns(conn, "writes")
         if not _CHECKPOINT_COLUMNS <= checkpoint_columns or not _WRITES_COLUMNS <= writes_columns:
