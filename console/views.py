@@ -116,13 +116,10 @@ def inbox_count(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 def blocked_queue(request: HttpRequest) -> HttpResponse:
-    """The live part of the overview: polled by htmx every few seconds."""
+    """The live part of the overview, polled by htmx every few seconds; opened by itself, a page of its own."""
     queue = list(selectors.blocked_queue(15, scope=_scope(request)))
-    return render(
-        request,
-        "console/_blocked_queue.html",
-        {"queue": queue, "queue_html": queue_rows(queue), **_role_context(request)},
-    )
+    context = {"queue": queue, "queue_html": queue_rows(queue), "nav": "overview", **_role_context(request)}
+    return render_live(request, "console/blocked_queue.html", "console/_blocked_queue.html", "blocked-queue", context)
 
 
 @viewer_required

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console import errors
@@ -18,6 +19,8 @@ urlpatterns = [
     path("api/v1/", include("loopx_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/schema/ui/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-schema-ui"),
+    # Someone who types /api/ is looking for the API: the explorer is where its operations are listed.
+    path("api/", RedirectView.as_view(pattern_name="api-schema-ui"), name="api-root"),
     # Operability: /healthz, /readyz, /metrics at the root; webhooks under the API.
     path("", include("ops.urls")),
     path("api/v1/", include("notifications.urls")),

@@ -62,3 +62,9 @@ def test_the_api_explorer_loads_nothing_from_another_host(op_pages):
     for source in sources:
         assert source.startswith("/"), source
     assert "cdn" not in html.lower()
+
+
+def test_api_leads_to_the_explorer(op_pages):
+    response = op_pages.get("/api/", follow=True)
+    assert response.redirect_chain == [("/api/schema/ui/", 302)]
+    assert response.status_code == 200 and b"swagger-ui" in response.content

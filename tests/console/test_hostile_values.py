@@ -93,9 +93,9 @@ def hostile(db) -> tuple[Run, Turn, Turn]:
     return run, blocked, resume
 
 
-def _get(client, url: str) -> tuple[str, int]:
+def _get(client, url: str, **headers: str) -> tuple[str, int]:
     with CaptureQueriesContext(connection) as ctx:
-        response = client.get(url)
+        response = client.get(url, headers=headers)
     assert response.status_code == 200, url
     return response.content.decode(), len(ctx.captured_queries)
 
@@ -177,9 +177,14 @@ def test_the_overview_and_its_blocked_queue_escape_every_value(op_pages, hostile
     held = f"✖ held for review {words_for(REASON)} {REASON}"  # the state's words, the reason's, and the reason
     assert queue[0]["cells"][3] == held
     assert WORKER in [r["cells"][0] for r in page.rows]  # the heartbeats' process name, as text
-    # The live refresh renders the same rows.
-    partial, queries = _get(op_pages, reverse("console:blocked_queue"))
+    # The live refresh renders the same rows (htmx asks for the queue's region)...
+    partial, queries = _get(op_pages, reverse("console:blocked_queue"), HX_Request="true", HX_Target="blocked-queue")
     assert queries == LISTS[reverse("console:blocked_queue")]
+    assert "<html" not in partial
+    # ...and the queue opened by itself is a whole page holding the same rows.
+    whole, _ = _get(op_pages, reverse("console:blocked_queue"))
+    assert "<html" in whole and "console.css" in whole
+    assert [r["cells"][1:4] for r in parse(whole).rows] == [[TURN_BLOCKED, RUN_ID, held]]
     _escaped_only(partial, TURN_BLOCKED, RUN_ID, REASON)
     rows = parse(partial).rows
     assert [r["cells"][1:4] for r in rows] == [[TURN_BLOCKED, RUN_ID, held]]
