@@ -20,7 +20,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective
+from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective, TurnState
 from journals.selectors import record_public
 from kernel.errors import ServiceError
 from recovery.services import turn_block
@@ -94,16 +94,26 @@ class TurnEditForm(forms.ModelForm[Turn]):
 @admin.register(Turn)
 class TurnAdmin(admin.ModelAdmin[Turn]):
     form = TurnEditForm
-    list_display = ("turn_id", "run", "decision", "reason", "status", "updated_at")
-    list_filter = ("decision", "reason", "status")
+    # The state people see (the operator's decision on top of the engine's) comes first: an operator-blocked
+    # turn reads "blocked by an operator" here as on every page, never the engine's "resume".
+    list_display = ("turn_id", "run", "state", "decision", "reason", "status", "updated_at")
+    list_filter = ("effective__state", "decision", "reason", "status")
     search_fields = ("turn_id", "run__run_id", "lineage")
-    list_select_related = ("run",)
-    readonly_fields = ("run", "turn_id", *TURN_ASSESSED_FIELDS, "updated_at")
+    list_select_related = ("run", "effective")
+    readonly_fields = ("run", "turn_id", *TURN_ASSESSED_FIELDS, "updated_at", "state")
     fieldsets = (
-        ("The engine's view (from the journal; never edited)", {"fields": readonly_fields}),
+        ("The engine's view (from the journal; never edited)", {"fields": readonly_fields[:-1]}),
         ("Operator's annotations", {"fields": (*EDITABLE, "change_reason")}),
-        ("Operator's decision", {"fields": ("block_turn",)}),
+        ("Operator's decision", {"fields": ("state", "block_turn")}),
     )
+
+    @admin.display(description="state", ordering="effective__state")
+    def state(self, obj: Turn) -> str:
+        try:
+            effective = obj.effective  # joined by the list (list_select_related)
+        except TurnEffective.DoesNotExist:
+            return "not yet assessed"
+        return str(TurnState(effective.state).label)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

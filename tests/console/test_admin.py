@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from console.models import TurnAnnotation
-from journals.models import JournalRecord
+from journals.models import JournalRecord, TurnState
+from recovery.services import assessment_refresh, turn_block
 from tests.console.scenarios import SECRET
 from trail.models import OperatorAction
 
@@ -129,3 +130,22 @@ def test_a_finished_turn_cannot_be_edited(staff_admin, pay):
     response = staff_admin.post(url, {"notes": "x", "change_reason": "y"})
     assert response.status_code == 403
     assert not OperatorAction.objects.filter(kind="turn_edit").exists()
+
+
+def test_the_admin_shows_and_filters_the_state_people_see(staff_admin, pay, operator):
+    """An operator-blocked turn reads "blocked by an operator" in the admin, as on every page, where the
+    engine's decision alone would say "resume"; the list filters by that state."""
+    assessment_refresh(run=pay.run)
+    blocked = pay.turns["t-resume"]  # the engine says resume
+    assert blocked.decision == "resume"
+    turn_block(turn=blocked, actor=operator, reason="second pair of eyes")
+    url = reverse("admin:journals_turn_changelist")
+    page = staff_admin.get(url).content.decode()
+    assert str(TurnState.BLOCKED_OPERATOR.label) in page
+    filtered = staff_admin.get(f"{url}?effective__state__exact={TurnState.BLOCKED_OPERATOR}").content.decode()
+    assert f">{blocked.turn_id}<" in filtered
+    others = [t.turn_id for t in pay.turns.values() if t.pk != blocked.pk]
+    assert all(f">{turn_id}<" in page for turn_id in others)
+    assert not any(f">{turn_id}<" in filtered for turn_id in others)
+    change = staff_admin.get(reverse("admin:journals_turn_change", args=[blocked.pk])).content.decode()
+    assert str(TurnState.BLOCKED_OPERATOR.label) in change
