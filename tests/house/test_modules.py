@@ -52,10 +52,10 @@ def circles(found: list[Import], known: set[str]) -> list[list[str]]:
             continue
         targets = [_resolve(f"{i.target}.{name}", known) for name in i.names] or [_resolve(i.target, known)]
         for target in targets:
-            if target and target != i.module and target.split(".")[0] == i.module.split(".")[0]:
-                # A package's __init__ imported by its own module is where Python starts anyway, not a circle.
-                if not i.module.startswith(f"{target}."):
-                    edges[i.module].add(target)
+            inside = bool(target) and target != i.module and target.split(".")[0] == i.module.split(".")[0]
+            # A package's __init__ imported by its own module is where Python starts anyway, not a circle.
+            if inside and not i.module.startswith(f"{target}."):
+                edges[i.module].add(str(target))
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
