@@ -3,8 +3,9 @@
 A store ingests a split batch and answers the three reads every API request makes (a token's lookup, a
 turn list's page, a turn's detail). Two stores keep the same contract: journals/orm.py (the ORM, on any
 database) and journals/postgres.py (COPY and written statements, on PostgreSQL). ``journal_store`` picks one
-by the default connection's vendor, once per process; neither store imports the other, and the steps both
-take live in journals/intake.py. tests/store/test_seam.py plays the same batches and reads through both.
+by the default connection's vendor (kernel.dialect.on_postgresql), once per process; neither store imports
+the other, and the steps both take live in journals/intake.py. tests/store/test_seam.py plays the same
+batches and reads through both.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from django.db import connection
-
 from journals.access import EVERY_RUN, RunScope
 from journals.intake import IngestResult
 from journals.models import ApiToken
 from journals.orm import OrmStore
 from journals.postgres import PostgresStore
+from kernel.dialect import on_postgresql
 
 
 class TurnRows(Protocol):
@@ -65,6 +65,6 @@ class JournalStore(Protocol):
 def journal_store() -> JournalStore:
     """The store for the default connection's database. A process talks to one database: asked once."""
     orm = OrmStore()
-    if connection.vendor == "postgresql":
+    if on_postgresql():
         return PostgresStore(general=orm.records_ingest)
     return orm
