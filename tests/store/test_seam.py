@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from journals.access import EVERY_RUN, RunScope
 from journals.intake import IngestError, split_batch
 from journals.models import Branch, Checkpoint, JournalRecord, Run, Turn
 from journals.orm import OrmStore
 from journals.postgres import PostgresStore
 from journals.store import JournalStore, journal_store
 from tests.journal_builder import JournalBuilder
+from trail.tokens import api_token_create, api_token_revoke
 
 JOURNALS = Path(__file__).resolve().parents[2] / "journals"
 PROTOCOL_METHODS = ("records_ingest", "api_token_find", "turn_page_rows", "turn_detail")
@@ -154,8 +156,6 @@ def stored() -> dict[str, Any]:
 
 def reads(store: Any, raw_tokens: list[str]) -> list[Any]:
     """The three hot reads as the API asks them: tokens, pages in both orders and past a position, details."""
-    from journals.access import EVERY_RUN, RunScope
-
     out: list[Any] = []
     for raw in raw_tokens:
         token = store.api_token_find(raw=raw)
@@ -185,8 +185,6 @@ def reads(store: Any, raw_tokens: list[str]) -> list[Any]:
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_both_stores_give_the_same_answers_for_the_same_batches_and_reads(runtime):
-    from trail.tokens import api_token_create, api_token_revoke
-
     gone, revoked = api_token_create(name="gone")
     api_token_revoke(token=gone)
     raw_tokens = [runtime.raw, revoked, "lxr_unknown", ""]
