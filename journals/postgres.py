@@ -1,4 +1,5 @@
-"""PostgreSQL's own paths: ingest through COPY, and three reads as written statements.
+"""The journal store on PostgreSQL (journals/store.py): ingest through COPY, and three reads as written
+statements.
 
 Everything else reads and writes through the ORM, on SQLite and PostgreSQL alike; this is the one module
 with SQL of PostgreSQL's own, for two speed targets measured in the same run as their floors (the figures
@@ -10,14 +11,15 @@ that justify each, beside the ORM's, are in docs/perf/2026-12-02-dialect.md):
   reads``): through the ORM the token's lookup, a turn list's page and a turn's detail cost 2.5 to 5 times
   these statements in Python, most of a read.
 
-Ingest: ``records_copy_ingest`` is its one entry (journals.services.records_ingest calls it). It takes
-the common batch: every line canonical and well-formed, every record new (above its branch's highest stored
-lsn, once in the batch) on a branch with no gap. Such a batch stores all its records and nothing else,
-exactly as the general path (journals.services) would; tests/store/test_streamed_ingest.py plays each case
-both ways and compares answers and rows. Anything else is handed back (None), nothing of it kept.
+Ingest: ``PostgresStore.records_ingest`` takes the common batch through COPY: every line canonical and
+well-formed, every record new (above its branch's highest stored lsn, once in the batch) on a branch with no
+gap. Such a batch stores all its records and nothing else, exactly as the general path (journals/orm.py)
+would; tests/store/test_streamed_ingest.py plays each case both ways and compares answers and rows.
+Anything else is rolled back, nothing of it kept, and handed to the general path the store was built with.
+The steps both paths share (parsing, fencing, the door check, the projection) are journals/intake.py's.
 
-Reads: ``pg_api_token_find``, ``pg_turn_page_rows`` and ``pg_turn_detail`` stand in for journals.selectors'
-functions of the same names without the prefix (selectors binds them, its one question of the database).
+Reads: ``api_token_find``, ``turn_page_rows`` (a ``TurnPageStatement``) and ``turn_detail`` answer as the
+ORM store's methods of the same names do.
 """
 
 from __future__ import annotations
@@ -37,42 +39,63 @@ from django.utils import timezone
 from psycopg.copy import LibpqWriter
 
 from engine import proven_canonical
-from journals import services
 from journals.access import EVERY_RUN, RunScope
 from journals.assessment_flag import assessment_request_statement, assessment_requested
-from journals.models import STATE_ROW_FIELDS, TURN_ROW_FIELDS, ApiToken, Branch, JournalRecord, Run, Turn
-from journals.serializers import iso, state_row
-from journals.services import (
-    _MAX_LSN,
+from journals.intake import (
+    MAX_LSN,
     IngestError,
     IngestResult,
-    _batch_turns,
-    _check_expect,
-    _check_fenced,
-    _check_fencing_required,
-    _door,
-    _fencing_current,
-    _finish_checkpoints,
-    _PlannedTurn,
-    _prepare_rows,
-    _Prepared,
-    _project,
+    IngestWalk,
+    PlannedTurn,
+    Prepared,
+    batch_turns,
+    check_expect,
+    check_fenced,
+    check_fencing_required,
+    door_check,
+    fencing_current,
+    finish_checkpoints,
+    prepare_rows,
+    project,
+    run_lock,
 )
-from journals.storable import usable_key as _usable_key
+from journals.models import STATE_ROW_FIELDS, TURN_ROW_FIELDS, ApiToken, Branch, JournalRecord, Run, Turn
+from journals.serializers import iso, state_row
+from journals.storable import usable_key
 
 _T = TypeVar("_T")
 
 
-def records_copy_ingest(
-    *, run_id: str, lines: list[bytes], fencing: Mapping[str, int], expect: Mapping[int, int]
-) -> IngestResult | None:
-    """Store the batch ``lines`` (split, not parsed) of ``run_id`` through COPY when it is the common batch;
-    None when it is not (rolled back, nothing kept: the general path decides). Raises IngestError as the
-    general path would for what it checks under the run's lock (``expect``, ``fencing``)."""
-    try:
-        return _ingest_streamed(run_id, lines, fencing, expect)
-    except _NotStreamable:
-        return None
+class PostgresStore:
+    """The journal store on PostgreSQL (journals/store.py): COPY for the common batch, ``general`` (the ORM's
+    ingest, handed in by journals.store) for every other batch, and the three hot reads as written
+    statements."""
+
+    def __init__(self, *, general: IngestWalk) -> None:
+        self.general = general
+
+    def records_ingest(
+        self, *, run_id: str, lines: list[bytes], fencing: Mapping[str, int], expect: Mapping[int, int]
+    ) -> IngestResult:
+        """Store the batch ``lines`` (split, not parsed) of ``run_id`` through COPY when it is the common
+        batch, else through the general path. Raises IngestError as the general path would for what it
+        checks under the run's lock (``expect``, ``fencing``)."""
+        try:
+            return _ingest_streamed(run_id, lines, fencing, expect)
+        except _NotStreamable:
+            # Rolled back, nothing of it kept: the general path decides, as for any batch.
+            return self.general(run_id=run_id, lines=lines, fencing=fencing, expect=expect)
+
+    def api_token_find(self, *, raw: str) -> ApiToken | None:
+        return _api_token_find(raw)
+
+    def turn_page_rows(
+        self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: Mapping[str, str]
+    ) -> TurnPageStatement:
+        return TurnPageStatement(scope=scope, run_id=run_id, exact=exact)
+
+    def turn_detail(self, *, run_id: str, turn_id: str) -> dict[str, Any] | None:
+        return _turn_detail(run_id, turn_id)
 
 
 class _NotStreamable(Exception):
@@ -96,7 +119,7 @@ _LOCK_RUN_SQL = (
 
 
 def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
-    """The run, locked for the batch, and its branches' cursors (journals.services._lock_run's answer). An
+    """The run, locked for the batch, and its branches' cursors (journals.intake.run_lock's answer). An
     existing run and its branches come back in one round trip (every batch but the first): under load,
     round trips are most of a batch's time. A run's first batch creates it as the general path does."""
     with connection.cursor() as cursor:
@@ -105,7 +128,7 @@ def _lock_run(run_id: str) -> tuple[Run, dict[int, Branch]]:
         cursor.cursor.nextset()
         cursors = cursor.fetchone()
     if row is None or cursors is None:
-        return services._lock_run(run_id)
+        return run_lock(run_id)
     run = Run.from_db(connection.alias, _RUN_FIELDS, row)
     branches = {}
     for pk, number, last_lsn, committed_lsn, count in orjson.loads(cursors[0]):
@@ -133,38 +156,38 @@ def _ingest_streamed(
     with transaction.atomic():
         run, branches = _lock_run(run_id)
         if fencing:  # fencing first: a stale owner is told so before anything else
-            _check_fenced(_fencing_current(run, set(), fencing), fencing)
-        _check_expect(branches, expect)
+            check_fenced(fencing_current(run, set(), fencing), fencing)
+        check_expect(branches, expect)
         # Where the branches stood before the batch, for the door check once the rows are sent.
         before = {number: copy.copy(branch) for number, branch in branches.items()}
         stored_through = run.last_seq
-        new: list[_Prepared] = []
+        new: list[Prepared] = []
         now = timezone.now()
         stream = _Stream(run, branches, lines, run_id, new, now)
 
-        def project() -> dict[str, Any] | None:
+        def projection() -> dict[str, Any] | None:
             # The whole batch proven canonical once its rows are sent (the engine's one serialisation,
             # docs/engine.md): while they stream the client sets the pace, afterwards the server does.
             if stream.streamable and not proven_canonical(stream.objs, lines):
                 stream.streamable = False
             if not stream.streamable:
                 return None
-            projected = _project(run, branches, new, {}, now)
+            projected = project(run, branches, new, {}, now)
             return _projection_params(run, projected.touched, projected.turns)
 
-        params = _copy_rows(stream.chunks(), project)
+        params = _copy_rows(stream.chunks(), projection)
         if params is None:
             raise _NotStreamable  # leaves the atomic block: the rows written so far are rolled back
         # The batch's turns are known once its lines are parsed (every record here is new); a refusal
         # rolls the rows back.
-        current = _fencing_current(run, _batch_turns(new), fencing)
-        _check_fenced(current, fencing)
-        _check_fencing_required(current, _batch_turns(new), fencing)
-        violations = _door(run, before, new, expect, stored_through)
+        current = fencing_current(run, batch_turns(new), fencing)
+        check_fenced(current, fencing)
+        check_fencing_required(current, batch_turns(new), fencing)
+        violations = door_check(run, before, new, expect, stored_through)
         # The pending-assessment flag's upsert rides in the projection's statement (one round trip less
         # per batch); the batch that raises it announces `prefix_moved` on commit (journals/assessment_flag.py).
         assessment_requested(run=run, raised=_write_projection_pg(params))
-        _finish_checkpoints(run, new)
+        finish_checkpoints(run, new)
     return IngestResult(
         run=run,
         stored=len(new),
@@ -189,7 +212,7 @@ class _Stream:
         branches: dict[int, Branch],
         lines: list[bytes],
         run_id: str,
-        new: list[_Prepared],
+        new: list[Prepared],
         now: datetime,
     ) -> None:
         self.run_pk = run.pk
@@ -204,7 +227,7 @@ class _Stream:
         # has none), or every lsn for a branch with a gap (records stored beyond its cursor, which the
         # general path reads to move the cursor).
         self.floors = {
-            number: branch.last_lsn if branch.last_lsn == branch.committed_lsn else _MAX_LSN
+            number: branch.last_lsn if branch.last_lsn == branch.committed_lsn else MAX_LSN
             for number, branch in branches.items()
         }
 
@@ -223,7 +246,7 @@ class _Stream:
                 break
             self.objs.extend(objs)
             try:
-                prepared = _prepare_rows(objs, [None] * len(chunk), chunk, self.run_id, start + 1)
+                prepared = prepare_rows(objs, [None] * len(chunk), chunk, self.run_id, start + 1)
             except IngestError:
                 self.streamable = False
                 break
@@ -276,7 +299,7 @@ class _CopyRows:
         self.received = b"\t" + now.isoformat().encode() + b"\n"
         self.texts: dict[str | None, bytes] = {}
 
-    def build(self, run_pk: int, first_seq: int, recs: list[_Prepared]) -> bytes:
+    def build(self, run_pk: int, first_seq: int, recs: list[Prepared]) -> bytes:
         """The rows of ``recs``, the first with seq ``first_seq``."""
         received, texts, sha256 = self.received, self.texts, hashlib.sha256
         run = b"%d\t" % run_pk
@@ -328,7 +351,7 @@ def _copy_rows(chunks: Iterable[bytes], meanwhile: Callable[[], _T]) -> _T:
             return meanwhile()
 
 
-def _projection_params(run: Run, branches: list[Branch], turns: list[_PlannedTurn]) -> dict[str, Any]:
+def _projection_params(run: Run, branches: list[Branch], turns: list[PlannedTurn]) -> dict[str, Any]:
     """The parameters of ``_write_projection_pg`` (no query: built while the rows are written)."""
     flag_sql, flag_params = assessment_request_statement(run=run)
     return {
@@ -349,7 +372,7 @@ def _projection_params(run: Run, branches: list[Branch], turns: list[_PlannedTur
 
 
 def _write_projection_pg(params: dict[str, Any]) -> bool:
-    """The same writes as journals.services._write_projection, and the pending-assessment flag's upsert, in
+    """The same writes as the ORM store's projection (journals/orm.py), and the pending-assessment flag's upsert, in
     one statement (data-modifying CTEs, a fixed number of parameters whatever the batch holds). The planned
     turns travel as one JSON document (one parameter, serialised by orjson: psycopg adapts a Python list
     element by element). Columns without a value here take the model's defaults, spelled out. The first
@@ -415,7 +438,7 @@ _TOKEN_SQL = (
 )
 
 
-def pg_api_token_find(*, raw: str) -> ApiToken | None:
+def _api_token_find(raw: str) -> ApiToken | None:
     """The active token with this value (looked up by its hash), or None.
 
     Every API request asks, and a revocation must hold at once in every process, so it is asked of the
@@ -431,11 +454,13 @@ def pg_api_token_find(*, raw: str) -> ApiToken | None:
     return None if row is None else ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row)
 
 
-class TurnPageQuery:
-    """A turn list's page as one written statement: the rows of ``turn_rows`` (same keys, same
-    values), filtered by the scope's run prefixes (journals.access), a run and exact column values (a
-    valid decision, a status: the list's fast path, journals.views.TurnListView), and what CursorPagination
-    does to a queryset: order by its ordering or the reverse, keep the rows past the cursor's position, slice.
+class TurnPageStatement:
+    """A turn list's rows as one written statement: not a QuerySet, but the three things DRF's
+    CursorPagination asks of one (journals.store.TurnRows): order by the list's ordering or its reverse, keep
+    the rows past the cursor's position, slice a page. Any other ordering or filter is a KeyError. The rows
+    are those of journals.orm.turn_rows (same keys, same values), filtered by the scope's run prefixes
+    (journals.access), a run and exact column values (a valid decision, a status, a state: the list's fast
+    path, journals.views.TurnListView).
 
     Building and compiling the ORM's statement would cost more than PostgreSQL takes to plan and run it.
     tests/api/test_projection.py pages through both, forwards and back, and compares every answer.
@@ -444,7 +469,7 @@ class TurnPageQuery:
     _ORDERINGS: dict[tuple[str, ...], str] = {("-updated_at", "-id"): "DESC", ("updated_at", "id"): "ASC"}
     _POSITIONS = {"updated_at__lt": "<", "updated_at__gt": ">"}
 
-    def __init__(self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> None:
+    def __init__(self, *, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: Mapping[str, str]) -> None:
         self._run_id = run_id
         self._direction = "DESC"
         where, params = [], []
@@ -466,17 +491,17 @@ class TurnPageQuery:
             params.append(value)
         self._where, self._params = where, params
 
-    def _copy(self) -> TurnPageQuery:
+    def _copy(self) -> TurnPageStatement:
         other = copy.copy(self)
         other._where, other._params = list(self._where), list(self._params)
         return other
 
-    def order_by(self, *fields: str) -> TurnPageQuery:
+    def order_by(self, *fields: str) -> TurnPageStatement:
         other = self._copy()
         other._direction = self._ORDERINGS[fields]  # only the list's ordering and its reverse
         return other
 
-    def filter(self, **position: str) -> TurnPageQuery:
+    def filter(self, **position: str) -> TurnPageStatement:
         ((lookup, value),) = position.items()
         other = self._copy()
         other._where.append(f"t.updated_at {self._POSITIONS[lookup]} %s")
@@ -488,7 +513,7 @@ class TurnPageQuery:
         offset, stop = page.start or 0, page.stop
         if stop is None or page.step is not None:
             raise ValueError("a page is a bounded slice")
-        if self._run_id is not None and not _usable_key(self._run_id):
+        if self._run_id is not None and not usable_key(self._run_id):
             return []  # an id no column can hold (a NUL) names no run
         # A run's list names its run from the URL (no join); the others join the run for its id.
         run_key, join = ("", "") if self._run_id is not None else (", r.run_id", _RUN_JOIN)
@@ -523,11 +548,6 @@ _PAGE_COLUMNS = (
 _TURN_ROW_COLUMNS = ", ".join(f"t.{cast('Field[Any, Any]', Turn._meta.get_field(f)).column}" for f in TURN_ROW_FIELDS)
 
 
-def pg_turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> Any:
-    """journals.selectors.turn_page_rows as a TurnPageQuery."""
-    return TurnPageQuery(scope=scope, run_id=run_id, exact=exact)
-
-
 _TURN_DETAIL_SQL = """
 SELECT t.turn_id, t.lineage, t.branch, t.plan::text, t.status, t.decision, t.reason, t.resume_from,
     t.completed_phases::text, t.created_at, t.updated_at, r.run_id, {state},
@@ -544,11 +564,11 @@ WHERE r.run_id = %s AND t.turn_id = %s
 """.replace("{state}", ", ".join(f"e.{f}" for f in STATE_ROW_FIELDS))
 
 
-def pg_turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
+def _turn_detail(run_id: str, turn_id: str) -> dict[str, Any] | None:
     """journals.selectors.turn_detail in one query: the phases (with their committing records' places) and
     the intents are aggregated as JSON by the database, where the ORM path costs three queries and ~30
     model instances. tests/api/test_projection.py checks both give the same answer."""
-    if not (_usable_key(run_id) and _usable_key(turn_id)):
+    if not (usable_key(run_id) and usable_key(turn_id)):
         return None
     with _read_cursor() as cursor:
         cursor.execute(_TURN_DETAIL_SQL, [run_id, turn_id])

@@ -1,5 +1,5 @@
 """The assessed picture of a run written back to the store: Turn, Phase, Intent and Branch rows from the
-engine's answer. Ingest writes a planned turn's first row and a branch's cursor (journals/services.py);
+engine's answer. Ingest writes a planned turn's first row and a branch's cursor (journals/store.py);
 everything an assessment decides is written here, and nowhere else. Recovery calls these inside its
 assessment's transaction, under the run's lock.
 """

@@ -6,27 +6,26 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from django.db.models import CharField, F, Prefetch, QuerySet, Subquery, TextField, Value
-from django.db.models.functions import Cast
+from django.db.models import QuerySet
 
 from engine.canonical import parse_line
 from engine.secrets import redact
 from journals.access import EVERY_RUN, RunScope
 from journals.models import (
-    STATE_ROW_FIELDS,
-    TURN_ROW_FIELDS,
     ApiToken,
     Branch,
-    Intent,
     JournalRecord,
-    Phase,
     Run,
     Turn,
 )
-from journals.serializers import TurnDetailSerializer
+
+# The ORM's turn rows and lookup serve both databases (the list's filtered pages, the timeline pages).
+from journals.orm import TIMELINE
+from journals.orm import turn_lookup as turn_lookup
+from journals.orm import turn_rows as turn_rows
 from journals.storable import storable
 from journals.storable import usable_key as _usable_key
-from kernel.dialect import on_postgresql
+from journals.store import TurnRows, journal_store
 
 
 def api_token_find(*, raw: str) -> ApiToken | None:
@@ -35,10 +34,7 @@ def api_token_find(*, raw: str) -> ApiToken | None:
     Every API request asks, and a revocation must hold at once in every process, so it is asked of the
     database each time (no cache), on the unique hash's index.
     """
-    if not raw:
-        return None
-    # token_hash is unique: no ordering needed (``first()`` would sort by the model's ordering).
-    return ApiToken.objects.filter(token_hash=ApiToken.hash(raw), revoked_at__isnull=True).order_by().first()
+    return journal_store().api_token_find(raw=raw)
 
 
 def run_find(*, run_id: str) -> Run | None:
@@ -52,76 +48,26 @@ def runs_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Run]:
     return Run.objects.filter(scope.q("run_id")).order_by("-updated_at", "-id")
 
 
-def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | None:
-    """A turn by its run's id and its own, in one query (joined), with its timeline prefetched when asked."""
-    if not (_usable_key(run_id) and _usable_key(turn_id)):
-        return None
-    turns = Turn.objects.select_related("run").filter(run__run_id=run_id, turn_id=turn_id)
-    if timeline:
-        turns = turns.select_related("effective").prefetch_related(*_TIMELINE)
-    return turns.first()
-
-
 def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
     return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
 
 
-def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn, Mapping[str, Any]]:
-    rows: QuerySet[Turn, Mapping[str, Any]] = Turn.objects.order_by("-updated_at", "-id").values(
-        *TURN_ROW_FIELDS,
-        run_key=run_key,
-        plan_json=Cast("plan", TextField()),
-        completed_json=Cast("completed_phases", TextField()),
-        **{f"effective_{f}": F(f"effective__{f}") for f in STATE_ROW_FIELDS},
-    )
-    return rows
-
-
-def turn_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None) -> QuerySet[Turn, Mapping[str, Any]]:
-    """Turns as plain rows (dicts, the run's id joined in) for list pages: building 50 model instances
-    (and 50 runs) per page would cost more than the page's query (benchmarks/bench_reads.py). Only runs in
-    ``scope``; a run's turns are tested against it by the run's id, without a join."""
-    if run_id is None:
-        return _turn_rows_base(F("run__run_id")).filter(scope.q("run__run_id"))
-    if not _usable_key(run_id) or not scope.allows(run_id):
-        return Turn.objects.none().values()  # an id no column can hold (a NUL) names no run
-    else:
-        # By the run's key, looked up in a subquery: the planner then knows it is one run and walks the
-        # (run, -updated_at, -id) index for the page, where a join would sort every turn of the run. The
-        # run's key is the one asked for: no join for it either.
-        return _turn_rows_base(Value(run_id, output_field=CharField())).filter(
-            run_id=Subquery(Run.objects.filter(run_id=run_id).order_by().values("pk")[:1])
-        )
-
-
-_EXACT_LOOKUPS = {"decision": "decision", "status": "status", "state": "effective__state"}
-
-
-def turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: dict[str, str]) -> Any:
+def turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: Mapping[str, str]) -> TurnRows:
     """A turn list's rows (``turn_rows``), filtered by exact values (a valid decision, a status, a state: the
     list's fast path, journals.views.TurnListView), for CursorPagination."""
-    return turn_rows(scope=scope, run_id=run_id).filter(**{_EXACT_LOOKUPS[k]: v for k, v in exact.items()})
-
-
-_TIMELINE = (
-    # The committing record's place, not its bytes: a timeline never shows raw lines.
-    Prefetch("phases", queryset=Phase.objects.select_related("record").defer("record__line").order_by("position")),
-    # By position alone: the model's ordering would join the turn and its run only to sort by them.
-    Prefetch("intents", queryset=Intent.objects.order_by("position", "id")),
-)
+    return journal_store().turn_page_rows(scope=scope, run_id=run_id, exact=exact)
 
 
 def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
     """The API's answer for one turn (journals.serializers.TurnDetailSerializer's shape), or None: the turn
-    and its run joined, its phases (with their committing records' places) and intents prefetched."""
-    turn = turn_lookup(run_id=run_id, turn_id=turn_id, timeline=True)
-    return None if turn is None else TurnDetailSerializer(turn).data
+    and its run, its phases (with their committing records' places) and intents."""
+    return journal_store().turn_detail(run_id=run_id, turn_id=turn_id)
 
 
 def turn_with_timeline(*, turn: Turn) -> Turn:
     """The turn with its run and effective state joined, its phases (and committing records) and intents
     prefetched: a fixed query count."""
-    return Turn.objects.select_related("run", "effective").prefetch_related(*_TIMELINE).get(pk=turn.pk)
+    return Turn.objects.select_related("run", "effective").prefetch_related(*TIMELINE).get(pk=turn.pk)
 
 
 def turn_records(*, turn: Turn) -> QuerySet[JournalRecord]:
@@ -168,13 +114,3 @@ def journal_bytes(*, run: Run) -> bytes:
     Raw bytes carry secrets: only an operator's explicit export may hand them out (contract section 8).
     """
     return b"".join(line + b"\n" for line in run_lines(run=run))
-
-
-if on_postgresql():
-    # PostgreSQL answers three reads with written statements of its own (journals/postgres.py, which says
-    # why): the one question of the database the reads ask.
-    from journals import postgres as _postgres
-
-    api_token_find = _postgres.pg_api_token_find
-    turn_page_rows = _postgres.pg_turn_page_rows
-    turn_detail = _postgres.pg_turn_detail

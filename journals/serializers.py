@@ -11,6 +11,7 @@ import orjson
 from django.core.exceptions import ObjectDoesNotExist
 from rest_framework import serializers
 
+from journals.intake import IngestResult
 from journals.models import (
     GATE_STATES,
     STATE_ROW_FIELDS,
@@ -22,7 +23,6 @@ from journals.models import (
     Turn,
     TurnState,
 )
-from journals.services import IngestResult
 
 
 class IngestBranchSerializer(serializers.Serializer[Any]):

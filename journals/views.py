@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -47,6 +47,7 @@ from journals.serializers import (
     TurnSerializer,
 )
 from journals.services import IngestError, fencing_parse, high_water_parse, records_ingest
+from journals.store import TurnRows
 
 
 class _RawBatchParser(BaseParser):
@@ -341,11 +342,13 @@ class TurnListView(JournalView):
             # Joined, not looked up first: one query less per page. An empty page asks whether the run exists.
             self.check_run_allowed(self.request, run_id)
         exact = self.exact_filters()
+        rows: TurnRows
         if exact is None:
             rows = self.filter_queryset(self.get_queryset())
         else:
             rows = turn_page_rows(scope=self.run_scope(), run_id=run_id, exact=exact)
-        page = self.paginate_queryset(rows)
+        # CursorPagination is typed for a QuerySet but asks only what TurnRows offers (journals/store.py).
+        page = self.paginate_queryset(cast("QuerySet[Turn, Mapping[str, Any]]", rows))
         assert page is not None  # PAGE_SIZE is set: every page of the API is paginated
         return page
 

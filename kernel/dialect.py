@@ -3,8 +3,8 @@
 The project runs on SQLite (a newcomer's machine, most tests) and on PostgreSQL (production). Reads and
 writes go through the ORM, which speaks both. What only PostgreSQL has goes through here:
 
-- ``on_postgresql``: the test itself, for the few callers that take a PostgreSQL-only path (ingest's COPY,
-  journals/postgres.py);
+- ``on_postgresql``: the test itself, for the few callers that take a PostgreSQL-only path (the journal
+  store's choice, journals/store.py);
 - ``set_local``: a transaction-local setting (``set_config(..., true)``), which SQLite has no notion of;
 - ``postgres_only``: a migration operation for triggers and functions, which only PostgreSQL gets.
 """

@@ -324,7 +324,7 @@ def _crawl(client, url: str) -> list[bytes]:
 @pytest.mark.filterwarnings("ignore:DateTimeField Turn.updated_at received a naive datetime")
 def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
     """On PostgreSQL the list's fast path (no filter, a valid decision or status) runs one written statement
-    (journals.postgres.TurnPageQuery) under DRF's cursor pagination; every page, forwards and back, with tied times
+    (journals.postgres.TurnPageStatement) under DRF's cursor pagination; every page, forwards and back, with tied times
     (offset cursors), a run prefix, a run's list and cursors not of our making, is the ORM's page byte for
     byte."""
     import base64
@@ -363,14 +363,14 @@ def test_turn_pages_of_the_written_statement_are_the_orms(monkeypatch, db):
     # Combinations the API never sends (a token's prefix is checked against the run's id first) still agree.
     # A person's scope may hold several prefixes (their teams'), or none (no team).
     if connection.vendor == "postgresql":
-        from journals.postgres import TurnPageQuery
+        from journals.postgres import TurnPageStatement
 
         for prefixes, run_id in (
             (["run-a"], "run-b1"), (["run-a"], "run-a1"), (["run-"], None), (["run-b"], None), ([""], "nope"),
             (["run-a1", "run-b"], None), (["run-a1", "run-b"], "run-a2"), ([], None), ([], "run-a1"), (["_%"], None),
         ):  # fmt: skip
             scope = RunScope.of(prefixes)
-            ours = TurnPageQuery(scope=scope, run_id=run_id, exact={}).order_by("-updated_at", "-id")[0:200]
+            ours = TurnPageStatement(scope=scope, run_id=run_id, exact={}).order_by("-updated_at", "-id")[0:200]
             assert ours == list(turn_rows(scope=scope, run_id=run_id).order_by("-updated_at", "-id")[0:200])
 
     written = answers()

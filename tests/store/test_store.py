@@ -342,7 +342,7 @@ def test_every_column_of_a_batch_is_stored_as_received():
 
 
 def test_the_token_lookup_gives_the_orms_token():
-    """On PostgreSQL the token's lookup is one written statement (journals.postgres.pg_api_token_find): the instance is
+    """On PostgreSQL the token's lookup is one written statement (PostgresStore.api_token_find): the instance is
     the ORM's, every field alike (datetimes with their zone), saved state included; a revoked or unknown
     token is None at once."""
     from trail.tokens import api_token_create, api_token_revoke
