@@ -15,7 +15,7 @@ from django.db.models import Exists, F
 from engine.canonical import STORAGE_CORRUPTION
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from journals.models import Branch, Checkpoint, JournalRecord, Turn, TurnState
-from journals.selectors import record_public, turn_with_timeline
+from journals.selectors import record_public
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.packages.models import JournalCorruption
 from recovery.recovery_audits.models import RecoveryAudit
@@ -376,9 +376,9 @@ def _has(row: TurnAssessment | None) -> dict[str, bool]:
     return {name: row is None or bool(getattr(row, f"has_{name}")) for name in _HAS}
 
 
-def turn_page(turn: Turn | int) -> TurnPage:
-    """The page of a turn (or of a turn's pk: Turn.DoesNotExist when there is none)."""
-    turn = turn_with_timeline(turn=turn if isinstance(turn, Turn) else Turn(pk=turn))
+def turn_page(turn: Turn) -> TurnPage:
+    """The page of a turn its door read with its timeline (journals.doors.turn_for_read, ``timeline``):
+    the reader's scope is checked before anything of the page is built."""
     rows = (
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")

@@ -28,6 +28,7 @@ from console.turn_detail import turn_page
 from engine.writer import JournalWriter
 from journals.access import EVERY_RUN
 from journals.models import Intent, Run, Turn, TurnEffective
+from journals.selectors import turn_with_timeline
 from journals.services import records_ingest
 from kernel.errors import ServiceError
 from recovery.findings.models import UNRESOLVED, Finding
@@ -232,7 +233,7 @@ class OneTruth(RuleBasedStateMachine):
             detail = self.api.get(f"/api/v1/runs/{self.run_id}/turns/{turn.turn_id}").json()["state"]
             assert (detail["state"], detail["gate"], detail["reason"]) == (kept[0], kept[1], kept[3])
             assert (api_list[turn.turn_id]["state"], api_list[turn.turn_id]["gate"]) == (kept[0], kept[1])
-            page = turn_page(turn.pk)
+            page = turn_page(turn_with_timeline(turn=turn))
             assert page.state is not None and str(page.state.state) == kept[0]
             assert page.held == (kept[1] == "hold")
             for wanted in (kept[0], *(g for g, members in STATE_GROUPS.items() if kept[0] in members)):
