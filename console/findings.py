@@ -6,7 +6,6 @@ Transitions go through the tasks side's services (recovery.findings.services), w
 from __future__ import annotations
 
 from django.contrib import messages
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -24,11 +23,6 @@ from .live import render_live
 from .permissions import operator_required, viewer_required
 
 
-def _visible(request: HttpRequest) -> QuerySet[Finding]:
-    """Findings of the runs the person sees: another team's finding is absent, and a 404 when named."""
-    return Finding.objects.filter(access.runs_visible(user=request.user, field="run__run_id"))
-
-
 def _list_url(request: HttpRequest) -> str:
     back = request.POST.get("next", "")
     return back if back.startswith("/findings/") else reverse("console:findings")
@@ -38,7 +32,12 @@ def _list_url(request: HttpRequest) -> str:
 def findings(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "unresolved")
     kind = request.GET.get("kind", "")
-    qs = _visible(request).select_related("run", "turn", "acknowledged_by").order_by("-last_seen", "-id")
+    # Findings of the runs the person sees: another team's is absent (and a 404 through its door when named).
+    qs = (
+        Finding.objects.filter(access.runs_visible(user=request.user, field="run__run_id"))
+        .select_related("run", "turn", "acknowledged_by")
+        .order_by("-last_seen", "-id")
+    )
     if state == "unresolved":
         qs = qs.filter(state__in=UNRESOLVED)
     elif state in FINDING_STATES:
