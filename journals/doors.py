@@ -56,7 +56,7 @@ def _one_run(*, actor: Actor, pk: int | None, run_id: str | None) -> Run:
         run_id_check(actor=actor, run_id=run_id)
         found = run_find(run_id=run_id)
     else:
-        found = Run.objects.filter(scope_of(actor).q("run_id"), pk=pk).first()
+        found = Run.objects.filter(scope_of(actor).q("run_id"), pk=pk or 0).first()
     if found is None:
         raise Http404(NO_RUN)
     return found
@@ -83,7 +83,7 @@ def _one_turn(*, actor: Actor, pk: int | None, run_id: str | None, turn_id: str 
         run_id_check(actor=actor, run_id=run_id, missing=NO_TURN)
         found = turn_lookup(run_id=run_id, turn_id=turn_id or "", timeline=timeline)
     else:
-        found = _turns(timeline=timeline).filter(scope_of(actor).q("run__run_id"), pk=pk).first()
+        found = _turns(timeline=timeline).filter(scope_of(actor).q("run__run_id"), pk=pk or 0).first()
     if found is None:
         raise Http404(NO_TURN)
     return found

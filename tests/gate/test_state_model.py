@@ -186,7 +186,7 @@ class OneTruth(RuleBasedStateMachine):
         turn = self._turn(name)
         if turn is not None:
             view = turn_decision(turn=turn)
-            if view.state != "done":
+            if view.gate != "done":
                 turn_park(turn=turn, view=view)
 
     @rule(name=st.sampled_from(TURNS), block=st.booleans())
@@ -242,7 +242,7 @@ class OneTruth(RuleBasedStateMachine):
             assert (turn.pk in held_queue) == (kept[1] == "hold")
             # Unknown never becomes "probably fine".
             if Intent.objects.filter(turn=turn, live=True, resolution="indeterminate", effect_class="unsafe").exists():
-                assert gate.state != "proceed", turn.turn_id
+                assert gate.gate != "proceed", turn.turn_id
         counts = {**Counter(str(v.state) for v in stored.values()), "unassessed": len(turns) - len(stored)}
         assert state_counts(scope=EVERY_RUN, runs=[run.pk]) == counts  # the overview's tiles and chart count with it
         present = {k: n for k, n in counts.items() if n}
