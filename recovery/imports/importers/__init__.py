@@ -19,8 +19,8 @@ from typing import Any
 
 from ._common import (
     EFFECT_CLASSES,
-    EffectMap,
-    ImportedRun,
+    ClassMap,
+    ConvertedRun,
     ImportRefused,
     ImportResult,
     Progress,
@@ -38,7 +38,7 @@ def history_import(
     *,
     source: str,
     data: bytes,
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -77,7 +77,7 @@ def history_import_url(
     *,
     source: str,
     url: str,
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -104,7 +104,7 @@ def history_import_file(
     *,
     source: str,
     path: str | os.PathLike[str],
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -117,10 +117,10 @@ def history_import_file(
 __all__ = [
     "EFFECT_CLASSES",
     "SOURCES",
-    "EffectMap",
+    "ClassMap",
     "ImportRefused",
     "ImportResult",
-    "ImportedRun",
+    "ConvertedRun",
     "effect_map_parse",
     "history_import",
     "history_import_file",

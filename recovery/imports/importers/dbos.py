@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ._common import EFFECT_CLASSES, EffectMap, Journal, Progress, refuse
+from ._common import EFFECT_CLASSES, ClassMap, Journal, Progress, refuse
 from .langgraph import _open as _open_sqlite
 
 PHASES = ["start", "close"]
@@ -184,7 +184,7 @@ def _at(millis: int | None) -> str | None:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{millis % 1000:03d}Z"
 
 
-def _unknown_class(effects: EffectMap) -> str:
+def _unknown_class(effects: ClassMap) -> str:
     """The most dangerous class the map allows: what a step that no row names may have been."""
     classes = {*effects.entries.values(), effects.default}
     for cls in reversed(EFFECT_CLASSES):  # unsafe, idempotent, safe
@@ -197,7 +197,7 @@ def _workflow_journal(
     workflow: Workflow,
     operations: list[Operation],
     by_uuid: dict[str, Workflow],
-    effects: EffectMap,
+    effects: ClassMap,
     run: str,
     skipped: dict[str, int],
 ) -> Journal:
@@ -279,7 +279,7 @@ def convert_rows(
     workflows: list[Workflow],
     operations: list[Operation],
     *,
-    effects: EffectMap,
+    effects: ClassMap,
     prefix: str | None,
     progress: Progress | None,
 ) -> tuple[list[Journal], dict[str, int], int]:
@@ -307,7 +307,7 @@ def convert_rows(
 
 
 def convert(
-    data: bytes, *, effects: EffectMap, prefix: str | None, progress: Progress | None
+    data: bytes, *, effects: ClassMap, prefix: str | None, progress: Progress | None
 ) -> tuple[list[Journal], dict[str, int], int]:
     workflows, operations = read_sqlite(data)
     return convert_rows(workflows, operations, effects=effects, prefix=prefix, progress=progress)

@@ -25,7 +25,7 @@ import orjson
 
 from engine.assess import valid_at
 
-from ._common import EffectMap, Journal, Progress, refuse
+from ._common import ClassMap, Journal, Progress, refuse
 
 PHASES = ["tasks", "checkpoint"]
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -190,7 +190,7 @@ def _node_of(task_path: Any) -> str | None:
 class _Run:
     """One thread's journal."""
 
-    def __init__(self, run: str, lineage: str, effects: EffectMap, writes: dict[str, dict[str, _Task]]) -> None:
+    def __init__(self, run: str, lineage: str, effects: ClassMap, writes: dict[str, dict[str, _Task]]) -> None:
         self.j = Journal(run)
         self.lineage = lineage
         self.effects = effects
@@ -341,7 +341,7 @@ def _iter_writes(conn: sqlite3.Connection, has_path: bool, thread: Any, ns: Any)
 
 
 def convert(
-    data: bytes, *, effects: EffectMap, prefix: str | None, progress: Progress | None
+    data: bytes, *, effects: ClassMap, prefix: str | None, progress: Progress | None
 ) -> tuple[list[Journal], dict[str, int], int]:
     with closing(_open(data)) as conn:
         checkpoint_columns = _columns(conn, "checkpoints")
