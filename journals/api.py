@@ -22,13 +22,14 @@ from rest_framework.exceptions import (
     ValidationError,
 )
 from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from journals.access import CanView, RunScope, request_scope
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
-from journals.doors import NO_RUN, run_for_read, run_id_check, turn_for_read
+from journals.doors import NO_RUN, run_for_read, run_for_write, run_id_check, turn_for_read, turn_for_write
 from journals.models import Run, Turn
 from kernel.errors import ServiceError
 
@@ -93,10 +94,14 @@ class LoopxView(GenericAPIView[Any]):
         run_id_check(actor=request.user, run_id=run_id, missing=missing)
 
     def get_run(self, request: Request, run_id: str) -> Run:
-        return run_for_read(actor=request.user, run_id=run_id)
+        """The run through its door (journals.doors): the write door for a request that changes something."""
+        door = run_for_read if request.method in SAFE_METHODS else run_for_write
+        return door(actor=request.user, run_id=run_id)
 
     def get_turn(self, request: Request, run_id: str, turn_id: str, *, timeline: bool = False) -> Turn:
-        return turn_for_read(actor=request.user, run_id=run_id, turn_id=turn_id, timeline=timeline)
+        """The turn through its door (journals.doors): the write door for a request that changes something."""
+        door = turn_for_read if request.method in SAFE_METHODS else turn_for_write
+        return door(actor=request.user, run_id=run_id, turn_id=turn_id, timeline=timeline)
 
     def run_scope(self) -> RunScope:
         """The runs this request may see and act on (journals.access.run_scope)."""
