@@ -30,7 +30,6 @@ from journals.access import (
     CanOperate,
     CanRunRecovery,
     OperatorRole,
-    RunScope,
     can_administer,
     runtime_token,
 )
@@ -38,6 +37,7 @@ from journals.api import ErrorSerializer, LoopxView
 from journals.models import ApiToken, Turn
 from journals.views import API_ERRORS
 from kernel.errors import ServiceError
+from recovery.findings.doors import finding_for_read, finding_for_write
 from recovery.findings.models import FINDING_KINDS, FINDING_STATES, Finding
 from recovery.findings.services import finding_acknowledge, finding_resolve
 from recovery.recovery_audits.models import RecoveryAudit, RecoveryAuditAction
@@ -244,15 +244,7 @@ class FindingDetailView(LoopxView):
 
     @extend_schema(operation_id="findings_retrieve", responses={200: FindingSerializer, **API_ERRORS})
     def get(self, request: Request, finding_id: int) -> Response:
-        return Response(FindingSerializer(_finding(finding_id, self.run_scope())).data)
-
-
-def _finding(finding_id: int, scope: RunScope) -> Finding:
-    """The finding, if it is of a run in ``scope``: another team's answers as a missing one does (404)."""
-    finding = Finding.objects.select_related("run", "turn").filter(scope.q("run__run_id"), pk=finding_id).first()
-    if finding is None:
-        raise NotFound("No such finding.")
-    return finding
+        return Response(FindingSerializer(finding_for_read(actor=request.user, pk=finding_id)).data)
 
 
 class _FindingTransition(LoopxView):
@@ -262,7 +254,8 @@ class _FindingTransition(LoopxView):
     transition = staticmethod(finding_resolve)
 
     def post(self, request: Request, finding_id: int) -> Response:
-        finding = _finding(finding_id, self.run_scope())  # first: another team's finding is 404, whatever the body
+        # First: another team's finding is a 404, whatever the body.
+        finding = finding_for_write(actor=request.user, pk=finding_id)
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         done = type(self).transition(finding=finding, actor=request.user, reason=body.validated_data["reason"])

@@ -8,21 +8,23 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from journals import access
+from journals.doors import turn_for_write
 from journals.models import Intent, Resolution, Turn
+from journals.selectors import turn_with_timeline
 from kernel.errors import ServiceError
 from recovery import services
 from recovery.assignments import services as assignment
 from recovery.state import state_of
 
 from . import selectors
+from .context import review_context, role_context
 from .forms import BULK_ACTIONS, ApproveForm, BulkForm, ReasonForm, TurnFilterForm
 from .permissions import operator_required
 from .timeline import turn_timeline
@@ -54,7 +56,7 @@ def _rerender(
     status: int = 400,
     error: str | None = None,
 ) -> HttpResponse:
-    page = turn_page(turn)
+    page = turn_page(turn_with_timeline(turn=turn))  # read again: the decision may have moved it
     context = {
         "p": page,
         "timeline": turn_timeline(page),
@@ -64,21 +66,16 @@ def _rerender(
         "nav": "turns",
         "back": reverse("console:turns"),
         "decision_error": error,
-        **_review_context(request, page.turn),
-        **_role_context(request),
+        **review_context(request, page.turn),
+        **role_context(request),
     }
     return render(request, "console/turn_detail.html", context, status=status)
-
-
-def _visible_turns(request: HttpRequest) -> QuerySet[Turn]:
-    """Turns of the runs the operator sees: another team's turn is a 404, as a missing one."""
-    return Turn.objects.select_related("run").filter(access.runs_visible(user=request.user, field="run__run_id"))
 
 
 @operator_required
 @require_POST
 def approve(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    turn = turn_for_write(actor=request.user, pk=pk)
     form = ApproveForm(request.POST, indeterminate=_indeterminate(turn))
     if not form.is_valid():
         return _rerender(request, turn, approve=form)
@@ -95,7 +92,7 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 @require_POST
 def block(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    turn = turn_for_write(actor=request.user, pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return _rerender(request, turn, block=form)
@@ -145,7 +142,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
             )
             verb = "Approved" if action == "approve" else "Blocked"
             context = {"outcome": outcome, "verb": verb, "action_label": dict(BULK_ACTIONS)[action], "params": params}
-            context.update(_role_context(request))
+            context.update(role_context(request))
             return render(request, "console/bulk_result.html", context)
     preview = list(candidates[:10])
     context = {
@@ -164,27 +161,15 @@ def bulk(request: HttpRequest) -> HttpResponse:
         "stale": stale,
         "nav": "turns",
     }
-    context.update(_role_context(request))
+    context.update(role_context(request))
     return render(request, "console/bulk_confirm.html", context, status=409 if stale else 200)
-
-
-def _role_context(request: HttpRequest) -> dict[str, object]:
-    from .views import _role_context as role_context
-
-    return role_context(request)
-
-
-def _review_context(request: HttpRequest, turn: Turn) -> dict[str, object]:
-    from .views import _review_context as review_context
-
-    return review_context(request, turn)
 
 
 @operator_required
 @require_POST
 def assign(request: HttpRequest, pk: int) -> HttpResponse:
     """ "Take it" (``assignee=me``) or "Assign to…" (a username): recovery.assignment.turn_assign decides."""
-    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    turn = turn_for_write(actor=request.user, pk=pk)
     wanted = request.POST.get("assignee", "me")
     user_model = get_user_model()
     assignee = request.user if wanted == "me" else user_model.objects.filter(username=wanted).first()
@@ -200,7 +185,7 @@ def assign(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 @require_POST
 def unassign(request: HttpRequest, pk: int) -> HttpResponse:
-    turn = get_object_or_404(_visible_turns(request), pk=pk)
+    turn = turn_for_write(actor=request.user, pk=pk)
     try:
         assignment.turn_unassign(turn=turn, actor=request.user, reason=request.POST.get("reason"))
     except ServiceError as err:

@@ -6,26 +6,21 @@ Transitions go through the tasks side's services (recovery.findings.services), w
 from __future__ import annotations
 
 from django.contrib import messages
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from journals import access
 from kernel.errors import ServiceError
 from recovery.findings import services as finding_services
+from recovery.findings.doors import finding_for_write
 from recovery.findings.models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
 
 from . import selectors
+from .context import role_context
 from .forms import ReasonForm
 from .live import render_live
 from .permissions import operator_required, viewer_required
-
-
-def _visible(request: HttpRequest) -> QuerySet[Finding]:
-    """Findings of the runs the person sees: another team's finding is absent, and a 404 when named."""
-    return Finding.objects.filter(access.runs_visible(user=request.user, field="run__run_id"))
 
 
 def _list_url(request: HttpRequest) -> str:
@@ -37,7 +32,12 @@ def _list_url(request: HttpRequest) -> str:
 def findings(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "unresolved")
     kind = request.GET.get("kind", "")
-    qs = _visible(request).select_related("run", "turn", "acknowledged_by").order_by("-last_seen", "-id")
+    # Findings of the runs the person sees: another team's is absent (and a 404 through its door when named).
+    qs = (
+        Finding.objects.filter(access.runs_visible(user=request.user, field="run__run_id"))
+        .select_related("run", "turn", "acknowledged_by")
+        .order_by("-last_seen", "-id")
+    )
     if state == "unresolved":
         qs = qs.filter(state__in=UNRESOLVED)
     elif state in FINDING_STATES:
@@ -54,8 +54,6 @@ def findings(request: HttpRequest) -> HttpResponse:
     except ValueError:
         number = 1
     page = selectors.page_of(qs, number, 50)
-    from .views import _role_context
-
     return render_live(
         request,
         "console/findings.html",
@@ -70,7 +68,7 @@ def findings(request: HttpRequest) -> HttpResponse:
             "kinds": FINDING_KINDS,
             "reason_form": ReasonForm(),
             "nav": "findings",
-            **_role_context(request),
+            **role_context(request),
         },
     )
 
@@ -78,7 +76,7 @@ def findings(request: HttpRequest) -> HttpResponse:
 @operator_required
 @require_POST
 def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    finding = get_object_or_404(_visible(request), pk=pk)
+    finding = finding_for_write(actor=request.user, pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Acknowledging needs a reason of a few words.")
@@ -95,7 +93,7 @@ def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 @require_POST
 def resolve(request: HttpRequest, pk: int) -> HttpResponse:
-    finding = get_object_or_404(_visible(request), pk=pk)
+    finding = finding_for_write(actor=request.user, pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Resolving needs a reason of a few words.")

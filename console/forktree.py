@@ -1,4 +1,6 @@
-"""A run's fork tree, laid out for an inline SVG drawn by the server.
+"""A run's fork tree, laid out for an inline SVG drawn by the server: the one layout of the run page and the
+turn page (templates/console/_forktree.html draws it on both; the turn page marks its own lane and the
+record that blocks the turn).
 
 Each branch is a lane. A lane starts where its parent's kept prefix ends, so the x axis is the position on
 a timeline: how many records precede a record on its timeline (a branch's lsn 0 sits right after the
@@ -66,10 +68,21 @@ class Tree:
     axis_y: int = 14
     axis_x0: int = LEFT
     axis_x1: int = WIDTH - RIGHT
+    marker: tuple[float, int] | None = None  # (x, y) of a record the page points at
+    turn_lane: int | None = None  # the lane of the turn the page is about
 
 
-def lay_out(branches: list[Branch], reasons: dict[int, str] | None = None) -> Tree:
-    """``reasons``: the fork reason that created each branch (by the new branch's number)."""
+def lay_out(
+    branches: list[Branch],
+    reasons: dict[int, str] | None = None,
+    *,
+    records_url: str = "",
+    mark: tuple[int, int] | None = None,
+    turn_lane: int | None = None,
+) -> Tree:
+    """``reasons``: the fork reason that created each branch (by the new branch's number). ``records_url``:
+    the run's event history, each lane linking to its branch's records. ``mark``: (branch, lsn) of a record
+    to point at; ``turn_lane``: the branch of the turn a page is about."""
     reasons = reasons or {}
     if not branches:
         return Tree(lanes=[], width=WIDTH, height=0)
@@ -112,6 +125,7 @@ def lay_out(branches: list[Branch], reasons: dict[int, str] | None = None) -> Tr
             discarded_from=b.discarded_from,
             records=b.record_count,
             reason=reasons.get(b.number, ""),
+            url=f"{records_url}?branch={b.number}" if records_url else "",
         )
         if b.last_lsn >= 0:
             lane.marks.append(LaneMark(x_of(b, 0.5), 0, "first record"))
@@ -135,4 +149,8 @@ def lay_out(branches: list[Branch], reasons: dict[int, str] | None = None) -> Tr
         Tick(round(LEFT + pos * scale, 1), str(pos))
         for pos in sorted({round(span * k / (AXIS_TICKS - 1)) for k in range(AXIS_TICKS)})
     ]
-    return Tree(lanes=lanes, width=WIDTH, height=TOP + LANE_H * (len(lanes) - 1) + 30, ticks=ticks)
+    marker = None
+    if mark is not None and mark[0] in ys:
+        marker = (x_of(by_number[mark[0]], mark[1] + 0.5), ys[mark[0]].y)
+    height = TOP + LANE_H * (len(lanes) - 1) + 30
+    return Tree(lanes=lanes, width=WIDTH, height=height, ticks=ticks, marker=marker, turn_lane=turn_lane)

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from journals import access
 from journals.models import EFFECT_CLASSES
+from recovery.imports.doors import history_import_for_read, history_import_for_write, imported_run_for_read
 from recovery.imports.models import (
     ANY_KEY,
     IMPORT_FINAL_STATES,
@@ -30,7 +31,6 @@ from recovery.imports.models import (
     EffectMapAttachment,
     EffectMapVersion,
     HistoryImport,
-    ImportedRun,
 )
 from recovery.imports.services import (
     ImportServiceError,
@@ -42,6 +42,7 @@ from recovery.imports.services import (
     imports_visible,
 )
 
+from .context import role_context
 from .permissions import operator_required, viewer_required
 
 RECENT = 20
@@ -98,12 +99,6 @@ class AttachForm(forms.Form):
     reason = forms.CharField(label="Why (audited)", max_length=2000)
 
 
-def _role(request: HttpRequest) -> dict[str, object]:
-    from .views import _role_context
-
-    return _role_context(request)
-
-
 # --- Imports ------------------------------------------------------------------------------------------
 
 
@@ -111,7 +106,9 @@ def _role(request: HttpRequest) -> dict[str, object]:
 def imports(request: HttpRequest) -> HttpResponse:
     recent = list(imports_visible(scope=access.run_scope(user=request.user)).order_by("-created_at")[:RECENT])
     return render(
-        request, "console/imports.html", {"nav": "imports", "form": ImportForm(), "recent": recent, **_role(request)}
+        request,
+        "console/imports.html",
+        {"nav": "imports", "form": ImportForm(), "recent": recent, **role_context(request)},
     )
 
 
@@ -152,32 +149,26 @@ def _status_context(upload: HistoryImport) -> dict[str, object]:
     }
 
 
-def _import(request: HttpRequest, pk: uuid.UUID) -> HistoryImport:
-    """The import, if every run of it is the reader's team's (else 404, as a missing one)."""
-    visible = imports_visible(scope=access.run_scope(user=request.user)).select_related("supersedes")
-    return get_object_or_404(visible, pk=pk)
-
-
 @viewer_required
 def import_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    upload = _import(request, pk)
+    upload = history_import_for_read(actor=request.user, pk=pk)
     return render(
-        request, "console/import_detail.html", {"nav": "imports", **_status_context(upload), **_role(request)}
+        request, "console/import_detail.html", {"nav": "imports", **_status_context(upload), **role_context(request)}
     )
 
 
 @viewer_required
 def import_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The partial the import's page polls while it converts."""
-    upload = _import(request, pk)
-    return render(request, "console/_import_status.html", {**_status_context(upload), **_role(request)})
+    upload = history_import_for_read(actor=request.user, pk=pk)
+    return render(request, "console/_import_status.html", {**_status_context(upload), **role_context(request)})
 
 
 @operator_required
 @require_POST
 def import_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the conversion again (a broker outage lost it). Safe: each step is a compare-and-set."""
-    upload = _import(request, pk)
+    upload = history_import_for_write(actor=request.user, pk=pk)
     try:
         published = history_requeue(upload=upload, actor=request.user)
     except ImportServiceError as err:
@@ -202,7 +193,7 @@ def effect_maps(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "console/effect_maps.html",
-        {"nav": "imports", "maps": maps, "attachments": attachments, "form": form, **_role(request)},
+        {"nav": "imports", "maps": maps, "attachments": attachments, "form": form, **role_context(request)},
     )
 
 
@@ -266,7 +257,7 @@ def effect_map_detail(request: HttpRequest, name: str) -> HttpResponse:
             "attach_form": AttachForm(),
             "attachments": list(effect_map.attachments.order_by("system", "key")),
             "in_use": list(in_use),
-            **_role(request),
+            **role_context(request),
         },
     )
 
@@ -327,13 +318,7 @@ def effect_map_propose(request: HttpRequest) -> HttpResponse:
     used (or the new-map form when it used none) with the name pre-filled. Nothing is saved here. An
     imported run of another team answers 404, as a missing one does."""
     pk = request.POST.get("imported_run") or ""
-    visible = ImportedRun.objects.filter(
-        access.run_scope(user=request.user).q("run_ident"),
-        history_import__in=imports_visible(scope=access.run_scope(user=request.user)).values("pk"),
-    )
-    row = get_object_or_404(
-        visible.select_related("history_import__map_version__map"), pk=int(pk) if pk.isdigit() else 0
-    )
+    row = imported_run_for_read(actor=request.user, pk=int(pk) if pk.isdigit() and len(pk) <= 18 else 0)
     name = (request.POST.get("name") or "").strip()[:200]
     version = row.history_import.map_version
     query = "?" + urlencode({"add": name}) if name else ""

@@ -19,14 +19,14 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import messages
 from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from journals import access
-from journals.models import Run
+from journals.doors import run_for_write
 from recovery.findings.models import Finding
+from recovery.packages.doors import package_upload_for_read, package_upload_for_write
 from recovery.packages.models import FINAL_STATES, IMPORTED, PackageUpload
 from recovery.packages.selectors import package_uploads_visible
 from recovery.packages.services import PackageError, package_upload_receive
@@ -34,6 +34,7 @@ from recovery.packages.services import package_requeue as requeue_package
 from recovery.packages.services import run_export as run_export_package
 from recovery.packages.views import export_filename
 
+from .context import role_context
 from .permissions import operator_required, viewer_required
 
 RECENT = 20
@@ -41,20 +42,18 @@ RECENT = 20
 
 @viewer_required
 def packages(request: HttpRequest) -> HttpResponse:
-    from .views import _role_context
-
     recent = list(package_uploads_visible(user=request.user).order_by("-created_at")[:RECENT])
     return render(
         request,
         "console/packages.html",
-        {"nav": "packages", "form": UploadForm(), "recent": recent, **_role_context(request)},
+        {"nav": "packages", "form": UploadForm(), "recent": recent, **role_context(request)},
     )
 
 
 @operator_required
 def run_export(request: HttpRequest, pk: int) -> FileResponse:
     """The run's package, byte-for-byte journal included (contract section 8: the one raw export)."""
-    run = get_object_or_404(Run.objects.filter(access.runs_visible(user=request.user)), pk=pk)
+    run = run_for_write(actor=request.user, pk=pk)
     handle, path = tempfile.mkstemp(prefix="loopx-export-", suffix=".tar.gz")
     os.close(handle)
     run_export_package(run=run, out_path=path, actor=request.user)
@@ -147,23 +146,19 @@ def _status_context(upload: PackageUpload) -> dict[str, object]:
 
 @viewer_required
 def package_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    from .views import _role_context
-
-    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
+    upload = package_upload_for_read(actor=request.user, pk=pk)
     return render(
         request,
         "console/package_detail.html",
-        {"nav": "packages", **_status_context(upload), **_role_context(request)},
+        {"nav": "packages", **_status_context(upload), **role_context(request)},
     )
 
 
 @viewer_required
 def package_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The partial the detail page polls while the upload is verified and imported."""
-    from .views import _role_context
-
-    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
-    return render(request, "console/_package_status.html", {**_status_context(upload), **_role_context(request)})
+    upload = package_upload_for_read(actor=request.user, pk=pk)
+    return render(request, "console/_package_status.html", {**_status_context(upload), **role_context(request)})
 
 
 @operator_required
@@ -171,7 +166,7 @@ def package_status(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 def package_requeue(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Publish the upload's task again (a broker outage lost the first one). Always safe: the task's steps
     are compare-and-set on the upload's state, so a second delivery finds the work done."""
-    upload = get_object_or_404(package_uploads_visible(user=request.user), pk=pk)
+    upload = package_upload_for_write(actor=request.user, pk=pk)
     try:
         published = requeue_package(upload=upload, actor=request.user)
     except PackageError as err:

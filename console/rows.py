@@ -27,7 +27,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from recovery.assignments.services import assigned_to
-from recovery.state import state_of
+from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, state_of
 
 from . import vocabulary
 
@@ -198,12 +198,13 @@ def _decide(t: Any, pk: int, state: Any, urls: _DecideUrls, hidden: str) -> str:
     approval of a turn that needs evidence is refused there whatever the button said)."""
     approve = ""
     key = str(state.state) if state is not None else ""
-    if key in ("held_review", "blocked_operator", "parked"):
+    offer = approval_offer(key)  # recovery.state: which states an approval may lift
+    if offer == OFFER_APPROVE:
         approve = (
             '<button type="submit" class="btn btn-small btn-approve" '
             f'formaction="{urls.approve[0]}{pk}{urls.approve[1]}"><span aria-hidden="true">✓</span> Approve</button>'
         )
-    elif key == "held_effect":
+    elif offer == OFFER_WITH_EVIDENCE:
         approve = f'<a href="{urls.turn[0]}{pk}{urls.turn[1]}#decide" class="small">Approve with evidence…</a>'
     block = (
         ""

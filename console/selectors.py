@@ -20,6 +20,7 @@ from journals.access import RunScope
 from journals.models import Run, Turn, TurnEffective, TurnState
 from recovery import services
 from recovery.state import (
+    APPROVAL_NEEDS,
     FILTER_NAMES,
     HOLD,
     STATE_GROUPS,
@@ -396,13 +397,6 @@ def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) 
 # --- Bulk decisions ---------------------------------------------------------------------------------
 
 BULK_MAX = services.BULK_MAX
-# States the service is known to refuse an approval for (evidence per intent, a repaired journal, a resolved
-# finding): the confirmation page counts them beforehand; the service decides, turn by turn.
-LEFT_ALONE = {
-    TurnState.HELD_EFFECT: "need evidence for an unconfirmed effect",
-    TurnState.HELD_JOURNAL: "need a repaired journal",
-    TurnState.HELD_INTEGRITY: "need their integrity finding resolved",
-}
 
 
 def bulk_candidates(filters: dict[str, Any], action: str, *, scope: RunScope) -> QuerySet[Turn]:
@@ -411,12 +405,13 @@ def bulk_candidates(filters: dict[str, Any], action: str, *, scope: RunScope) ->
 
 
 def bulk_left_alone(candidates: QuerySet[Turn]) -> list[tuple[str, int]]:
-    """(what they need, how many) of the candidates an approval will leave alone, by their stored state."""
+    """(what they need, how many) of the candidates an approval will leave alone, by their stored state
+    (recovery.state.APPROVAL_NEEDS: the service decides, turn by turn)."""
     rows = dict(
-        candidates.filter(effective__state__in=list(LEFT_ALONE))
+        candidates.filter(effective__state__in=list(APPROVAL_NEEDS))
         .order_by()
         .values_list("effective__state")
         .annotate(n=Count("id"))
         .values_list("effective__state", "n")
     )
-    return [(str(words), rows[state]) for state, words in LEFT_ALONE.items() if rows.get(state)]
+    return [(str(words), rows[state]) for state, words in APPROVAL_NEEDS.items() if rows.get(state)]

@@ -8,12 +8,12 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from journals import access
-from journals.models import Run
+from journals.doors import run_for_write
 from kernel.errors import ServiceError
 from kernel.via import VIA
 from recovery.repair.models import REPAIR_KINDS
@@ -22,6 +22,7 @@ from trail.export import TrailQueryError, trail_export, trail_filters, trail_row
 from trail.models import OPERATOR_ACTION_KINDS
 
 from . import selectors
+from .context import page_number, role_context
 from .permissions import operator_required, viewer_required
 
 CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
@@ -29,8 +30,6 @@ CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
 
 @viewer_required
 def trail_page(request: HttpRequest) -> HttpResponse:
-    from .views import _page_number, _role_context
-
     try:
         filters = trail_filters(request.GET)
         error = None
@@ -38,12 +37,12 @@ def trail_page(request: HttpRequest) -> HttpResponse:
         filters, error = {}, err.detail
     scope = access.run_scope(user=request.user)
     rows = trail_rows(filters, scope=scope).order_by("-seq")
-    page = selectors.page_of(rows, _page_number(request), 50, count_qs=trail_rows(filters, scope=scope))
+    page = selectors.page_of(rows, page_number(request), 50, count_qs=trail_rows(filters, scope=scope))
     return render(
         request,
         "console/trail.html",
         {"page": page, "filters": filters, "error": error, "kinds": OPERATOR_ACTION_KINDS, "vias": VIA,
-         "nav": "trail", **_role_context(request)},
+         "nav": "trail", **role_context(request)},
         status=400 if error else 200,
     )
 
@@ -81,9 +80,7 @@ class RepairForm(forms.Form):
 def run_repair(request: HttpRequest, pk: int) -> HttpResponse:
     """GET: the run's repairs and the form. POST without ``apply``: the preview (stores nothing). POST with
     ``apply`` and the preview's digest: the repair, then back to this page."""
-    from .views import _role_context
-
-    run = get_object_or_404(Run.objects.filter(access.runs_visible(user=request.user)), pk=pk)
+    run = run_for_write(actor=request.user, pk=pk)
     form = RepairForm(request.POST or None, request.FILES or None)
     preview = None
     error = None
@@ -106,6 +103,6 @@ def run_repair(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         "console/run_repair.html",
         {"run": run, "form": form, "preview": preview, "error": error, "repairs": repairs_list(run=run),
-         "nav": "runs", **_role_context(request)},
+         "nav": "runs", **role_context(request)},
         status=status,
     )

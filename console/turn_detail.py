@@ -11,22 +11,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Exists, F
+from django.urls import reverse
 
 from engine.canonical import STORAGE_CORRUPTION
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
-from journals.models import Branch, Checkpoint, JournalRecord, Turn, TurnState
-from journals.selectors import record_public, turn_with_timeline
+from journals.models import Branch, Checkpoint, JournalRecord, Turn
+from journals.selectors import record_public
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.packages.models import JournalCorruption
 from recovery.recovery_audits.models import RecoveryAudit
 from recovery.selectors import GateView, claim_current, gate_view
-from recovery.state import APPROVABLE, StateValue, state_of
+from recovery.state import StateValue, approval_offer, state_of
 from trail.models import OperatorAction
 
 from . import vocabulary
+from .forktree import Tree, lay_out
 from .models import TurnAnnotation
-
-OFFER_APPROVAL = APPROVABLE | {TurnState.HELD_EFFECT}
 
 
 @dataclass
@@ -73,34 +73,6 @@ class KeptLineFact:
 
 
 @dataclass
-class TreeLane:
-    number: int
-    parent: int | None
-    live: bool
-    y: int
-    x0: float
-    x_keep: float  # end of the part that is on a timeline
-    x1: float  # end of everything written on the branch
-    discarded: bool
-    from_lsn: int | None
-    fork_lsn: int | None
-    last_lsn: int
-    discarded_from: int | None
-    parent_y: int | None = None
-    parent_x: float | None = None
-    label: str = ""
-
-
-@dataclass
-class ForkTree:
-    lanes: list[TreeLane]
-    width: int
-    height: int
-    marker: tuple[float, int] | None = None  # (x, y) of the blocking record
-    turn_lane: int | None = None
-
-
-@dataclass
 class AuditView:
     audit: RecoveryAudit
     rows: list[dict[str, Any]]
@@ -115,7 +87,7 @@ class TurnPage:
     intents: list[Any]
     indeterminate: list[str]
     blocking: BlockingFact | None
-    tree: ForkTree
+    tree: Tree
     checkpoints: list[Checkpoint]
     audits: list[AuditView]
     history: list[OperatorAction]
@@ -145,7 +117,7 @@ class TurnPage:
     def can_approve(self) -> bool:
         """Whether the page offers the approve form (with evidence fields when an effect is unconfirmed).
         The service decides; this only spares the operator a form it is known to refuse."""
-        return self.state is not None and self.state.state in OFFER_APPROVAL
+        return self.state is not None and approval_offer(self.state.state) != ""
 
 
 def _steps(turn: Turn) -> list[PhaseStep]:
@@ -256,62 +228,14 @@ def _kept_lines(turn: Turn) -> list[KeptLineFact]:
     ]
 
 
-LANE_H, LEFT, RIGHT, TOP, WIDTH = 34, 120, 24, 18, 760
-
-
-def _tree(turn: Turn, branches: list[Branch], blocking: BlockingFact | None) -> ForkTree:
-    if not branches:
-        return ForkTree(lanes=[], width=WIDTH, height=0)
-    by_number = {b.number: b for b in branches}
-    offsets: dict[int, int] = {}
-
-    def offset(b: Branch) -> int:
-        # A branch starts where its parent's kept prefix ends: the same picture position as "after from_lsn".
-        if b.number in offsets:
-            return offsets[b.number]
-        parent = by_number.get(b.parent) if b.parent is not None else None
-        value = 0 if parent is None or parent.number == b.number else offset(parent) + (b.from_lsn or -1) + 1
-        offsets[b.number] = value
-        return value
-
-    span = max(offset(b) + max(b.last_lsn, 0) + 1 for b in branches) or 1
-    scale = (WIDTH - LEFT - RIGHT) / span
-    lanes: list[TreeLane] = []
-    for i, b in enumerate(sorted(branches, key=lambda b: b.number)):
-        start = offset(b)
-        keep_end = b.last_lsn if b.discarded_from is None else min(b.discarded_from, b.last_lsn)
-        y = TOP + i * LANE_H
-        lane = TreeLane(
-            number=b.number,
-            parent=b.parent,
-            live=b.live,
-            y=y,
-            x0=LEFT + start * scale,
-            x_keep=LEFT + (start + keep_end + 1) * scale,
-            x1=LEFT + (start + max(b.last_lsn, 0) + 1) * scale,
-            discarded=b.discarded_from is not None and b.discarded_from < b.last_lsn,
-            from_lsn=b.from_lsn,
-            fork_lsn=b.fork_lsn,
-            last_lsn=b.last_lsn,
-            discarded_from=b.discarded_from,
-        )
-        words = ["live" if b.live else "earlier timeline"]
-        if lane.discarded:
-            words.append(f"lsn {b.discarded_from + 1}–{b.last_lsn} discarded")  # type: ignore[operator]
-        lane.label = f"branch {b.number}: lsn 0–{b.last_lsn}, " + ", ".join(words)
-        lanes.append(lane)
-    ys = {lane.number: lane for lane in lanes}
-    for lane in lanes:
-        parent = ys.get(lane.parent) if lane.parent is not None else None
-        if parent is not None:
-            lane.parent_y, lane.parent_x = parent.y, lane.x0
-    marker = None
-    if blocking is not None and blocking.branch is not None and blocking.lsn is not None and blocking.branch in ys:
-        lane = ys[blocking.branch]
-        marker = (LEFT + (offset(by_number[blocking.branch]) + blocking.lsn + 0.5) * scale, lane.y)
-    return ForkTree(
-        lanes=lanes, width=WIDTH, height=TOP * 2 + LANE_H * (len(lanes) - 1) + 8, marker=marker, turn_lane=turn.branch
-    )
+def _tree(turn: Turn, branches: list[Branch], blocking: BlockingFact | None) -> Tree:
+    """The run's fork tree (console.forktree, the run page's own layout), with the turn's lane and the record
+    that blocks it marked."""
+    mark = None
+    if blocking is not None and blocking.branch is not None and blocking.lsn is not None:
+        mark = (blocking.branch, blocking.lsn)
+    records = reverse("console:records", args=[turn.run_id])
+    return lay_out(branches, records_url=records, mark=mark, turn_lane=turn.branch)
 
 
 def _audit_rows(audit: RecoveryAudit) -> AuditView:
@@ -376,9 +300,9 @@ def _has(row: TurnAssessment | None) -> dict[str, bool]:
     return {name: row is None or bool(getattr(row, f"has_{name}")) for name in _HAS}
 
 
-def turn_page(turn: Turn | int) -> TurnPage:
-    """The page of a turn (or of a turn's pk: Turn.DoesNotExist when there is none)."""
-    turn = turn_with_timeline(turn=turn if isinstance(turn, Turn) else Turn(pk=turn))
+def turn_page(turn: Turn) -> TurnPage:
+    """The page of a turn its door read with its timeline (journals.doors.turn_for_read, ``timeline``):
+    the reader's scope is checked before anything of the page is built."""
     rows = (
         TurnAssessment.objects.filter(turn=turn)
         .select_related("assessment")

@@ -1,8 +1,8 @@
 """The console's pages. Thin: parse the request, call a selector or a service, render.
 
 Reads need the viewer role, decisions the operator role (console.permissions, on journals.access), and
-every read keeps to the runs of the reader's teams (``_scope``): another team's run, turn or count is
-absent, and its page a 404, the answer of a missing one.
+every read keeps to the runs of the reader's teams (``_scope``; one object through its door, journals.doors):
+another team's run, turn or count is absent, and its page a 404, the answer of a missing one.
 """
 
 from __future__ import annotations
@@ -12,20 +12,21 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.middleware.csrf import get_token
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_http_methods
 
 from journals import access
-from journals.models import JournalRecord, Run, Turn
+from journals.doors import run_for_read, turn_for_read
+from journals.models import JournalRecord
 from recovery.assignments import services as assignment
-from recovery.selectors import RUN_LEVEL_CODES
 from recovery.state import DONE
 
 from . import integrations, selectors
 from . import runs as runs_pages
+from .context import page_number, review_context, role_context
 from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
 from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
@@ -39,24 +40,9 @@ TURN_REGION = "turn-live"
 FINISHED = "This turn is finished, so its state is not refreshed."
 
 
-def _page_number(request: HttpRequest) -> int:
-    try:
-        return max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        return 1
-
-
 def _scope(request: HttpRequest) -> access.RunScope:
     """The runs the signed-in person sees and acts on (journals.access decides)."""
     return access.run_scope(user=request.user)
-
-
-def _role_context(request: HttpRequest) -> dict[str, object]:
-    return {
-        "can_operate": access.can_operate(request.user),
-        "role": access.role_of(request.user),
-        "run_level_codes": RUN_LEVEL_CODES,
-    }
 
 
 @viewer_required
@@ -68,7 +54,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "heartbeats": integrations.heartbeats(),
         "findings": integrations.open_findings(limit=8, scope=_scope(request)),
         "nav": "overview",
-        **_role_context(request),
+        **role_context(request),
     }
     return render(request, "console/overview.html", context)
 
@@ -84,9 +70,9 @@ def _resolved(filters: dict[str, Any], request: HttpRequest) -> dict[str, Any]:
 def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     filters = _resolved(form.cleaned(), request)
-    page = selectors.turns_page(filters, _page_number(request), filters.get("per_page") or 50, scope=_scope(request))
+    page = selectors.turns_page(filters, page_number(request), filters.get("per_page") or 50, scope=_scope(request))
     has_filter = any(k in filters for k in TurnFilterForm.FILTER_FIELDS)
-    role = _role_context(request)
+    role = role_context(request)
     rows_html = turn_rows(
         page.rows,
         full_path=request.get_full_path(),
@@ -118,7 +104,7 @@ def inbox_count(request: HttpRequest) -> HttpResponse:
 def blocked_queue(request: HttpRequest) -> HttpResponse:
     """The live part of the overview, polled by htmx every few seconds; opened by itself, a page of its own."""
     queue = list(selectors.blocked_queue(15, scope=_scope(request)))
-    context = {"queue": queue, "queue_html": queue_rows(queue), "nav": "overview", **_role_context(request)}
+    context = {"queue": queue, "queue_html": queue_rows(queue), "nav": "overview", **role_context(request)}
     return render_live(request, "console/blocked_queue.html", "console/_blocked_queue.html", "blocked-queue", context)
 
 
@@ -127,55 +113,51 @@ def runs(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned()
     runs = selectors.runs_filtered(filters, scope=_scope(request))
-    page = selectors.page_of(runs, _page_number(request), filters.get("per_page") or 50)
+    page = selectors.page_of(runs, page_number(request), filters.get("per_page") or 50)
     selectors.decorate_runs(page.rows)
     context = {"form": form, "page": page, "nav": "runs", **saved_views_context(request, "runs")}
-    context |= _role_context(request)
+    context |= role_context(request)
     return render_live(request, "console/runs.html", "console/_runs_results.html", "runs-live", context)
 
 
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
-    page = runs_pages.run_page(run, _page_number(request))
-    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
+    run = run_for_read(actor=request.user, pk=pk)
+    page = runs_pages.run_page(run, page_number(request))
+    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **role_context(request)})
 
 
 @viewer_required
 def run_records(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
+    run = run_for_read(actor=request.user, pk=pk)
     form = RecordFilterForm(request.GET)
-    history = runs_pages.history(run, form.cleaned(), _page_number(request))
-    context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **_role_context(request)}
+    history = runs_pages.history(run, form.cleaned(), page_number(request))
+    context = {"h": history, "run": run, "form": form, "page": history.page, "nav": "runs", **role_context(request)}
     context["records_html"] = record_items(history.rows, history.turn_pks)
     return render(request, "console/run_records.html", context)
 
 
 @viewer_required
 def run_record(request: HttpRequest, pk: int, branch: int, lsn: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.filter(_scope(request).q("run_id")), pk=pk)
+    run = run_for_read(actor=request.user, pk=pk)
     try:
         page = runs_pages.record_page(run, branch, lsn)
     except JournalRecord.DoesNotExist:
         raise Http404("No record at this branch and lsn.") from None
-    return render(request, "console/run_record.html", {"p": page, "run": run, "nav": "runs", **_role_context(request)})
+    return render(request, "console/run_record.html", {"p": page, "run": run, "nav": "runs", **role_context(request)})
 
 
 @viewer_required
 def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    try:
-        page = turn_page(pk)  # reads the turn itself, with its timeline: no separate lookup
-    except Turn.DoesNotExist:
-        raise Http404("No such turn.") from None
-    if not _scope(request).allows(page.turn.run.run_id):
-        raise Http404("No such turn.")  # another team's turn answers as a missing one
+    # The door checks the reader's scope before the page is built: another team's turn is a missing one.
+    page = turn_page(turn_for_read(actor=request.user, pk=pk, timeline=True))
     context: dict[str, object] = {
         "p": page,
         "turn": page.turn,
         # A finished turn's state is not polled: nothing a person or the gate does moves it on.
         "live_off": FINISHED if page.state and page.state.gate == DONE else "",
-        **_review_context(request, page.turn),
-        **_role_context(request),
+        **review_context(request, page.turn),
+        **role_context(request),
     }
     if not live_part(request, TURN_REGION):  # the live part is the state card alone
         context |= {
@@ -186,13 +168,6 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "back": _safe_back(request),
         }
     return render_live(request, "console/turn_detail.html", "console/_turn_state.html", TURN_REGION, context)
-
-
-def _review_context(request: HttpRequest, turn: Turn) -> dict[str, object]:
-    """Who reviews the turn, and whom an operator may hand it to (the "Assign to…" list)."""
-    review = assignment.assignment_of(turn_pk=turn.pk)
-    people = assignment.assignable_users(run_id=turn.run.run_id) if access.can_operate(request.user) else []
-    return {"review": review, "assignable": people}
 
 
 def _safe_back(request: HttpRequest) -> str:
@@ -222,7 +197,7 @@ def preferences(request: HttpRequest) -> HttpResponse:
             "current": current,
             "saved": request.GET.get("saved") == "1",
             "nav": "prefs",
-            **_role_context(request),
+            **role_context(request),
         },
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import (
@@ -21,14 +22,15 @@ from rest_framework.exceptions import (
     ValidationError,
 )
 from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from journals.access import CanView, RunScope, request_scope, runtime_token
+from journals.access import CanView, RunScope, request_scope
 from journals.authentication import ApiTokenAuthentication, ApiTokenRateThrottle
+from journals.doors import NO_RUN, run_for_read, run_for_write, run_id_check, turn_for_read, turn_for_write
 from journals.models import Run, Turn
-from journals.selectors import run_find, turn_lookup
 from kernel.errors import ServiceError
 
 
@@ -62,6 +64,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     refused it. Anything else is not a refusal: None, and Django answers it."""
     if isinstance(exc, ServiceError):
         return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = NotFound(str(exc) or None)  # a door's "no such ...": the framework's own 404, with its words
     if isinstance(exc, ValidationError):
         # Same shape as every other refusal, with the per-field messages beside it.
         body = {"error": "invalid_request", "detail": "the request body is invalid", "line": None}
@@ -83,29 +87,21 @@ class LoopxView(GenericAPIView[Any]):
     throttle_classes = [ApiTokenRateThrottle]
     permission_classes = [CanView]
 
-    def check_run_allowed(self, request: Request, run_id: str, missing: str = "No such run.") -> None:
+    def check_run_allowed(self, request: Request, run_id: str, missing: str = NO_RUN) -> None:
         """A runtime token outside its prefix is refused (403: it knows its own prefix). A person outside
         their teams' runs is told the run does not exist (404, the very answer of a missing run), so that
-        the answer never confirms that another team's run exists."""
-        if self.run_scope().allows(run_id):
-            return
-        if runtime_token(request) is not None:
-            raise ServiceError(403, "run_forbidden", "this token may not access this run")
-        raise NotFound(missing)
+        the answer never confirms that another team's run exists (journals.doors)."""
+        run_id_check(actor=request.user, run_id=run_id, missing=missing)
 
     def get_run(self, request: Request, run_id: str) -> Run:
-        self.check_run_allowed(request, run_id)
-        run = run_find(run_id=run_id)
-        if run is None:
-            raise NotFound("No such run.")
-        return run
+        """The run through its door (journals.doors): the write door for a request that changes something."""
+        door = run_for_read if request.method in SAFE_METHODS else run_for_write
+        return door(actor=request.user, run_id=run_id)
 
     def get_turn(self, request: Request, run_id: str, turn_id: str, *, timeline: bool = False) -> Turn:
-        self.check_run_allowed(request, run_id, missing="No such run or turn.")
-        turn = turn_lookup(run_id=run_id, turn_id=turn_id, timeline=timeline)
-        if turn is None:
-            raise NotFound("No such run or turn.")
-        return turn
+        """The turn through its door (journals.doors): the write door for a request that changes something."""
+        door = turn_for_read if request.method in SAFE_METHODS else turn_for_write
+        return door(actor=request.user, run_id=run_id, turn_id=turn_id, timeline=timeline)
 
     def run_scope(self) -> RunScope:
         """The runs this request may see and act on (journals.access.run_scope)."""

@@ -64,10 +64,16 @@ def turn_detail(*, run_id: str, turn_id: str) -> dict[str, Any] | None:
     return journal_store().turn_detail(run_id=run_id, turn_id=turn_id)
 
 
+def turns_with_timeline() -> QuerySet[Turn]:
+    """Turns with their run and effective state joined, their phases (and committing records) and intents
+    prefetched: a fixed query count."""
+    return Turn.objects.select_related("run", "effective").prefetch_related(*TIMELINE)
+
+
 def turn_with_timeline(*, turn: Turn) -> Turn:
     """The turn with its run and effective state joined, its phases (and committing records) and intents
     prefetched: a fixed query count."""
-    return Turn.objects.select_related("run", "effective").prefetch_related(*TIMELINE).get(pk=turn.pk)
+    return turns_with_timeline().get(pk=turn.pk)
 
 
 def turn_records(*, turn: Turn) -> QuerySet[JournalRecord]:

@@ -30,13 +30,11 @@ from recovery.state import (
     PROCEED,
     RECOVERY_ATTEMPTS_EXCEEDED,
     RUN_LEVEL_CODES,
-    UNAPPROVABLE_REASONS,
     StateValue,
-    covers,
     engine_row,
     run_integrity_hold,
     turn_facts_of,
-    turn_state_compute,
+    turn_state_decide,
 )
 
 __all__ = ["DONE", "HOLD", "OPERATOR_BLOCKED", "PROCEED", "RECOVERY_ATTEMPTS_EXCEEDED", "RUN_LEVEL_CODES"]
@@ -52,7 +50,7 @@ class GateView:
     claim: TurnClaim | None
     attempts: int
     max_attempts: int
-    state: str
+    gate: str  # the gate's answer: proceed, hold or done (the API's JSON names it ``state``)
     decision: str
     reason: str | None
     resume_from: str | None
@@ -68,12 +66,12 @@ class GateView:
 
     @property
     def planned(self) -> list[dict[str, Any]]:
-        return planned_actions(self.turn, self.row, self.intents) if self.state == PROCEED else []
+        return planned_actions(self.turn, self.row, self.intents) if self.gate == PROCEED else []
 
     def summary(self) -> dict[str, Any]:
         """A compact, JSON-safe picture of the gate (OperatorAction before/after)."""
         return {
-            "state": self.state,
+            "state": self.gate,
             "decision": self.decision,
             "reason": self.reason,
             "resume_from": self.resume_from,
@@ -156,19 +154,6 @@ def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | Non
     return turn_facts_of(assessment_violations(assessment) if violations is None else violations, turn_id)
 
 
-def approval_covers(
-    approval: GateDecision,
-    row: TurnAssessment,
-    assessment: Assessment,
-    turn_id: str,
-    violations: list[Any] | None = None,
-) -> bool:
-    engine = engine_row(row)
-    if approval.kind != "approve" or engine.reason in UNAPPROVABLE_REASONS or approval.engine_reason != engine.reason:
-        return False
-    return covers(approval, engine, turn_facts(assessment, turn_id, violations))
-
-
 def gate_view(
     *,
     turn: Turn,
@@ -190,22 +175,17 @@ def gate_view(
     attempts = 0 if no_audits else attempts_without_progress(turn=turn, key=key)
     if intents is None:
         intents = list(Intent.objects.filter(turn=turn).order_by("position"))
-    covered = (
-        operator is not None
-        and operator.kind == "approve"
-        and approval_covers(operator, row, assessment, turn.turn_id, violations)
-    )
     engine = engine_row(row)
     # An unresolved integrity finding of the chain verification (stored records no longer match what was
     # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
     finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
     done = finished and (operator is None or operator.kind == "approve")
     integrity = None if done else run_integrity_hold(run_id=turn.run_id)  # a done turn is never held
-    value = turn_state_compute(
-        plan=list(turn.plan) if isinstance(turn.plan, list) else [],
+    value = turn_state_decide(
+        plan=turn.plan,
         engine=engine,
         operator=operator,
-        covered=covered,
+        facts=lambda: turn_facts(assessment, turn.turn_id, violations),
         indeterminate=[i.intent_id for i in intents if i.live and i.resolution == Resolution.INDETERMINATE],
         integrity=integrity,
     )
@@ -217,7 +197,7 @@ def gate_view(
         claim=claim_current(turn=turn),
         attempts=attempts,
         max_attempts=settings.LOOPX_MAX_RECOVERY_ATTEMPTS,
-        state=value.gate,
+        gate=value.gate,
         decision=value.decision,
         reason=value.reason,
         resume_from=value.resume_from,

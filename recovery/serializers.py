@@ -129,7 +129,7 @@ class GateSerializer(serializers.Serializer[Any]):
         return {
             "run": view.turn.run.run_id,
             "turn": view.turn.turn_id,
-            "state": view.state,
+            "state": view.gate,
             "decision": view.decision,
             "reason": view.reason,
             "resume_from": view.resume_from,

@@ -22,7 +22,7 @@ from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
 from journals.actors import Actor, person_of
-from journals.models import Branch, Decision, Intent, Run, Turn, TurnState
+from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, turns_project
 from journals.storable import storable
 from kernel.errors import ServiceError
@@ -31,18 +31,17 @@ from kernel.failpoints import failpoint
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
-from recovery.repair.models import REPAIR_QUARANTINED, repair_in_force
+from recovery.repair.models import repair_in_force
 from recovery.selectors import (
     DONE,
     HOLD,
-    RUN_LEVEL_CODES,
     GateView,
     claim_current,
     evidence_in_force,
     gate_view,
     turn_facts,
 )
-from recovery.state import EngineRow, turn_states_refresh
+from recovery.state import EngineRow, approval_refusal, engine_row, turn_states_refresh
 from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
@@ -247,7 +246,7 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
         if mismatches:
             view = dataclasses.replace(
                 view,
-                state=HOLD,
+                gate=HOLD,
                 decision=Decision.BLOCKED,
                 reason=str(engine.Code.OFFSET_MISMATCH),
                 resume_from=None,
@@ -288,7 +287,7 @@ def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
         # Stored as done: the current prefix decides (refreshed before the turn is locked, as every gate
         # transition does). A finished turn has nothing to run: no lease, no token handed out.
         view = gate_view(turn=turn, assessment=assessment_refresh(run=turn.run))
-        if view.state == DONE:
+        if view.gate == DONE:
             raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)
     now = timezone.now()
     lease = timedelta(seconds=settings.LOOPX_CLAIM_LEASE_SECONDS)
@@ -390,10 +389,12 @@ def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str
         latest = assessment_refresh(run=turn.run) if findings else first
         locked = _lock_turn(turn)
         before = gate_view(turn=locked, assessment=first)
-        if before.state != HOLD:
+        if before.gate != HOLD:
             raise GateError(409, "nothing_to_approve", "the turn is not held: there is nothing to approve")
         current = gate_view(turn=locked, assessment=latest) if findings else before
-        _approvable(current)
+        refusal = approval_refusal(row=engine_row(current.row), value=current.value)
+        if refusal is not None:
+            raise GateError(409, refusal.code, refusal.detail, **refusal.extra)
         row = current.row
         GateDecision.objects.create(
             run=locked.run,
@@ -420,40 +421,6 @@ def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str
             after={**after.summary(), "evidence": dict(sorted(findings.items()))},
         )
     return after
-
-
-def _approvable(view: GateView) -> None:
-    """Raise the typed refusal when no approval may lift the hold in ``view`` (evidence already read)."""
-    row, value = view.row, view.value
-    if row.decision == Decision.DISCARDED:
-        raise GateError(409, "turn_discarded", "a turn planned only on a discarded suffix never resumes")
-    if row.decision == Decision.BLOCKED and row.reason in RUN_LEVEL_CODES:
-        raise GateError(
-            409,
-            "run_level_violation",
-            "a run-level violation is repaired in the journal, not approved",
-            violation=row.reason,
-        )
-    if row.decision == Decision.BLOCKED and row.reason == REPAIR_QUARANTINED:
-        raise GateError(
-            409,
-            "repair_quarantined",
-            "a repair set this turn's records aside: the runtime re-sends them, no approval lets it go on",
-        )
-    if value is not None and value.needs_evidence:
-        raise GateError(
-            409,
-            "evidence_required",
-            "an effect of this turn is unconfirmed: give evidence (happened / not_happened) for each intent",
-            intents=list(value.needs_evidence),
-        )
-    if value is not None and value.state == TurnState.HELD_INTEGRITY:
-        raise GateError(
-            409,
-            "integrity_hold",
-            "the run's stored records no longer match what was received: resolve its finding first",
-            finding=value.reason,
-        )
 
 
 def turn_block(*, turn: Turn, actor: Actor, reason: str) -> GateView:

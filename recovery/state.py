@@ -15,9 +15,10 @@ whatever an approval said, until an operator gives a finding for it (the engine 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -45,8 +46,19 @@ WAITING = frozenset(
     {TurnState.HELD_EFFECT, TurnState.HELD_REVIEW, TurnState.HELD_JOURNAL, TurnState.HELD_INTEGRITY, TurnState.PARKED}
 )
 HELD = WAITING | {TurnState.BLOCKED_OPERATOR}
-# Held states an approval may lift (the service still checks each turn: evidence, coverage).
+# Which held states an approval may lift: the one home of the rule, read by the services, the pages, the
+# rows and the bulk confirmation. An approval lifts these as they are (the service still checks coverage):
 APPROVABLE = frozenset({TurnState.HELD_REVIEW, TurnState.BLOCKED_OPERATOR, TurnState.PARKED})
+# ... this one only with evidence for each unconfirmed effect:
+APPROVABLE_WITH_EVIDENCE = frozenset({TurnState.HELD_EFFECT})
+# ... and these never as they stand: what each needs first (a bulk approval, which gives no evidence, leaves
+# all three alone; the confirmation page counts them beforehand).
+APPROVAL_NEEDS = {
+    TurnState.HELD_EFFECT: "need evidence for an unconfirmed effect",
+    TurnState.HELD_JOURNAL: "need a repaired journal",
+    TurnState.HELD_INTEGRITY: "need their integrity finding resolved",
+}
+OFFER_APPROVE, OFFER_WITH_EVIDENCE = "approve", "with_evidence"
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,57 @@ class StateValue:
         }
 
 
+def approval_offer(state: str | None) -> str:
+    """What the pages offer for a turn in ``state``: the approve button (``approve``), the approve form with
+    evidence fields (``with_evidence``), or nothing (""). The service decides; this only spares the operator
+    a form it is known to refuse."""
+    if state in APPROVABLE:
+        return OFFER_APPROVE
+    if state in APPROVABLE_WITH_EVIDENCE:
+        return OFFER_WITH_EVIDENCE
+    return ""
+
+
+@dataclass(frozen=True)
+class ApprovalRefusal:
+    """Why no approval may lift a hold: a stable code, one line of words, and the fields that name the fact."""
+
+    code: str
+    detail: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def approval_refusal(*, row: EngineRow, value: StateValue | None) -> ApprovalRefusal | None:
+    """The refusal of an approval of a turn the engine read as ``row`` and whose state is ``value`` (the
+    evidence given with the approval already read), or None when an approval may lift its hold."""
+    if row.decision == Decision.DISCARDED:
+        return ApprovalRefusal("turn_discarded", "a turn planned only on a discarded suffix never resumes")
+    if row.decision == Decision.BLOCKED and row.reason in RUN_LEVEL_CODES:
+        return ApprovalRefusal(
+            "run_level_violation",
+            "a run-level violation is repaired in the journal, not approved",
+            {"violation": row.reason},
+        )
+    if row.decision == Decision.BLOCKED and row.reason == REPAIR_QUARANTINED:
+        return ApprovalRefusal(
+            "repair_quarantined",
+            "a repair set this turn's records aside: the runtime re-sends them, no approval lets it go on",
+        )
+    if value is not None and value.needs_evidence:
+        return ApprovalRefusal(
+            "evidence_required",
+            "an effect of this turn is unconfirmed: give evidence (happened / not_happened) for each intent",
+            {"intents": list(value.needs_evidence)},
+        )
+    if value is not None and value.state == TurnState.HELD_INTEGRITY:
+        return ApprovalRefusal(
+            "integrity_hold",
+            "the run's stored records no longer match what was received: resolve its finding first",
+            {"finding": value.reason},
+        )
+    return None
+
+
 def engine_row(row: Any) -> EngineRow:
     """A TurnAssessment (or anything with its fields) as the rule reads it."""
     decision = getattr(row.decision, "value", row.decision)
@@ -122,7 +185,7 @@ def turn_state_compute(
     integrity: str | None,
 ) -> StateValue:
     """The effective state of one turn. ``covered``: the operator decision in force is an approval of the
-    engine's current blocking facts (same reason, same violations: recovery.selectors.approval_covers).
+    engine's current blocking facts (same reason, same violations: ``covers``).
     ``indeterminate``: the turn's live intents whose outcome is unknown. ``integrity``: the kind of an
     unresolved finding that holds the whole run."""
     who: dict[str, Any] = {}
@@ -198,11 +261,35 @@ def turn_facts_of(violations: Iterable[Any], turn_id: str) -> list[list[Any]]:
     ]
 
 
-def covers(operator: GateDecision | None, engine: EngineRow, facts: list[list[Any]]) -> bool:
-    """Whether the operator decision in force is an approval of exactly the engine's current blocking facts."""
+def covers(operator: GateDecision | None, engine: EngineRow, facts: Callable[[], list[list[Any]]]) -> bool:
+    """Whether the operator decision in force is an approval of exactly the engine's current blocking facts:
+    the one coverage check of the gate and of the stored states. ``facts`` reads the turn's violations as
+    (code, branch, lsn) only when the reason alone does not already answer."""
     if operator is None or operator.kind != "approve" or engine.reason in UNAPPROVABLE_REASONS:
         return False
-    return operator.engine_reason == engine.reason and operator.engine_facts == facts
+    return operator.engine_reason == engine.reason and operator.engine_facts == facts()
+
+
+def turn_state_decide(
+    *,
+    plan: Any,
+    engine: EngineRow,
+    operator: GateDecision | None,
+    facts: Callable[[], list[list[Any]]],
+    indeterminate: Sequence[str],
+    integrity: str | None,
+) -> StateValue:
+    """The effective state of one turn from the inputs the gate (one turn) and the writer (many) gather:
+    its plan, the engine's row, the operator decision in force, its blocking facts, its live intents of
+    unknown outcome and the run's integrity hold."""
+    return turn_state_compute(
+        plan=list(plan) if isinstance(plan, list) else [],
+        engine=engine,
+        operator=operator,
+        covered=covers(operator, engine, facts),
+        indeterminate=indeterminate,
+        integrity=integrity,
+    )
 
 
 # --- The writer -------------------------------------------------------------------------------------
@@ -276,13 +363,11 @@ def turn_states_refresh(
         engine = engine_of.get(pk)
         if engine is None:
             continue
-        operator = operator_of.get(pk)
-        covered = covers(operator, engine, turn_facts_of(violations or [], turn_id)) if operator else False
-        value = turn_state_compute(
-            plan=list(plan) if isinstance(plan, list) else [],
+        value = turn_state_decide(
+            plan=plan,
             engine=engine,
-            operator=operator,
-            covered=covered,
+            operator=operator_of.get(pk),
+            facts=partial(turn_facts_of, violations or [], turn_id),
             indeterminate=unknown.get(pk, ()),
             integrity=integrity,
         )

@@ -46,8 +46,7 @@ from journals.actors import Actor
 from journals.models import EFFECT_CLASSES, ID_MAX, ApiToken, EffectClass, Run
 from journals.services import IngestError
 from kernel.errors import ServiceError
-from recovery.imports.importers import EffectMap as ConverterMap
-from recovery.imports.importers import ImportRefused, ImportResult, effect_map_parse, history_import
+from recovery.imports.importers import ClassMap, ImportRefused, ImportResult, effect_map_parse, history_import
 from recovery.imports.models import (
     ANY_KEY,
     BY_DEFAULT,
@@ -224,7 +223,7 @@ def effect_map_for(*, system: str, key: str = "", name: str | None = None) -> Ef
     return EffectMapVersion.objects.filter(map=effect_map, number=effect_map.latest).select_related("map").first()
 
 
-def converter_map(version: EffectMapVersion | None) -> ConverterMap:
+def converter_map(version: EffectMapVersion | None) -> ClassMap:
     return effect_map_parse(version.as_json() if version is not None else {})
 
 

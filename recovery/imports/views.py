@@ -20,13 +20,14 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from journals.access import CanRunRecovery, CanView, runtime_token
+from journals.access import CanRunRecovery, CanView
 from journals.api import ErrorSerializer, LoopxView
 from journals.views import API_ERRORS
+from recovery.imports.doors import history_import_for_read
 from recovery.imports.models import HistoryImport
 from recovery.imports.selectors import imported_run_of, intent_class_sources
 from recovery.imports.serializers import HistoryImportSerializer, ImportUploadSerializer, IntentClassSerializer
-from recovery.imports.services import ImportServiceError, history_upload_receive, imports_visible
+from recovery.imports.services import ImportServiceError, history_upload_receive
 
 _UPLOAD_ERRORS = {code: API_ERRORS[code] for code in (401, 403)}
 
@@ -113,10 +114,7 @@ class ImportDetailView(LoopxView):
         },
     )
     def get(self, request: Request, import_id: uuid.UUID) -> Response:
-        upload = imports_visible(scope=self.run_scope()).filter(pk=import_id).first()
-        token = runtime_token(request)
-        if upload is None or (token is not None and upload.token_id != token.pk):
-            raise NotFound("No such import.")
+        upload = history_import_for_read(actor=request.user, pk=import_id)
         return Response(HistoryImportSerializer(upload, context=self.get_serializer_context()).data)
 
 

@@ -18,10 +18,3 @@ def package_uploads_visible(*, user: Any) -> QuerySet[PackageUpload]:
         return PackageUpload.objects.all()
     mine = Q(uploader_id=user.pk) if getattr(user, "pk", None) is not None else Q(pk__in=[])
     return PackageUpload.objects.filter(mine | (Q(run_ident__isnull=False) & scope.q("run_ident")))
-
-
-def package_upload_visible(upload: PackageUpload, *, user: Any) -> bool:
-    scope = run_scope(user=user)
-    if scope.everything or (upload.uploader_id is not None and upload.uploader_id == getattr(user, "pk", None)):
-        return True
-    return upload.run_ident is not None and scope.allows(upload.run_ident)

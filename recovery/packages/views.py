@@ -22,18 +22,17 @@ from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotFound
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from journals.access import CanExportRaw, CanRunRecovery, CanView, runtime_token
+from journals.access import CanExportRaw, CanRunRecovery, CanView
 from journals.api import ErrorSerializer, LoopxView
 from journals.models import Run
 from journals.views import API_ERRORS
+from recovery.packages.doors import package_upload_for_read
 from recovery.packages.models import PackageUpload
-from recovery.packages.selectors import package_upload_visible
 from recovery.packages.serializers import PackageUploadSerializer
 from recovery.packages.services import PackageError, package_upload_receive, run_export
 
@@ -136,7 +135,7 @@ class PackageUploadView(LoopxView):
 
 class PackageDetailView(LoopxView):
     """An upload's status. A runtime token sees only its own uploads; a person, their own and those of the
-    runs they see (recovery.packages.selectors.package_uploads_visible)."""
+    runs they see (recovery.packages.doors)."""
 
     permission_classes = [CanView]
     serializer_class = PackageUploadSerializer
@@ -146,12 +145,7 @@ class PackageDetailView(LoopxView):
         operation_id="packages_retrieve", responses={200: PackageUploadSerializer, **_UPLOAD_ERRORS, **_NO_UPLOAD}
     )
     def get(self, request: Request, upload_id: uuid.UUID) -> Response:
-        upload = PackageUpload.objects.filter(pk=upload_id).first()
-        token = runtime_token(request)
-        if upload is None or (token is not None and upload.token_id != token.pk):
-            raise NotFound("No such package upload.")
-        if token is None and not package_upload_visible(upload, user=request.user):
-            raise NotFound("No such package upload.")
+        upload = package_upload_for_read(actor=request.user, pk=upload_id)
         return Response(PackageUploadSerializer(upload, context=self.get_serializer_context()).data)
 
 

@@ -39,9 +39,9 @@ def recovery_audit_open(*, turn: Turn, fencing_token: int) -> RecoveryAudit:
     with transaction.atomic():
         locked, view = gate_locked(turn=turn)  # the assessment refreshed first, then the turn locked
         claim = claim_require(turn=locked, fencing_token=fencing_token)
-        if view.state == HOLD:
+        if view.gate == HOLD:
             raise GateError(409, "turn_blocked", "the gate holds this turn", reason=view.reason)
-        if view.state == DONE:
+        if view.gate == DONE:
             raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)
         if view.attempts >= view.max_attempts:
             turn_park(turn=locked, view=view)

@@ -28,6 +28,7 @@ from console.turn_detail import turn_page
 from engine.writer import JournalWriter
 from journals.access import EVERY_RUN
 from journals.models import Intent, Run, Turn, TurnEffective
+from journals.selectors import turn_with_timeline
 from journals.services import records_ingest
 from kernel.errors import ServiceError
 from recovery.findings.models import UNRESOLVED, Finding
@@ -185,7 +186,7 @@ class OneTruth(RuleBasedStateMachine):
         turn = self._turn(name)
         if turn is not None:
             view = turn_decision(turn=turn)
-            if view.state != "done":
+            if view.gate != "done":
                 turn_park(turn=turn, view=view)
 
     @rule(name=st.sampled_from(TURNS), block=st.booleans())
@@ -232,7 +233,7 @@ class OneTruth(RuleBasedStateMachine):
             detail = self.api.get(f"/api/v1/runs/{self.run_id}/turns/{turn.turn_id}").json()["state"]
             assert (detail["state"], detail["gate"], detail["reason"]) == (kept[0], kept[1], kept[3])
             assert (api_list[turn.turn_id]["state"], api_list[turn.turn_id]["gate"]) == (kept[0], kept[1])
-            page = turn_page(turn.pk)
+            page = turn_page(turn_with_timeline(turn=turn))
             assert page.state is not None and str(page.state.state) == kept[0]
             assert page.held == (kept[1] == "hold")
             for wanted in (kept[0], *(g for g, members in STATE_GROUPS.items() if kept[0] in members)):
@@ -241,7 +242,7 @@ class OneTruth(RuleBasedStateMachine):
             assert (turn.pk in held_queue) == (kept[1] == "hold")
             # Unknown never becomes "probably fine".
             if Intent.objects.filter(turn=turn, live=True, resolution="indeterminate", effect_class="unsafe").exists():
-                assert gate.state != "proceed", turn.turn_id
+                assert gate.gate != "proceed", turn.turn_id
         counts = {**Counter(str(v.state) for v in stored.values()), "unassessed": len(turns) - len(stored)}
         assert state_counts(scope=EVERY_RUN, runs=[run.pk]) == counts  # the overview's tiles and chart count with it
         present = {k: n for k, n in counts.items() if n}

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from engine import assess
-from recovery.imports.importers import EffectMap, ImportResult, effect_map_parse, history_import
+from recovery.imports.importers import ClassMap, ImportResult, effect_map_parse, history_import
 from recovery.management.commands.assess_journal import Command as AssessCommand
 from recovery.management.commands.import_history import Command as ImportCommand
 
@@ -137,5 +137,5 @@ def _run(command: Any, name: str, capsys: pytest.CaptureFixture[str], args: tupl
     return code, out, err
 
 
-def effects(obj: dict[str, str]) -> EffectMap:
+def effects(obj: dict[str, str]) -> ClassMap:
     return effect_map_parse(obj)

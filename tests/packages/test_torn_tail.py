@@ -125,7 +125,7 @@ def test_the_run_is_blocked_with_storage_corruption_on_every_turn(imported):
     run.refresh_from_db()
     assert run.blocked_reason == "storage_corruption"
     for turn in Turn.objects.filter(run=run):
-        assert turn_decision(turn=turn).state == HOLD  # no approval covers a run-level violation
+        assert turn_decision(turn=turn).gate == HOLD  # no approval covers a run-level violation
     # The torn line is read after the stored records, so line N is still the record with seq N for the pages,
     # and the reason's line names no stored record.
     rows = TurnAssessment.objects.filter(assessment=Assessment.objects.filter(run=run).latest())

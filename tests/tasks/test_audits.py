@@ -200,7 +200,7 @@ def test_changed_bytes_are_storage_corruption_and_block_the_run(published, opera
     chain()
     assert not Finding.objects.exists()
     turn = Turn.objects.get(run=run, turn_id="t-sync")
-    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).state == "proceed"
+    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).gate == "proceed"
     original = bytes(JournalRecord.objects.get(run=run, seq=5).line)
     forged = original.replace(b'"at":"2026', b'"at":"2027')
     assert forged != original
@@ -212,15 +212,15 @@ def test_changed_bytes_are_storage_corruption_and_block_the_run(published, opera
     assert corrupt.evidence["recorded_digest"] != corrupt.evidence["stored_bytes_digest"]
     assert "2027" not in str(corrupt.evidence)  # never quotes the bytes
     view = gate_view(turn=turn, assessment=assessment_refresh(run=run))
-    assert (view.state, view.reason) == ("hold", "storage_corruption")
+    assert (view.gate, view.reason) == ("hold", "storage_corruption")
     assert view.row.decision == "resume"  # the engine's answer is still there to see
     # Only a person lifts it; the audit never does, however often it runs.
     chain(full_passes=10)
     chain()
-    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).state == "hold"
+    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).gate == "hold"
     for finding in Finding.objects.filter(run=run, state="open"):
         finding_resolve(finding=finding, actor=operator, reason="restored the record from the recovery package")
-    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).state == "proceed"
+    assert gate_view(turn=turn, assessment=assessment_refresh(run=run)).gate == "proceed"
 
 
 def test_a_deleted_record_is_storage_corruption(published):

@@ -20,8 +20,8 @@ from typing import Any
 from . import dbos, langgraph, stepfunctions, temporal
 from ._common import (
     EFFECT_CLASSES,
-    EffectMap,
-    ImportedRun,
+    ClassMap,
+    ConvertedRun,
     ImportRefused,
     ImportResult,
     Progress,
@@ -39,7 +39,7 @@ def history_import(
     *,
     source: str,
     data: bytes,
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -74,7 +74,7 @@ def history_import_url(
     *,
     source: str,
     url: str,
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -99,7 +99,7 @@ def history_import_file(
     *,
     source: str,
     path: str | os.PathLike[str],
-    effects: EffectMap,
+    effects: ClassMap,
     run: str | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
@@ -112,10 +112,10 @@ def history_import_file(
 __all__ = [
     "EFFECT_CLASSES",
     "SOURCES",
-    "EffectMap",
+    "ClassMap",
     "ImportRefused",
     "ImportResult",
-    "ImportedRun",
+    "ConvertedRun",
     "effect_map_parse",
     "history_import",
     "history_import_file",

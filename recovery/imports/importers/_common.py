@@ -37,7 +37,7 @@ def refuse(message: str) -> ImportRefused:
 
 
 @dataclass(frozen=True)
-class EffectMap:
+class ClassMap:
     """A name (an activity type, a Step Functions resource, a LangGraph node) to its effect class.
 
     ``entries`` never holds ``"*"``: that key sets ``default``, which is otherwise ``unsafe``."""
@@ -66,7 +66,7 @@ class EffectMap:
         return self.classify(None)
 
 
-def effect_map_parse(obj: object) -> EffectMap:
+def effect_map_parse(obj: object) -> ClassMap:
     """An effect map from its JSON object; anything else is ``effect_map_invalid``."""
     if not isinstance(obj, dict):
         raise ImportRefused("effect_map_invalid", "the effect map is not a JSON object")
@@ -84,11 +84,11 @@ def effect_map_parse(obj: object) -> EffectMap:
             default, has_default = value, True
         else:
             entries[key] = value
-    return EffectMap(entries=dict(sorted(entries.items())), default=default, has_default_key=has_default)
+    return ClassMap(entries=dict(sorted(entries.items())), default=default, has_default_key=has_default)
 
 
 @dataclass(frozen=True)
-class ImportedRun:
+class ConvertedRun:
     run: str
     journal: bytes
     records: int
@@ -98,7 +98,7 @@ class ImportedRun:
 @dataclass(frozen=True)
 class ImportResult:
     source: str
-    runs: list[ImportedRun]
+    runs: list[ConvertedRun]
     skipped: Mapping[str, int]  # what the source held that the journal does not, by event type
     events: int  # the source's events (Temporal, Step Functions) or checkpoints and writes (LangGraph)
     sha256: str  # of the source file's bytes
@@ -165,8 +165,8 @@ class Journal:
     def data(self) -> bytes:
         return b"\n".join(self.lines) + b"\n" if self.lines else b""
 
-    def result(self) -> ImportedRun:
-        return ImportedRun(run=self.run, journal=self.data(), records=len(self.lines), decided_by=self.decided_by)
+    def result(self) -> ConvertedRun:
+        return ConvertedRun(run=self.run, journal=self.data(), records=len(self.lines), decided_by=self.decided_by)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

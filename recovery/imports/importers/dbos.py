@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ._common import EFFECT_CLASSES, EffectMap, Journal, Progress, refuse, sqlite_image_open
+from ._common import EFFECT_CLASSES, ClassMap, Journal, Progress, refuse, sqlite_image_open
 
 PHASES = ["start", "close"]
 TURN = "workflow"
@@ -183,7 +183,7 @@ def _at(millis: int | None) -> str | None:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{millis % 1000:03d}Z"
 
 
-def _unknown_class(effects: EffectMap) -> str:
+def _unknown_class(effects: ClassMap) -> str:
     """The most dangerous class the map allows: what a step that no row names may have been."""
     classes = {*effects.entries.values(), effects.default}
     for cls in reversed(EFFECT_CLASSES):  # unsafe, idempotent, safe
@@ -196,7 +196,7 @@ def _workflow_journal(
     workflow: Workflow,
     operations: list[Operation],
     by_uuid: dict[str, Workflow],
-    effects: EffectMap,
+    effects: ClassMap,
     run: str,
     skipped: dict[str, int],
 ) -> Journal:
@@ -278,7 +278,7 @@ def convert_rows(
     workflows: list[Workflow],
     operations: list[Operation],
     *,
-    effects: EffectMap,
+    effects: ClassMap,
     prefix: str | None,
     progress: Progress | None,
 ) -> tuple[list[Journal], dict[str, int], int]:
@@ -306,7 +306,7 @@ def convert_rows(
 
 
 def convert(
-    data: bytes, *, effects: EffectMap, prefix: str | None, progress: Progress | None
+    data: bytes, *, effects: ClassMap, prefix: str | None, progress: Progress | None
 ) -> tuple[list[Journal], dict[str, int], int]:
     workflows, operations = read_sqlite(data)
     return convert_rows(workflows, operations, effects=effects, prefix=prefix, progress=progress)

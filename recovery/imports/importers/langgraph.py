@@ -25,7 +25,7 @@ import orjson
 
 from engine.assess import valid_at
 
-from ._common import EffectMap, Journal, Progress, refuse, sqlite_image_open
+from ._common import ClassMap, Journal, Progress, refuse, sqlite_image_open
 
 PHASES = ["tasks", "checkpoint"]
 _CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint"}
@@ -171,7 +171,7 @@ def _node_of(task_path: Any) -> str | None:
 class _Run:
     """One thread's journal."""
 
-    def __init__(self, run: str, lineage: str, effects: EffectMap, writes: dict[str, dict[str, _Task]]) -> None:
+    def __init__(self, run: str, lineage: str, effects: ClassMap, writes: dict[str, dict[str, _Task]]) -> None:
         self.j = Journal(run)
         self.lineage = lineage
         self.effects = effects
@@ -322,7 +322,7 @@ def _iter_writes(conn: sqlite3.Connection, has_path: bool, thread: Any, ns: Any)
 
 
 def convert(
-    data: bytes, *, effects: EffectMap, prefix: str | None, progress: Progress | None
+    data: bytes, *, effects: ClassMap, prefix: str | None, progress: Progress | None
 ) -> tuple[list[Journal], dict[str, int], int]:
     with closing(sqlite_image_open(data)) as conn:
         checkpoint_columns = _columns(conn, "checkpoints")

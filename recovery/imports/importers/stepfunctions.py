@@ -16,7 +16,7 @@ import orjson
 
 from engine.assess import valid_at
 
-from ._common import EffectMap, Journal, Progress, refuse, value_digest
+from ._common import ClassMap, Journal, Progress, refuse, value_digest
 
 PHASES = ["enter", "exit"]
 
@@ -162,7 +162,7 @@ def _events_by_id(data: bytes) -> dict[int, dict[str, Any]]:
 class _Converter:
     """docs/imports.md's table, one event at a time in id order, into a Journal."""
 
-    def __init__(self, by_id: dict[int, dict[str, Any]], effects: EffectMap, run: str) -> None:
+    def __init__(self, by_id: dict[int, dict[str, Any]], effects: ClassMap, run: str) -> None:
         self.by_id = by_id
         self.effects = effects
         self.j = Journal(run)
@@ -362,7 +362,7 @@ class _Converter:
 
 
 def convert(
-    data: bytes, *, effects: EffectMap, run: str | None, file_sha: str, progress: Progress | None
+    data: bytes, *, effects: ClassMap, run: str | None, file_sha: str, progress: Progress | None
 ) -> tuple[Journal, dict[str, int], int]:
     by_id = _events_by_id(data)
     converter = _Converter(by_id, effects, run or "stepfunctions-" + file_sha[:16])

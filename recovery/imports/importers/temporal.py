@@ -24,7 +24,7 @@ import orjson
 
 from engine.assess import valid_at
 
-from ._common import EffectMap, ImportRefused, Journal, Progress, refuse, value_digest
+from ._common import ClassMap, ImportRefused, Journal, Progress, refuse, value_digest
 
 TURN = "workflow"
 PHASES = ["start", "close"]
@@ -256,7 +256,7 @@ def _local_activity_type(attrs: dict[str, Any]) -> str | None:
 class _Mapper:
     """docs/imports.md's table, one event at a time, into a Journal."""
 
-    def __init__(self, effects: EffectMap, run: str | None, file_sha: str) -> None:
+    def __init__(self, effects: ClassMap, run: str | None, file_sha: str) -> None:
         self.effects = effects
         self.run_arg = run
         self.file_sha = file_sha
@@ -492,7 +492,7 @@ _HANDLERS: dict[str, _Handler] = {
 
 
 def convert(
-    data: Any, *, effects: EffectMap, run: str | None, file_sha: str, progress: Progress | None
+    data: Any, *, effects: ClassMap, run: str | None, file_sha: str, progress: Progress | None
 ) -> tuple[Journal, dict[str, int], int]:
     """(the journal, skipped counts, events) of the history in ``data`` (bytes).
     ``progress(done, total)`` counts the file's bytes."""

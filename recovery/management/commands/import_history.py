@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from recovery.imports.importers import (
     SOURCES,
-    EffectMap,
+    ClassMap,
     ImportRefused,
     effect_map_parse,
     history_import_file,
@@ -41,7 +41,7 @@ def _raise_usage(message: str) -> Any:
     raise _UsageError(message)
 
 
-def _effects(path: str | None) -> EffectMap:
+def _effects(path: str | None) -> ClassMap:
     if path is None:
         return effect_map_parse({})
     try:
