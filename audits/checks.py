@@ -22,8 +22,7 @@ from django.utils import timezone
 
 from audits.chain import chain_rewind_oldest, chain_verify_run
 from journals.assessment_flag import assessment_request, assessments_lease_expired, assessments_overdue
-from journals.models import JournalRecord, Run, Turn, TurnEffective, TurnState
-from journals.pending import PendingAssessment
+from journals.models import JournalRecord, PendingAssessment, Run, Turn, TurnEffective, TurnState
 from recovery import services as recovery_services
 from recovery.background import assessment_enqueue
 from recovery.findings.models import UNRESOLVED, Finding

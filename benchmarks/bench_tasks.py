@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db.models import F, Max, Min
 
     # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
-    from journals.models import Run
-    from journals.pending import PendingAssessment
+    from journals.models import PendingAssessment, Run
     from journals.services import records_ingest
     from loopx_site.celery import app
     from ops.demo import workload_lines

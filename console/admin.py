@@ -15,16 +15,19 @@ from typing import Any
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.html import format_html
+from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask, SolarSchedule
 
 from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffective, TurnState
 from journals.selectors import record_public
 from kernel.errors import ServiceError
 from recovery.services import turn_block
 from recovery.state import DONE
+from teams.models import Team
 from trail.admin_mixin import AuditedAdminMixin
 from trail.models import OperatorAction
 from trail.services import operator_action_record
@@ -187,17 +190,6 @@ def _audit_the_admins() -> None:
     (who sees which runs) are edited in their apps' own admin pages; each is re-registered here with the
     trail's mixin so that every add,
     change and delete is an OperatorAction (trail/admin_mixin.py)."""
-    from django.contrib.auth.models import Group, User
-    from django_celery_beat.models import (
-        ClockedSchedule,
-        CrontabSchedule,
-        IntervalSchedule,
-        PeriodicTask,
-        SolarSchedule,
-    )
-
-    from teams.models import Team
-
     families = {PeriodicTask: "schedule", IntervalSchedule: "schedule", CrontabSchedule: "schedule",
                 SolarSchedule: "schedule", ClockedSchedule: "schedule", User: "user", Group: "role", Team: "team"}
     for model, family in families.items():

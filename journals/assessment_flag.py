@@ -1,4 +1,4 @@
-"""Every write of the pending-assessment flag (journals/pending.py): raised by intake, lowered and stamped
+"""Every write of the pending-assessment flag (journals.models.PendingAssessment): raised by intake, lowered and stamped
 by the assessment task through the functions here, so the table has one writer.
 
 When a batch raises the flag, its transaction announces ``prefix_moved`` once it commits
@@ -16,8 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from journals.models import Run
-from journals.pending import PendingAssessment
+from journals.models import PendingAssessment, Run
 from kernel import events
 from kernel.events import emit
 

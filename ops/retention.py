@@ -41,8 +41,17 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audits.models import ChainCursor
-from journals.models import Branch, Checkpoint, Intent, JournalRecord, Phase, Run, Turn, TurnEffective
-from journals.pending import PendingAssessment
+from journals.models import (
+    Branch,
+    Checkpoint,
+    Intent,
+    JournalRecord,
+    PendingAssessment,
+    Phase,
+    Run,
+    Turn,
+    TurnEffective,
+)
 from journals.services import records_ingest
 from kernel import context
 from kernel.dialect import set_local

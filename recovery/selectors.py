@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from engine import OffsetMismatch
-from journals.models import Decision, Intent, Resolution, Run, Turn
+from journals.models import Intent, Resolution, Run, Turn
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.recovery_audits.models import RecoveryAudit
 from recovery.state import (
@@ -32,8 +32,8 @@ from recovery.state import (
     RUN_LEVEL_CODES,
     StateValue,
     engine_row,
-    run_integrity_hold,
-    turn_facts_of,
+    state_inputs_gather,
+    turn_facts,
     turn_state_decide,
 )
 
@@ -109,11 +109,6 @@ def planned_actions(turn: Turn, row: TurnAssessment, intents: list[Intent]) -> l
     return actions
 
 
-def operator_in_force(*, turn: Turn) -> GateDecision | None:
-    """The latest operator decision of any kind (approve, block, park) is the one in force."""
-    return GateDecision.objects.filter(turn=turn).order_by("-id").first()
-
-
 def claim_current(*, turn: Turn) -> TurnClaim | None:
     """The claim whose lease holds now, if any."""
     return (
@@ -138,22 +133,6 @@ def attempts_without_progress(*, turn: Turn, key: str) -> int:
     return count
 
 
-def assessment_violations(assessment: Assessment) -> list[Any]:
-    """The assessment's `violations`. When the caller deferred the output (it holds every turn of the run,
-    megabytes on a large run), only that key is read from the database."""
-    if "output" not in assessment.get_deferred_fields():
-        found: Any = assessment.output.get("violations", [])
-    else:
-        found = Assessment.objects.filter(pk=assessment.pk).values_list("output__violations", flat=True).first()
-    return found if isinstance(found, list) else []
-
-
-def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | None = None) -> list[list[Any]]:
-    """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers.
-    ``violations``: the assessment's, when the caller already has them."""
-    return turn_facts_of(assessment_violations(assessment) if violations is None else violations, turn_id)
-
-
 def gate_view(
     *,
     turn: Turn,
@@ -170,7 +149,6 @@ def gate_view(
     the gate does not read them again."""
     if row is None or row.assessment_id != assessment.pk or row.turn_id != turn.pk:
         row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
-    operator = None if no_decisions else operator_in_force(turn=turn)
     key = progress_key(row)
     attempts = 0 if no_audits else attempts_without_progress(turn=turn, key=key)
     if intents is None:
@@ -178,16 +156,17 @@ def gate_view(
     engine = engine_row(row)
     # An unresolved integrity finding of the chain verification (stored records no longer match what was
     # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
-    finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
-    done = finished and (operator is None or operator.kind == "approve")
-    integrity = None if done else run_integrity_hold(run_id=turn.run_id)  # a done turn is never held
+    inputs = state_inputs_gather(
+        run_id=turn.run_id, turn_pks=[turn.pk], intents=intents, read_decisions=not no_decisions, engine=engine
+    )
+    operator = inputs.operator_of.get(turn.pk)
     value = turn_state_decide(
         plan=turn.plan,
         engine=engine,
         operator=operator,
         facts=lambda: turn_facts(assessment, turn.turn_id, violations),
-        indeterminate=[i.intent_id for i in intents if i.live and i.resolution == Resolution.INDETERMINATE],
-        integrity=integrity,
+        indeterminate=inputs.unknown.get(turn.pk, ()),
+        integrity=inputs.integrity,
     )
     return GateView(
         turn=turn,

@@ -39,9 +39,8 @@ from recovery.selectors import (
     claim_current,
     evidence_in_force,
     gate_view,
-    turn_facts,
 )
-from recovery.state import EngineRow, approval_refusal, engine_row, turn_states_refresh
+from recovery.state import EngineRow, approval_refusal, engine_row, turn_facts, turn_states_refresh
 from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).

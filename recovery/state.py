@@ -252,6 +252,71 @@ def run_integrity_hold(*, run_id: int) -> str | None:
     return run_integrity_finding(run_id=run_id)
 
 
+def assessment_violations(assessment: Assessment) -> list[Any]:
+    """The assessment's `violations`. When the caller deferred the output (it holds every turn of the run,
+    megabytes on a large run), only that key is read from the database."""
+    if "output" not in assessment.get_deferred_fields():
+        found: Any = assessment.output.get("violations", [])
+    else:
+        found = Assessment.objects.filter(pk=assessment.pk).values_list("output__violations", flat=True).first()
+    return found if isinstance(found, list) else []
+
+
+def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | None = None) -> list[list[Any]]:
+    """The turn's violations in the assessment, as (code, branch, lsn): what an approval covers.
+    ``violations``: the assessment's, when the caller already has them."""
+    return turn_facts_of(assessment_violations(assessment) if violations is None else violations, turn_id)
+
+
+@dataclass(frozen=True)
+class StateInputs:
+    """What a turn's effective state reads besides the engine's row, for one turn or many: the operator
+    decision in force (the latest of any kind), the live intents whose outcome nobody knows, and the run's
+    integrity hold."""
+
+    operator_of: Mapping[int, GateDecision]
+    unknown: Mapping[int, Sequence[str]]
+    integrity: str | None
+
+
+def state_inputs_gather(
+    *,
+    run_id: int,
+    turn_pks: Sequence[int] | None = None,
+    intents: Sequence[Intent] | None = None,
+    read_decisions: bool = True,
+    engine: EngineRow | None = None,
+) -> StateInputs:
+    """The inputs of the run's turns (all of them, or ``turn_pks``), each read in one query. A caller that
+    already holds the turns' intents passes them; one that knows the turn has no operator decision says so.
+    For one turn whose engine row is given, a done turn (finished, and no block over it) skips the integrity
+    read: no integrity hold reaches a finished turn."""
+    operator_of: dict[int, GateDecision] = {}
+    if read_decisions:
+        decisions = GateDecision.objects.filter(run_id=run_id)
+        if turn_pks is not None:
+            decisions = decisions.filter(turn_id__in=list(turn_pks))
+        for decision in decisions.order_by("id").iterator(chunk_size=2000):
+            operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
+    unknown: dict[int, list[str]] = {}
+    if intents is None:
+        rows = Intent.objects.filter(turn__run_id=run_id, live=True, resolution=Resolution.INDETERMINATE)
+        if turn_pks is not None:
+            rows = rows.filter(turn_id__in=list(turn_pks))
+        pairs = list(rows.order_by("turn_id", "position").values_list("turn_id", "intent_id"))
+    else:
+        pairs = [(i.turn_id, i.intent_id) for i in intents if i.live and i.resolution == Resolution.INDETERMINATE]
+    for turn_pk, intent_id in pairs:
+        unknown.setdefault(turn_pk, []).append(intent_id)
+    done = False
+    if engine is not None and turn_pks is not None and len(turn_pks) == 1:
+        operator = operator_of.get(turn_pks[0])
+        finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
+        done = finished and (operator is None or operator.kind == "approve")
+    integrity = None if done else run_integrity_hold(run_id=run_id)
+    return StateInputs(operator_of=operator_of, unknown=unknown, integrity=integrity)
+
+
 def turn_facts_of(violations: Iterable[Any], turn_id: str) -> list[list[Any]]:
     """The turn's violations as (code, branch, lsn): what an approval covers."""
     return [
@@ -318,17 +383,14 @@ def turn_states_refresh(
         return {}
     rows = TurnAssessment.objects.filter(assessment=assessment)
     turns = Turn.objects.filter(run=run)
-    decisions = GateDecision.objects.filter(run=run)
-    intents = Intent.objects.filter(turn__run=run, live=True, resolution=Resolution.INDETERMINATE)
     stored = TurnEffective.objects.filter(run=run)
-    if turn_pks is not None:
-        wanted = list(turn_pks)
-        rows, turns, decisions = (
+    wanted = None if turn_pks is None else list(turn_pks)
+    if wanted is not None:
+        rows, turns, stored = (
             rows.filter(turn_id__in=wanted),
             turns.filter(pk__in=wanted),
-            decisions.filter(turn_id__in=wanted),
+            stored.filter(turn_id__in=wanted),
         )
-        intents, stored = intents.filter(turn_id__in=wanted), stored.filter(turn_id__in=wanted)
     # The assessment that just stored its rows hands them over: they are not read back.
     engine_of = (
         dict(engine_rows)
@@ -342,17 +404,10 @@ def turn_states_refresh(
     )
     if not engine_of:
         return {}
-    operator_of: dict[int, GateDecision] = {}
-    for decision in decisions.order_by("id").iterator(chunk_size=2000):
-        operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
-    unknown: dict[int, list[str]] = {}
-    for turn_pk, intent_id in intents.order_by("turn_id", "position").values_list("turn_id", "intent_id"):
-        unknown.setdefault(turn_pk, []).append(intent_id)
+    inputs = state_inputs_gather(run_id=run.pk, turn_pks=wanted)
+    operator_of, unknown, integrity = inputs.operator_of, inputs.unknown, inputs.integrity
     if violations is None and any(d.kind == "approve" for d in operator_of.values()):
-        from recovery.selectors import assessment_violations
-
         violations = assessment_violations(assessment)
-    integrity = run_integrity_hold(run_id=run.pk)
     existing = {e.turn_id: e for e in stored.iterator(chunk_size=5000)}
     now = timezone.now()
     create: list[TurnEffective] = []

@@ -383,7 +383,7 @@ def test_an_uploader_who_lost_the_operator_role_imports_nothing(operator, tmp_pa
 def test_an_import_raises_the_assessment_flag_as_ingest_does(
     operator, tmp_path, django_capture_on_commit_callbacks, upload_of, monkeypatch
 ):
-    from journals.pending import PendingAssessment
+    from journals.models import PendingAssessment
     from recovery.tasks import assess_run
 
     package = tmp_path / "p.tar.gz"

@@ -12,8 +12,7 @@ import os
 import pytest
 from django.core.management import call_command
 
-from journals.models import JournalRecord, Run, Turn
-from journals.pending import PendingAssessment
+from journals.models import JournalRecord, PendingAssessment, Run, Turn
 from journals.selectors import journal_bytes
 from journals.services import records_ingest
 from kernel.appendonly import AppendOnlyError

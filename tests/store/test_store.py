@@ -268,7 +268,7 @@ def test_a_batch_holds_the_pending_flag_row_until_it_commits(already_raised):
     flag, so the task's lowering UPDATE waits for the batch (nothing committed before it is missed)."""
     import psycopg
 
-    from journals.pending import PendingAssessment
+    from journals.models import PendingAssessment
     from tests.store import pg_session
 
     def batch(lsn: int) -> bytes:

@@ -21,8 +21,7 @@ from audits.models import ChainCursor
 from engine import assess as engine_assess
 from engine.canonical import parse_line
 from engine.writer import JournalWriter
-from journals.models import JournalRecord, Run, Turn
-from journals.pending import PendingAssessment
+from journals.models import JournalRecord, PendingAssessment, Run, Turn
 from ops.demo import run_chain_broken, run_effects, run_fork_checkpoint_v1, run_healthy, workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import assess
-from journals.models import Checkpoint, JournalRecord, Run
-from journals.pending import PendingAssessment
+from journals.models import Checkpoint, JournalRecord, PendingAssessment, Run
 from ops.demo import demo_journals, demo_seed, workload_lines
 from recovery.background import assessment_run
 from recovery.models import TurnAssessment

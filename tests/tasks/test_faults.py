@@ -15,8 +15,7 @@ from unittest import mock
 import pytest
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from journals.models import Run
-from journals.pending import PendingAssessment
+from journals.models import PendingAssessment, Run
 from ops.demo import run_effects, workload_lines
 from recovery.findings.models import Finding
 from recovery.models import Assessment, TurnAssessment

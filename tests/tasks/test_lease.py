@@ -12,8 +12,7 @@ from django.utils import timezone
 
 from audits.checks import audit_assessment_sweep
 from journals.assessment_flag import assessment_flag_lower, assessment_flag_renew
-from journals.models import Run
-from journals.pending import PendingAssessment
+from journals.models import PendingAssessment, Run
 from ops.demo import workload_lines
 from recovery.background import LeaseKeeper, assessment_run
 from recovery.findings.models import Finding

@@ -10,8 +10,7 @@ from django.db import IntegrityError, transaction
 
 from engine import assess as engine_assess
 from journals.assessment_flag import assessment_request, assessments_overdue
-from journals.models import Run
-from journals.pending import PendingAssessment
+from journals.models import PendingAssessment, Run
 from ops.demo import run_healthy, workload_lines
 from recovery.background import assessment_run
 from recovery.models import Assessment, TurnAssessment
