@@ -29,7 +29,6 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
-
 from loopx_client import Gate, TurnHeld  # loopx
 from loopx_client.langgraph import LoopxCheckpointer, effect  # loopx
 
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     config: Any = {"configurable": {"thread_id": args.thread}}
     started = graph.get_state(config).values
     ask = {"messages": [HumanMessage("Where is my refund? (ticket 1234)")]}
-    payload = Command(resume=args.resume) if args.resume else (None if started else ask)
+    payload: Any = Command(resume=args.resume) if args.resume else (None if started else ask)
     try:
         result = graph.invoke(payload, config, durability="sync")
     except TurnHeld as held:  # loopx

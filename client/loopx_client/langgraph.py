@@ -36,17 +36,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
-from langgraph.config import get_config
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
-from langgraph.types import interrupt
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+    )
+    from langgraph.config import get_config
+    from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+    from langgraph.types import interrupt
+except ImportError as missing:  # the core stays standard library only: LangGraph comes with the extra
+    raise ImportError("loopx_client.langgraph needs LangGraph: pip install 'loopx-client[langgraph]'") from missing
 
 from .errors import LoopxError, ServerError, Throttled, TransportError, TurnHeld
 from .gate import Gate
@@ -155,8 +158,7 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
         session = thread.sessions.get(turn)
         if session is not None:
             return session
-        session = self.gate.turn(thread.journal, turn, lineage=thread.lineage, worker_id=self.worker_id,
-                                 phases=PHASES)
+        session = self.gate.turn(thread.journal, turn, lineage=thread.lineage, worker_id=self.worker_id, phases=PHASES)
         try:
             session.__enter__()
         except TurnHeld as held:
@@ -333,7 +335,11 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
         return self.saver.list(config, filter=filter, before=before, limit=limit)
 
     def put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.saver.put(config, checkpoint, metadata, new_versions)
         self.step_saved(config, checkpoint)
@@ -367,7 +373,11 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
             yield item
 
     async def aput(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.saver.aput(config, checkpoint, metadata, new_versions)
         await asyncio.to_thread(self.step_saved, config, checkpoint)
@@ -460,8 +470,12 @@ def effect(
                     return await fn(*args, **kwargs)
                 values = arguments(args, kwargs)
                 return await saver.arun_effect(
-                    where, effect_class, lambda: fn(*args, **kwargs), key=key_of(values),
-                    max_duration=max_duration, arguments=values,
+                    where,
+                    effect_class,
+                    lambda: fn(*args, **kwargs),
+                    key=key_of(values),
+                    max_duration=max_duration,
+                    arguments=values,
                 )
 
             return cast(F, async_wrapper)
@@ -475,8 +489,12 @@ def effect(
                 return fn(*args, **kwargs)
             values = arguments(args, kwargs)
             return saver.run_effect(
-                where, effect_class, lambda: fn(*args, **kwargs), key=key_of(values),
-                max_duration=max_duration, arguments=values,
+                where,
+                effect_class,
+                lambda: fn(*args, **kwargs),
+                key=key_of(values),
+                max_duration=max_duration,
+                arguments=values,
             )
 
         return cast(F, wrapper)
