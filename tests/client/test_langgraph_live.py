@@ -7,6 +7,7 @@ decisions, step by step."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,8 +17,14 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from loopx_client import Gate, TurnHeld
+from loopx_client.langgraph import EffectOutsideGraph, LoopxCheckpointer, effect
 
 from certification.server import PROJECT_ROOT, LiveServer
 from engine import assess
@@ -189,3 +196,64 @@ def test_the_adapter_is_at_most_ten_lines_of_the_agent():
     plain_lines = [line for line in plain.splitlines() if line.strip()]
     # client/README.md says so: 112 lines that are not blank with the adapter, 102 without, 10 of the adapter.
     assert (len(lines), len(plain_lines), len(adapter)) == (112, 102, 10)
+
+
+def test_the_async_methods_journal_an_async_graph_on_a_memory_saver(live_server_for_client, tmp_path):
+    """`ainvoke` on an in-memory saver: the async checkpointer methods journal each step, an async unsafe
+    tool runs only after the server acknowledged its dispatch, and a held step raises from `aget_tuple`."""
+
+    sent: list[str] = []
+
+    @tool
+    @effect("unsafe")
+    async def page_oncall(text: str) -> str:
+        """Page the person on call."""
+        sent.append(text)
+        if len(sent) == 1:
+            raise TimeoutError("the pager did not answer")  # it may have gone out: unknown
+        return "paged"
+
+    async def pager(state: MessagesState) -> dict[str, object]:
+        return {"messages": [await page_oncall.ainvoke({"text": "disk full"})]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("pager", pager)
+    builder.add_edge(START, "pager")
+    builder.add_edge("pager", END)
+    gate = Gate(live_server_for_client.base_url, live_server_for_client.token)
+    with LoopxCheckpointer(InMemorySaver(), gate, journal_dir=tmp_path, worker_id="async-1") as checkpointer:
+        graph = builder.compile(checkpointer=checkpointer)
+        config: Any = {"configurable": {"thread_id": "async-pager"}}
+        with pytest.raises(TimeoutError):
+            asyncio.run(graph.ainvoke({"messages": []}, config, durability="sync"))
+        with pytest.raises(TurnHeld) as held:  # the page is unknown: the gate holds the step, nothing re-runs
+            asyncio.run(graph.ainvoke(None, config, durability="sync"))
+        assert held.value.intent is not None and held.value.intent.startswith("tool:pager:page_oncall:")
+        assert sent == ["disk full"]
+    lines = (tmp_path / "langgraph-async-pager.jsonl").read_bytes().splitlines()
+    records = [json.loads(line) for line in lines]
+    (dispatch,) = [r for r in records if r["kind"] == "intent_dispatched"]
+    assert dispatch["write_ahead"] == "server" and dispatch["effect_class"] == "unsafe"
+    assert [r["outcome"] for r in records if r["kind"] == "effect_observed"] == ["unknown"]
+    assert decisions(lines)[held.value.turn] == "blocked"
+
+
+def test_effect_declarations_are_checked_and_unsafe_tools_run_only_in_a_loopx_graph():
+    with pytest.raises(ValueError):
+        effect("idempotent")  # no key
+    with pytest.raises(ValueError):
+        effect("unsafe", key="k")
+    with pytest.raises(ValueError):
+        effect("write")  # type: ignore[arg-type]
+
+    @effect("unsafe")
+    def send(text: str) -> str:
+        raise AssertionError("an unsafe tool never runs without a turn to journal it in")
+
+    @effect("read")
+    def look(text: str) -> str:
+        return text.upper()
+
+    with pytest.raises(EffectOutsideGraph):
+        send("hello")
+    assert look("hello") == "HELLO"  # a read needs no turn
