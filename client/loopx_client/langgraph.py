@@ -81,6 +81,12 @@ class _Thread:
     journal: Journal
     lock: threading.RLock = field(default_factory=threading.RLock)
     sessions: dict[str, TurnSession] = field(default_factory=dict)
+    alocks: dict[int, asyncio.Lock] = field(default_factory=dict)
+
+    def alock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        """The thread's lock for the async effects of one event loop (an asyncio lock serves one loop)."""
+        with self.lock:
+            return self.alocks.setdefault(id(loop), asyncio.Lock())
 
 
 def step_turn(parent: str | None) -> str:
@@ -189,8 +195,8 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
             if turn in thread.journal.planned() and not self._terminal(thread.journal, turn):
                 self._open(thread, turn)
 
-    def step_saved(self, config: RunnableConfig, checkpoint: Checkpoint) -> None:
-        """LangGraph saved ``checkpoint``: the step that made it, from the checkpoint in ``config``, is done."""
+    def step_saved(self, config: RunnableConfig) -> None:
+        """LangGraph saved a checkpoint: the step that made it, from the checkpoint in ``config``, is done."""
         thread_id = self._root(config)
         if thread_id is None:
             return
@@ -216,7 +222,7 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
             journal.plan(turn, thread.lineage, phases=PHASES)
             for phase in PHASES:
                 journal.commit(turn, phase)
-            journal.terminal(turn, "completed", checkpoint_id=checkpoint["id"])
+            journal.terminal(turn, "completed")
             with contextlib.suppress(*AWAY):
                 self.gate.ship(journal)
 
@@ -259,25 +265,33 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
     ) -> Any:
         thread = self._thread(where.thread_id)
         turn = step_turn(where.step)
-        session = await asyncio.to_thread(self._open_locked, thread, turn)
         intent = intent_name(where.node, where.tool, arguments)
-        settled = self._settled(thread, session, intent, effect_class)
-        if settled is not None:
-            return interrupt(settled)
-        block = session.effect(intent, effect_class, key=key, max_duration=max_duration)
-        await asyncio.to_thread(block.__enter__)
-        try:
-            result = await fn()
-        except BaseException as error:
-            await asyncio.to_thread(block.__exit__, type(error), error, error.__traceback__)
-            await asyncio.to_thread(self._leave, thread, turn, error)
-            raise
-        await asyncio.to_thread(block.__exit__, None, None, None)
-        return result
+        # One effect of the thread at a time, as in the sync path; the journal is written in worker threads
+        # under the thread's lock.
+        async with thread.alock(asyncio.get_running_loop()):
+            session, settled = await asyncio.to_thread(self._prepare, thread, turn, intent, effect_class)
+            if settled is not None:
+                return interrupt(settled)
+            block = session.effect(intent, effect_class, key=key, max_duration=max_duration)
+            await asyncio.to_thread(self._locked, thread, block.__enter__)
+            try:
+                result = await fn()
+            except BaseException as error:
+                await asyncio.to_thread(self._locked, thread, block.__exit__, type(error), error, error.__traceback__)
+                await asyncio.to_thread(self._locked, thread, self._leave, thread, turn, error)
+                raise
+            await asyncio.to_thread(self._locked, thread, block.__exit__, None, None, None)
+            return result
 
-    def _open_locked(self, thread: _Thread, turn: str) -> TurnSession:
+    def _prepare(self, thread: _Thread, turn: str, intent: str, effect_class: EffectClass) -> tuple[TurnSession, Any]:
         with thread.lock:
-            return self._open(thread, turn)
+            session = self._open(thread, turn)
+            return session, self._settled(thread, session, intent, effect_class)
+
+    @staticmethod
+    def _locked(thread: _Thread, call: Callable[..., Any], *args: Any) -> Any:
+        with thread.lock:
+            return call(*args)
 
     def _settled(self, thread: _Thread, session: TurnSession, intent: str, effect_class: EffectClass) -> Any:
         """An unsafe intent whose dispatch has a ``succeeded`` readback (the effect happened: the process
@@ -342,7 +356,7 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.saver.put(config, checkpoint, metadata, new_versions)
-        self.step_saved(config, checkpoint)
+        self.step_saved(config)
         return saved
 
     def put_writes(
@@ -380,7 +394,7 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.saver.aput(config, checkpoint, metadata, new_versions)
-        await asyncio.to_thread(self.step_saved, config, checkpoint)
+        await asyncio.to_thread(self.step_saved, config)
         return saved
 
     async def aput_writes(
