@@ -201,7 +201,8 @@ def test_the_adapter_is_at_most_ten_lines_of_the_agent():
 
 def test_the_async_methods_journal_an_async_graph_on_a_memory_saver(live_server_for_client, tmp_path):
     """`ainvoke` on an in-memory saver: the async checkpointer methods journal each step, an async unsafe
-    tool runs only after the server acknowledged its dispatch, and a held step raises from `aget_tuple`."""
+    tool runs only after the server acknowledged its dispatch, a held step raises from `aget_tuple`, and an
+    operator's "it did not happen" sends it again."""
 
     sent: list[str] = []
 
@@ -231,12 +232,27 @@ def test_the_async_methods_journal_an_async_graph_on_a_memory_saver(live_server_
             asyncio.run(graph.ainvoke(None, config, durability="sync"))
         assert held.value.intent is not None and held.value.intent.startswith("tool:pager:page_oncall:")
         assert sent == ["disk full"]
+        # The operator finds that the page never went out: the tool runs again, once.
+        turn, intent = held.value.turn, held.value.intent
+        operator_approves(
+            live_server_for_client,
+            "langgraph-async-pager",
+            turn,
+            {intent: "not_happened"},
+            actor="ops-2",
+            reason="the pager's log has no page",
+        )
+        result = asyncio.run(graph.ainvoke(None, config, durability="sync"))
+        assert result["messages"][-1].content == "paged" and sent == ["disk full", "disk full"]
     lines = (tmp_path / "langgraph-async-pager.jsonl").read_bytes().splitlines()
     records = [json.loads(line) for line in lines]
-    (dispatch,) = [r for r in records if r["kind"] == "intent_dispatched"]
-    assert dispatch["write_ahead"] == "server" and dispatch["effect_class"] == "unsafe"
-    assert [r["outcome"] for r in records if r["kind"] == "effect_observed"] == ["unknown"]
-    assert decisions(lines)[held.value.turn] == "blocked"
+    dispatches = [r for r in records if r["kind"] == "intent_dispatched"]
+    assert [(r["write_ahead"], r["effect_class"], r["intent"]) for r in dispatches] == [
+        ("server", "unsafe", intent)
+    ] * 2
+    # unknown (the timeout), the operator's finding that it did not happen, then the page that went out
+    assert [r["outcome"] for r in records if r["kind"] == "effect_observed"] == ["unknown", "failed", "succeeded"]
+    assert set(decisions(lines).values()) == {"complete"}
 
 
 def test_effect_declarations_are_checked_and_unsafe_tools_run_only_in_a_loopx_graph():
