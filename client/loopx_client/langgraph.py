@@ -30,7 +30,7 @@ import inspect
 import json
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +44,7 @@ try:
         Checkpoint,
         CheckpointMetadata,
         CheckpointTuple,
+        DeltaChannelHistory,
     )
     from langgraph.config import get_config
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER
@@ -367,6 +368,20 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
     def delete_thread(self, thread_id: str) -> None:
         self.saver.delete_thread(thread_id)
 
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.saver.delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.saver.copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.saver.prune(thread_ids, strategy=strategy)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self.saver.get_delta_channel_history(config=config, channels=channels)
+
     def get_next_version(self, current: Any, channel: None) -> Any:
         return self.saver.get_next_version(current, channel)
 
@@ -404,6 +419,20 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.saver.adelete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.saver.adelete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.saver.acopy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.saver.aprune(thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self.saver.aget_delta_channel_history(config=config, channels=channels)
 
 
 @dataclass(frozen=True)

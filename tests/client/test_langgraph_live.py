@@ -24,7 +24,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from loopx_client import Gate, TurnHeld
-from loopx_client.langgraph import EffectOutsideGraph, LoopxCheckpointer, effect
+from loopx_client.langgraph import EffectOutsideGraph, LoopxCheckpointer, effect, step_turn
 
 from certification.server import PROJECT_ROOT, LiveServer
 from engine import assess
@@ -274,3 +274,26 @@ def test_effect_declarations_are_checked_and_unsafe_tools_run_only_in_a_loopx_gr
     with pytest.raises(EffectOutsideGraph):
         send("hello")
     assert look("hello") == "HELLO"  # a read needs no turn
+
+
+def test_the_wrapped_saver_keeps_the_checkpoints_and_a_step_without_effects_is_a_turn(live_server_for_client, tmp_path):
+    def echo(state: MessagesState) -> dict[str, object]:
+        return {"messages": [("ai", "hello")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", echo)
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    inner = InMemorySaver()
+    gate = Gate(live_server_for_client.base_url, live_server_for_client.token)
+    with LoopxCheckpointer(inner, gate, journal_dir=tmp_path, worker_id="plain-1") as checkpointer:
+        config: Any = {"configurable": {"thread_id": "plain"}}
+        builder.compile(checkpointer=checkpointer).invoke({"messages": [("user", "hi")]}, config, durability="sync")
+        saved = [c.config for c in checkpointer.list(config)]
+        assert saved == [c.config for c in inner.list(config)] and len(saved) == 3
+        lines = (tmp_path / "langgraph-plain.jsonl").read_bytes().splitlines()
+        # A turn per saved checkpoint, named after the checkpoint its step ran from, each complete.
+        parents = [None, *[c.config["configurable"]["checkpoint_id"] for c in reversed(list(inner.list(config)))][:-1]]
+        assert decisions(lines) == {step_turn(parent): "complete" for parent in parents}
+        checkpointer.delete_thread("plain")
+        assert list(inner.list(config)) == []
