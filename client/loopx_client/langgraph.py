@@ -65,6 +65,10 @@ START_STEP = "start"  # the step that saves a thread's first checkpoint runs fro
 # LangGraph's loop loads a thread's latest checkpoint with its runtime in the configuration; a bare
 # `get_state` does not. Only the first is about to run something, so only it asks the gate.
 LOOP_CONFIG_KEY = "__pregel_runtime"
+# How the loop saves its checkpoints, as it tells the saver. Only "sync" saves a step's checkpoint before
+# the next step runs: otherwise a crash can lose a checkpoint whose next step already sent an effect, and
+# LangGraph would redo that step under a checkpoint of another id, a turn this journal never saw.
+DURABILITY_CONFIG_KEY = "__pregel_durability"
 
 Declared = Literal["read", "idempotent", "unsafe"]
 CLASSES: dict[str, EffectClass] = {"read": "safe", "idempotent": "idempotent", "unsafe": "unsafe"}
@@ -188,7 +192,12 @@ class LoopxCheckpointer(BaseCheckpointSaver[Any]):
         open (a crash, an interrupt, an error) is resumed only when the gate lets it (``TurnHeld``)."""
         thread_id = self._root(config)
         conf = config.get("configurable") or {}
-        if thread_id is None or saved is None or conf.get("checkpoint_id") or LOOP_CONFIG_KEY not in conf:
+        if thread_id is None or LOOP_CONFIG_KEY not in conf:
+            return
+        durability = conf.get(DURABILITY_CONFIG_KEY, "async")  # LangGraph's default when none is given
+        if durability != "sync":
+            raise DurabilityNotSync(f"durability={durability!r}: invoke the graph with durability='sync'")
+        if saved is None or conf.get("checkpoint_id"):
             return
         thread = self._thread(thread_id)
         turn = step_turn(saved.checkpoint["id"])
@@ -465,6 +474,10 @@ def _where(tool: str) -> tuple[LoopxCheckpointer | None, _Where | None]:
     return saver, _Where(str(conf["thread_id"]), str(step), str(node), tool)
 
 
+class DurabilityNotSync(LoopxError):
+    """The graph runs with a durability other than ``"sync"``: nothing runs (see DURABILITY_CONFIG_KEY)."""
+
+
 class EffectOutsideGraph(LoopxError):
     """An idempotent or unsafe tool called outside a graph compiled with a ``LoopxCheckpointer``: there is
     no turn to journal it in, so it does not run."""
@@ -545,4 +558,12 @@ def effect(
     return decorate
 
 
-__all__ = ["EffectOutsideGraph", "LoopxCheckpointer", "PHASES", "effect", "intent_name", "step_turn"]
+__all__ = [
+    "DurabilityNotSync",
+    "EffectOutsideGraph",
+    "LoopxCheckpointer",
+    "PHASES",
+    "effect",
+    "intent_name",
+    "step_turn",
+]

@@ -24,7 +24,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from loopx_client import Gate, TurnHeld
-from loopx_client.langgraph import EffectOutsideGraph, LoopxCheckpointer, effect, step_turn
+from loopx_client.langgraph import DurabilityNotSync, EffectOutsideGraph, LoopxCheckpointer, effect, step_turn
 
 from certification.server import PROJECT_ROOT, LiveServer
 from engine import assess
@@ -288,7 +288,11 @@ def test_the_wrapped_saver_keeps_the_checkpoints_and_a_step_without_effects_is_a
     gate = Gate(live_server_for_client.base_url, live_server_for_client.token)
     with LoopxCheckpointer(inner, gate, journal_dir=tmp_path, worker_id="plain-1") as checkpointer:
         config: Any = {"configurable": {"thread_id": "plain"}}
-        builder.compile(checkpointer=checkpointer).invoke({"messages": [("user", "hi")]}, config, durability="sync")
+        graph = builder.compile(checkpointer=checkpointer)
+        with pytest.raises(DurabilityNotSync):  # LangGraph's default saves a step's checkpoint too late
+            graph.invoke({"messages": [("user", "hi")]}, config)
+        assert list(inner.list(config)) == []  # nothing ran
+        graph.invoke({"messages": [("user", "hi")]}, config, durability="sync")
         saved = [c.config for c in checkpointer.list(config)]
         assert saved == [c.config for c in inner.list(config)] and len(saved) == 3
         lines = (tmp_path / "langgraph-plain.jsonl").read_bytes().splitlines()
