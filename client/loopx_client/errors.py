@@ -165,6 +165,16 @@ class TurnHeld(LoopxError):
         self.console = console  # the console page of the turn, when the caller knows the server's address
 
 
+class DurabilityNotSync(LoopxError):
+    """A LangGraph graph journaled by ``loopx_client.langgraph`` runs with a durability other than ``"sync"``:
+    nothing runs (a step's checkpoint could be saved after the next step sent an effect)."""
+
+
+class EffectOutsideGraph(LoopxError):
+    """A tool declared ``idempotent`` or ``unsafe`` with ``loopx_client.langgraph.effect`` was called outside a
+    graph compiled with a ``LoopxCheckpointer``: there is no turn to journal it in, so it does not run."""
+
+
 class EffectFailed(LoopxError):
     """Raised by (or around) an effect's body to say the effect definitively did not happen: the readback
     is ``failed`` (a retry is then legal, also for an unsafe intent)."""

@@ -52,7 +52,7 @@ try:
 except ImportError as missing:  # the core stays standard library only: LangGraph comes with the extra
     raise ImportError("loopx_client.langgraph needs LangGraph: pip install 'loopx-client[langgraph]'") from missing
 
-from .errors import LoopxError, ServerError, Throttled, TransportError, TurnHeld
+from .errors import DurabilityNotSync, EffectOutsideGraph, LoopxError, ServerError, Throttled, TransportError, TurnHeld
 from .gate import Gate
 from .journal import EffectClass, Journal
 from .session import TurnSession
@@ -472,15 +472,6 @@ def _where(tool: str) -> tuple[LoopxCheckpointer | None, _Where | None]:
     if conf.get("thread_id") is None or not step:
         return None, None
     return saver, _Where(str(conf["thread_id"]), str(step), str(node), tool)
-
-
-class DurabilityNotSync(LoopxError):
-    """The graph runs with a durability other than ``"sync"``: nothing runs (see DURABILITY_CONFIG_KEY)."""
-
-
-class EffectOutsideGraph(LoopxError):
-    """An idempotent or unsafe tool called outside a graph compiled with a ``LoopxCheckpointer``: there is
-    no turn to journal it in, so it does not run."""
 
 
 def effect(
