@@ -151,12 +151,28 @@ class WriteAheadFailed(LoopxError):
 
 class TurnHeld(LoopxError):
     """The gate holds the turn (``decision.state == "hold"``, for ``decision.reason``): nothing of the turn
-    may run until an operator decides. ``Gate.wait_for_decision`` waits for that."""
+    may run until an operator decides. ``Gate.wait_for_decision`` waits for that. ``intent`` and ``console``:
+    the intent held and the console page of the turn, when the raiser knows them (else None)."""
 
-    def __init__(self, turn: str, decision: Any) -> None:
-        super().__init__(f"turn {turn}: the gate holds it ({decision.reason or decision.decision})")
+    def __init__(self, turn: str, decision: Any, *, intent: str | None = None, console: str | None = None) -> None:
+        why = decision.reason or decision.decision
+        where = f"; the intent {intent}" if intent else ""
+        link = f"; see {console}" if console else ""
+        super().__init__(f"turn {turn}: the gate holds it ({why}{where}){link}")
         self.turn = turn
         self.decision = decision
+        self.intent = intent  # the intent the turn is held for, when the caller names it (the LangGraph adapter)
+        self.console = console  # the console page of the turn, when the caller knows the server's address
+
+
+class DurabilityNotSync(LoopxError):
+    """A LangGraph graph journaled by ``loopx_client.langgraph`` runs with a durability other than ``"sync"``:
+    nothing runs (a step's checkpoint could be saved after the next step sent an effect)."""
+
+
+class EffectOutsideGraph(LoopxError):
+    """A tool declared ``idempotent`` or ``unsafe`` with ``loopx_client.langgraph.effect`` was called outside a
+    graph compiled with a ``LoopxCheckpointer``: there is no turn to journal it in, so it does not run."""
 
 
 class EffectFailed(LoopxError):

@@ -28,6 +28,10 @@ SCRIPT = textwrap.dedent(
         journal.plan("t2", "second", phases=["plan", "act"])
         journal.commit("t2", "plan")
     try:
+        import loopx_client.langgraph  # noqa: F401
+    except ImportError as error:
+        print("the langgraph extra named:", "loopx-client[langgraph]" in str(error))
+    try:
         import django  # noqa: F401
     except ImportError:
         print("no django")
@@ -44,23 +48,40 @@ def test_pip_install_into_a_fresh_venv_without_django(tmp_path):
     python = venv / "bin" / "python"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", str(PROJECT_ROOT / "client")],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr
     journal = tmp_path / "first.jsonl"
     proc = subprocess.run(
-        [str(python), "-c", SCRIPT, str(journal)], capture_output=True, text=True, timeout=120, check=False,
+        [str(python), "-c", SCRIPT, str(journal)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         cwd=tmp_path,  # not the project: the installed package, nothing else
     )
-    assert proc.returncode == 0 and proc.stdout.strip() == "no django", proc.stdout + proc.stderr
+    # The core needs the standard library only; the LangGraph adapter says which extra it needs.
+    expected = "the langgraph extra named: True\nno django"
+    assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stdout + proc.stderr
     where = subprocess.run(
-        [str(python), "-c", "import loopx_client; print(loopx_client.__file__)"], capture_output=True, text=True,
-        timeout=60, check=True, cwd=tmp_path,
+        [str(python), "-c", "import loopx_client; print(loopx_client.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
     ).stdout
     assert str(venv) in where
     assessed = subprocess.run(
         [sys.executable, "manage.py", "assess_journal", str(journal), "--json", "--expect", "0:12"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert assessed.returncode == 0, assessed.stderr
     result = json.loads(assessed.stdout)
