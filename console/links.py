@@ -54,7 +54,7 @@ def url_former(name: str) -> UrlFormer:
     route = _route(name, str(get_urlconf() or settings.ROOT_URLCONF))
     if route is None:
         return lambda **parts: reverse(name, kwargs=parts)
-    prefix = get_script_prefix()
+    prefix = quote(get_script_prefix(), safe=_SAFE)  # as reverse() quotes it
     form, params = route
 
     def former(**parts: int) -> str:
