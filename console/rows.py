@@ -23,11 +23,12 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
+from journals.models import TurnState
 from recovery.assignments.services import assigned_to
 from recovery.state import state_of
 
 from . import vocabulary
-from .links import UrlFormer, url_former
+from .links import HtmlUrlFormer, html_url_former
 from .templatetags.console_tags import code_words, redacted_json, stated_time
 
 
@@ -52,6 +53,30 @@ class _Markup:
         if not self.values:  # format_html wants a value; a list of no rows has none
             return format_html("{}", "".join(self.fragments).replace("{{", "{").replace("}}", "}"))
         return format_html("".join(self.fragments), *self.values)
+
+
+# The words of the console's own vocabulary (state keys and labels, glyphs, next steps, verbs), escaped once:
+# most of a row's values are among them. Any other value is escaped where it is written.
+_VOCABULARY: dict[str, SafeString] = {
+    w: conditional_escape(w)
+    for w in (
+        "unassessed",
+        "not yet assessed",
+        *TurnState.values,
+        *TurnState.labels,
+        *vocabulary.STATE_ICONS.values(),
+        *vocabulary.NEXT_STEPS.values(),
+        "approved",
+        "blocked",
+        "parked",
+        "…",
+    )
+}
+
+
+def _known(word: str) -> SafeString | str:
+    """``word`` escaped once for all when it is one of the vocabulary's, else as it is (format_html escapes it)."""
+    return _VOCABULARY.get(word, word)
 
 
 def short(text: str | None, n: int) -> str:
@@ -93,10 +118,10 @@ def _state_badge(m: _Markup, state: Any) -> None:
     key = str(state.state) if state is not None else "unassessed"
     m.add(
         '<span class="badge badge-{}" data-state="{}"><span aria-hidden="true">{}</span> {}</span>',
-        key,
-        key,
-        vocabulary.STATE_ICONS.get(key, "…"),
-        state_label(state),
+        _known(key),
+        _known(key),
+        _known(vocabulary.STATE_ICONS.get(key, "…")),
+        _known(state_label(state)),
     )
     if state is not None and state.gate == "hold" and state.reason:
         _reason(m, str(state.reason))
@@ -138,7 +163,7 @@ def _next_step(m: _Markup, state: Any) -> None:
     if key == "resuming" or (key == "approved" and state.resume_from):
         m.add("from <strong>{}</strong>", state.resume_from or "")
     elif step := vocabulary.NEXT_STEPS.get(key):
-        m.add("{}", step)
+        m.add("{}", _known(step))
     else:
         m.add(_NONE)
 
@@ -152,7 +177,7 @@ def _decided(m: _Markup, state: Any) -> None:
     if verb is None:
         m.add(_NONE)
         return
-    m.add('<span class="small">{} by {}<br>', verb, short(state.actor_name, 24))
+    m.add('<span class="small">{} by {}<br>', _known(verb), short(state.actor_name, 24))
     _time(m, state.decided_at)
     m.add("</span>")
 
@@ -169,22 +194,22 @@ def _assignee(m: _Markup, t: Any) -> None:
 class _DecideForm(NamedTuple):
     """What every row's decision form shares on a page: its URLs' formers and its hidden fields' values."""
 
-    turn: UrlFormer
-    approve: UrlFormer
-    block: UrlFormer
+    turn: HtmlUrlFormer
+    approve: HtmlUrlFormer
+    block: HtmlUrlFormer
     csrf_token: SafeString
     next: SafeString
 
 
 def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str) -> SafeString:
-    turn_url = url_former("console:turn")
-    run_url = url_former("console:run")
+    turn_url = html_url_former("console:turn")
+    run_url = html_url_former("console:run")
     # The values every row repeats are escaped once a page.
     back = conditional_escape(urlencode({"back": full_path}))
     form = None
     if can_operate:
         hidden = conditional_escape(csrf_token), conditional_escape(full_path)
-        form = _DecideForm(turn_url, url_former("console:approve"), url_former("console:block"), *hidden)
+        form = _DecideForm(turn_url, html_url_former("console:approve"), html_url_former("console:block"), *hidden)
     m = _Markup()
     for i, t in enumerate(rows):
         state = _state(t)
@@ -251,7 +276,7 @@ def _decide(m: _Markup, t: Any, state: Any, form: _DecideForm) -> None:
 def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
     """The event history's records (console.runs.RecordRow), each an <li> with its fields folded, built the
     same way: fifty a page, each with a link, a code in words, a time and its redacted fields."""
-    turn_url = url_former("console:turn")
+    turn_url = html_url_former("console:turn")
     m = _Markup()
     for i, r in enumerate(rows):
         m.add("\n  " if i else "")
@@ -290,7 +315,7 @@ def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
 
 def queue_rows(queue: list[Any]) -> SafeString:
     """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
-    turn_url = url_former("console:turn")
+    turn_url = html_url_former("console:turn")
     m = _Markup()
     for i, t in enumerate(queue):
         state = _state(t)
@@ -319,7 +344,7 @@ _MARKS = {"committed": "✓", "resume": "▶", "blocked": "✖", "missing": "·"
 def grid_rows(rows: list[Any]) -> SafeString:
     """A run's grid of turns by phase (console.runs.GridRow): the turn, its state and a cell a phase, each
     cell's words as its title and label."""
-    turn_url = url_former("console:turn")
+    turn_url = html_url_former("console:turn")
     m = _Markup()
     for i, r in enumerate(rows):
         m.add("\n" if i else "")

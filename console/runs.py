@@ -227,8 +227,8 @@ def grid(run: Run, number: int, per_page: int = GRID_TURNS) -> Grid:
     """One page of the run's turns in journal order, each with a cell per phase (Airflow's grid)."""
     turns = states.with_state(Turn.objects.filter(run=run)).order_by("first_seq", "id")
     page = page_of(turns, number, per_page, count_qs=Turn.objects.filter(run=run))
-    # The page's phases in one query, as plain rows: a grid page has a few hundred, and a model instance
-    # each (with its committing record's) was a third of the page's time (bench_pages).
+    # The page's phases in one query, as plain rows: a grid page has a few hundred, and building a model
+    # instance for each (and for its committing record) would cost more than the query.
     phase_rows: dict[int, dict[str, _PhaseRow]] = {t.pk: {} for t in page.rows}
     found = Phase.objects.filter(turn_id__in=list(phase_rows)).values_list(
         "turn_id", "name", "committed", "committed_at", "record__branch", "record__lsn"

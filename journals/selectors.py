@@ -62,10 +62,6 @@ def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | 
     return turns.first()
 
 
-def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
-    return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
-
-
 def _turn_rows_base(run_key: F | Value) -> QuerySet[Turn, Mapping[str, Any]]:
     rows: QuerySet[Turn, Mapping[str, Any]] = Turn.objects.order_by("-updated_at", "-id").values(
         *TURN_ROW_FIELDS,

@@ -8,8 +8,9 @@ from html import escape
 
 import pytest
 from django.urls import reverse, set_script_prefix
+from django.utils.html import escape as django_escape
 
-from console.links import url_former
+from console.links import html_url_former, url_former
 from console.rows import grid_rows, record_items
 from console.runs import GridCell, GridRow, RecordRow
 from journals.models import Turn
@@ -29,6 +30,19 @@ def test_a_formed_url_keeps_the_script_prefix():
     set_script_prefix("/loopx/")
     try:
         assert url_former("console:turn")(pk=12) == "/loopx/turns/12/" == reverse("console:turn", args=[12])
+    finally:
+        set_script_prefix("/")
+
+
+def test_a_formed_url_for_an_attribute_is_the_url_escaped():
+    # A script prefix with characters reverse() leaves unquoted and an attribute must escape.
+    set_script_prefix("/a&b'c/")
+    try:
+        for pk in (3, 40):
+            url = reverse("console:block", args=[pk])
+            assert "&" in url and "'" in url
+            assert html_url_former("console:block")(pk=pk) == django_escape(url)
+        assert html_url_former("console:turns")() == django_escape(reverse("console:turns"))
     finally:
         set_script_prefix("/")
 
