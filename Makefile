@@ -4,18 +4,28 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 STAMP := $(VENV)/.installed
+# Every package of pyproject.toml's dependencies and dev extra, pinned with its hashes (`make lock` writes it).
+LOCK := requirements.lock
 
-.PHONY: run test bench chaos lint typecheck migrate clean-venv
+.PHONY: run test bench chaos lint typecheck migrate clean-venv lock venv
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml client/pyproject.toml
 	@test -x $(PY) || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	# The runtime client (its own distribution, client/): tests/client import it and run its example.
-	$(PY) -m pip install --quiet -e ./client
+	# The lock pins pip itself too: the same installer everywhere.
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
+	# The runtime client (its own distribution, client/, standard library only): tests/client import it and
+	# run its example.
+	$(PY) -m pip install --quiet --no-deps -e ./client
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# After a change to pyproject.toml's dependencies: pins each to the newest version that fits, keeping the
+# lock's pins where they still fit (`make lock PIP_COMPILE_ARGS=--upgrade` moves them all).
+lock: $(STAMP)
+	$(VENV)/bin/pip-compile --quiet --extra dev --generate-hashes --strip-extras --allow-unsafe \
+	  --no-emit-index-url --no-emit-find-links $(PIP_COMPILE_ARGS) -o $(LOCK) pyproject.toml
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput

@@ -87,8 +87,7 @@ def heartbeats_overview(*, now: datetime | None = None) -> dict[str, list[Heartb
 class WorkerHeartbeat(bootsteps.StartStopStep):
     """Beat from the worker's timer while the worker runs; a failed write is logged, never fatal."""
 
-    # A set, as celery's own documentation writes it; celery-types only allows a tuple.
-    requires = {"celery.worker.components:Timer"}  # type: ignore[assignment]
+    requires = ("celery.worker.components:Timer",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)

@@ -72,7 +72,7 @@ def _ms(values: list[float]) -> str:
 def _start_workers(env: dict[str, str], queue: str, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
     workers = []
     for n in range(count):
-        log = open(logs / f"worker{n}.log", "wb")  # lives as long as the worker
+        log = open(logs / f"worker{n}.log", "wb")  # noqa: SIM115  lives as long as the worker
         workers.append(
             subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "loopx_site", "worker", "-n", f"bench{n}-{queue}@%h",

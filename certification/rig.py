@@ -285,7 +285,7 @@ class SeedDir:
         self.launches += 1
         argv = self._argv(trace, 0, version, "runtime", None, None)
         argv += ["--stall-at", str(point.at), "--stall-variant", point.variant]
-        out = open(self.root / f"stalled-{self.launches - 1}.out", "w+")
+        out = open(self.root / f"stalled-{self.launches - 1}.out", "w+")  # noqa: SIM115  Stalled closes it
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, env=self._child_env())
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:

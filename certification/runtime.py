@@ -294,7 +294,7 @@ class Failpoint:
         self.crash_at = crash_at
         self.count = 0
         self.arm = arm
-        self.trace = open(trace, "a", buffering=1) if trace else None  # open for the life of the process
+        self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115  open for the process's life
 
     def __call__(self, kind: str) -> None:
         self.count += 1

@@ -104,10 +104,8 @@ class _Child:
             return
         if self.proc.poll() is None:
             _kill_group(self.proc, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
         _kill_group(self.proc, signal.SIGKILL)  # pool children that outlived their parent
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)

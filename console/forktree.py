@@ -134,8 +134,8 @@ def lay_out(
         if discarded and b.discarded_from is not None and b.discarded_from + 1 <= b.last_lsn:
             lane.marks.append(LaneMark(x_of(b, b.discarded_from + 1.5), b.discarded_from + 1, "first discarded"))
         words = ["live" if b.live else "earlier timeline"]
-        if discarded:
-            words.append(f"lsn {b.discarded_from + 1}–{b.last_lsn} discarded")  # type: ignore[operator]
+        if discarded and b.discarded_from is not None:
+            words.append(f"lsn {b.discarded_from + 1}–{b.last_lsn} discarded")
         shown = f"lsn 0–{b.last_lsn}" if b.last_lsn >= 0 else "no record yet"
         lane.label = f"branch {b.number}: {shown}, " + ", ".join(words)
         lanes.append(lane)

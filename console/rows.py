@@ -1,60 +1,106 @@
-"""The rows of the turns table and of the blocked queue, composed in Python.
+"""The rows of the console's long lists, composed in Python: the turns list, the held queue, a run's grid
+of turns by phase and its event history.
 
-A list page renders 25-100 rows, each with links, a badge, the operator decision and a small decision form.
-Django's template engine would spend most of a page's time on exactly that loop, and even ``format_html``
-per cell is costly at several hundred cells a page (benchmarks/bench_pages.py measures the pages), so a
-row is one f-string in which every value from the database goes through ``_esc`` (HTML-escaped, quotes
-included: what the template's autoescape does), URLs are formed once per page, and times are formatted
-without Django's date-format machinery. The markup is the same the template would produce.
-
-The rules that keep it safe (tests/console/test_hostile_values.py renders hostile values through it): every
-text goes through ``_esc`` (``html.escape`` with quotes: the same output as ``django.utils.html.escape``),
-every attribute value is double-quoted, a pk is ``int()``-ed, URLs come from ``reverse()`` (``_pk_url``) and
-query strings from ``urlencode`` (``_query``), and the fixed markup holds no value at all.
+A list page renders 25-100 rows, each with links, a badge, the operator decision and a small decision form;
+Django's template engine spends most of such a page's time on exactly that loop, and so does a
+``format_html`` call per cell (docs/perf keeps the measurements), so these rows stay here and each list is
+one ``format_html`` call: ``_Markup`` gathers the fixed fragments (markup with ``{}`` where a value goes,
+never a value) and the values that fill them, and ``format_html`` escapes every value, quotes included, as
+the template's autoescape does. Every attribute value is double-quoted, a pk is ``int()``-ed, URLs come from
+``console.links.url_former`` (what ``reverse()`` answers) and query strings from ``urlencode``.
+tests/console/test_rows.py and test_hostile_values.py render hostile values through every function here.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from html import escape
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 from django.core.exceptions import ObjectDoesNotExist
-from django.urls import reverse
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
+from journals.models import TurnState
 from recovery.assignments.services import assigned_to
 from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, state_of
 
 from . import vocabulary
+from .links import HtmlUrlFormer, html_url_former
+from .templatetags.console_tags import code_words, redacted_json, stated_time
 
 
-def _esc(value: Any) -> str:
-    return escape(str(value), quote=True)
+class _Markup:
+    """Fixed fragments and the values that fill their ``{}``, rendered by one ``format_html`` call."""
+
+    __slots__ = ("fragments", "values")
+
+    def __init__(self) -> None:
+        self.fragments: list[str] = []
+        self.values: list[object] = []
+
+    def add(self, fragment: str, *values: object) -> None:
+        self.fragments.append(fragment)
+        self.values.extend(values)
+
+    def number(self, n: int) -> None:
+        """A number, written as ``int()`` writes it: digits and a sign carry no markup and no brace."""
+        self.fragments.append(str(int(n)))
+
+    def html(self) -> SafeString:
+        if not self.values:  # format_html wants a value; a list of no rows has none
+            return format_html("{}", "".join(self.fragments).replace("{{", "{").replace("}}", "}"))
+        return format_html("".join(self.fragments), *self.values)
 
 
-def _short(text: str | None, n: int) -> str:
+# The words of the console's own vocabulary (state keys and labels, glyphs, next steps, verbs), escaped once:
+# most of a row's values are among them. Any other value is escaped where it is written.
+_VOCABULARY: dict[str, SafeString] = {
+    w: conditional_escape(w)
+    for w in (
+        "unassessed",
+        "not yet assessed",
+        *TurnState.values,
+        *TurnState.labels,
+        *vocabulary.STATE_ICONS.values(),
+        *vocabulary.NEXT_STEPS.values(),
+        "approved",
+        "blocked",
+        "parked",
+        "…",
+    )
+}
+
+
+def _known(word: str) -> SafeString | str:
+    """``word`` escaped once for all when it is one of the vocabulary's, else as it is (format_html escapes it)."""
+    return _VOCABULARY.get(word, word)
+
+
+def short(text: str | None, n: int) -> str:
     text = text or ""
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def reason_html(code: str) -> str:
+def _reason(m: _Markup, code: str) -> None:
     """A held turn's reason: its words, with the code beside them (what a person reads, what a log says)."""
-    words = _esc(vocabulary.words_for(code))
-    return f'<span class="reason-words">{words}</span> <code class="reason">{_esc(code)}</code>'
+    m.add(' <span class="reason-words">{}</span> <code class="reason">{}</code>', vocabulary.words_for(code), code)
 
 
 def badge(decision: str | None, reason: str | None = None) -> SafeString:
     key = decision or "unassessed"
-    icon = vocabulary.DECISION_ICONS.get(key, "…")
-    word = decision or "not assessed"
-    html = f'<span class="badge badge-{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> {_esc(word)}</span>'
+    m = _Markup()
+    m.add(
+        '<span class="badge badge-{}"><span aria-hidden="true">{}</span> {}</span>',
+        key,
+        vocabulary.DECISION_ICONS.get(key, "…"),
+        decision or "not assessed",
+    )
     if reason and key == "blocked":
-        html += " " + reason_html(reason)
-    return mark_safe(html)  # noqa: S308  every value is escaped by _esc
+        _reason(m, reason)
+    return m.html()
 
 
 def state_label(state: Any) -> str:
@@ -68,48 +114,39 @@ def state_label(state: Any) -> str:
     return str(state.label)
 
 
-def state_badge(state: Any) -> SafeString:
-    """Colour plus a glyph plus the words, never colour alone; a held state's reason code beside it."""
+def _state_badge(m: _Markup, state: Any) -> None:
     key = str(state.state) if state is not None else "unassessed"
-    icon = vocabulary.STATE_ICONS.get(key, "…")
-    html = (
-        f'<span class="badge badge-{_esc(key)}" data-state="{_esc(key)}"><span aria-hidden="true">{_esc(icon)}</span> '
-        f"{_esc(state_label(state))}</span>"
+    m.add(
+        '<span class="badge badge-{}" data-state="{}"><span aria-hidden="true">{}</span> {}</span>',
+        _known(key),
+        _known(key),
+        _known(vocabulary.STATE_ICONS.get(key, "…")),
+        _known(state_label(state)),
     )
     if state is not None and state.gate == "hold" and state.reason:
-        html += " " + reason_html(str(state.reason))
-    return mark_safe(html)  # noqa: S308  every value is escaped by _esc
+        _reason(m, str(state.reason))
 
 
-_NONE = '<span class="muted">—</span>'
+def state_badge(state: Any) -> SafeString:
+    """Colour plus a glyph plus the words, never colour alone; a held state's reason code beside it."""
+    m = _Markup()
+    _state_badge(m, state)
+    return m.html()
+
+
+_NONE = '<span class="muted">—</span>'  # a fragment with no value in it
 
 
 def local_time(value: datetime, with_year: bool = True) -> tuple[str, str]:
     """(ISO 8601, "Y-m-d H:i T" or "m-d H:i T") in the operator's zone: what the template's ``date`` filter
-    shows, where "T" is the zone's abbreviation (tzname), at a tenth of its cost."""
+    shows, where "T" is the zone's abbreviation (tzname), without Django's date-format machinery."""
     local = timezone.localtime(value)
     shown = local.strftime("%Y-%m-%d %H:%M" if with_year else "%m-%d %H:%M")
     return local.isoformat(), f"{shown} {local.tzname() or ''}"
 
 
-_PK = 987654321  # a pk no test or page has: reversed once, then split where the row's own pk goes
-
-
-def _pk_url(name: str) -> tuple[str, str]:
-    """The URL named ``name`` for any pk, as (before, after) the pk, escaped: reverse() once per page rather
-    than per row, and whatever shape the URL pattern has."""
-    before, after = reverse(name, args=[_PK]).split(str(_PK))
-    return _esc(before), _esc(after)
-
-
-def _query(**params: str) -> str:
-    """A query string, URL-encoded and then escaped for an attribute ("&" as "&amp;")."""
-    return _esc(urlencode(params))
-
-
-def _time(value: datetime, with_year: bool = True) -> str:
-    iso, shown = local_time(value, with_year)
-    return f'<time datetime="{_esc(iso)}">{_esc(shown)}</time>'
+def _time(m: _Markup, value: datetime, with_year: bool = True) -> None:
+    m.add('<time datetime="{}">{}</time>', *local_time(value, with_year))
 
 
 def _state(t: Any) -> Any:
@@ -121,151 +158,212 @@ def _state(t: Any) -> Any:
     return state_of(effective)
 
 
-def _next_step(state: Any) -> str:
-    if state is None:
-        return _NONE
-    key = str(state.state)
+def _next_step(m: _Markup, state: Any) -> None:
+    key = str(state.state) if state is not None else ""
     if key == "resuming" or (key == "approved" and state.resume_from):
-        return f"from <strong>{_esc(state.resume_from or '')}</strong>"
-    step = vocabulary.NEXT_STEPS.get(key)
-    return _esc(step) if step else _NONE
+        m.add("from <strong>{}</strong>", state.resume_from or "")
+    elif step := vocabulary.NEXT_STEPS.get(key):
+        m.add("{}", _known(step))
+    else:
+        m.add(_NONE)
 
 
-def _decided(state: Any) -> str:
+_VERBS = {"approved": "approved", "blocked_operator": "blocked", "parked": "parked"}
+
+
+def _decided(m: _Markup, state: Any) -> None:
     """Who decided on top of the engine, and when: the operator column."""
-    if state is None or not state.actor_name or state.decided_at is None:
-        return _NONE
-    verb = {"approved": "approved", "blocked_operator": "blocked", "parked": "parked"}.get(str(state.state))
+    verb = _VERBS.get(str(state.state)) if state is not None and state.actor_name and state.decided_at else None
     if verb is None:
-        return _NONE
-    who = _esc(_short(state.actor_name, 24))
-    return f'<span class="small">{_esc(verb)} by {who}<br>{_time(state.decided_at)}</span>'
+        m.add(_NONE)
+        return
+    m.add('<span class="small">{} by {}<br>', _known(verb), short(state.actor_name, 24))
+    _time(m, state.decided_at)
+    m.add("</span>")
 
 
-def _assignee(t: Any) -> str:
+def _assignee(m: _Markup, t: Any) -> None:
     """The "Assigned to" cell: the turn's reviewer (recovery.assignment.assigned_to), not a worker's claim."""
     name = assigned_to(t)
-    return f'<span class="small assignee">{_esc(_short(name, 24))}</span>' if name else _NONE
+    if name:
+        m.add('<span class="small assignee">{}</span>', short(name, 24))
+    else:
+        m.add(_NONE)
+
+
+class _DecideForm(NamedTuple):
+    """What every row's decision form shares on a page: its URLs' formers and its hidden fields' values."""
+
+    turn: HtmlUrlFormer
+    approve: HtmlUrlFormer
+    block: HtmlUrlFormer
+    csrf_token: SafeString
+    next: SafeString
 
 
 def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token: str) -> SafeString:
-    turn_url = _pk_url("console:turn")
-    run_url = _pk_url("console:run")
-    back = _query(back=full_path)
-    decide_tail = _decide_tail(full_path, csrf_token) if can_operate else ""
-    urls = _DecideUrls(turn_url, _pk_url("console:approve"), _pk_url("console:block"))
-    out: list[str] = []
-    for t in rows:
-        pk = int(t.pk)
-        run_id = t.run.run_id
+    turn_url = html_url_former("console:turn")
+    run_url = html_url_former("console:run")
+    # The values every row repeats are escaped once a page.
+    back = conditional_escape(urlencode({"back": full_path}))
+    form = None
+    if can_operate:
+        hidden = conditional_escape(csrf_token), conditional_escape(full_path)
+        form = _DecideForm(turn_url, html_url_former("console:approve"), html_url_former("console:block"), *hidden)
+    m = _Markup()
+    for i, t in enumerate(rows):
         state = _state(t)
-        row = (
-            f'<tr><td><a href="{turn_url[0]}{pk}{turn_url[1]}?{back}">{_esc(_short(t.turn_id, 40))}</a></td>'
-            f'<td class="mono small"><a href="{run_url[0]}{int(t.run_id)}{run_url[1]}">'
-            f"{_esc(_short(run_id, 30))}</a></td>"
-            f"<td>{state_badge(state)}</td>"
-            f'<td class="small">{_next_step(state)}</td>'
-            f'<td class="small">{_esc(t.status)}</td>'
-            f"<td>{_decided(state)}</td>"
-            f"<td>{_assignee(t)}</td>"
-            f"<td>{_time(t.updated_at)}</td>"
+        m.add("\n" if i else "")
+        m.add(
+            '<tr><td><a href="{}?{}">{}</a></td><td class="mono small"><a href="{}">{}</a></td><td>',
+            turn_url(pk=t.pk),
+            back,
+            short(t.turn_id, 40),
+            run_url(pk=t.run_id),
+            short(t.run.run_id, 30),
         )
-        if can_operate:
-            decide = ""
+        _state_badge(m, state)
+        m.add('</td><td class="small">')
+        _next_step(m, state)
+        m.add('</td><td class="small">{}</td><td>', t.status)
+        _decided(m, state)
+        m.add("</td><td>")
+        _assignee(m, t)
+        m.add("</td><td>")
+        _time(m, t.updated_at)
+        m.add("</td>")
+        if form is not None:
+            m.add("<td>")
             if state is None or state.gate != "done":
-                decide = _decide(t, pk, state, urls, decide_tail)
-            row += f"<td>{decide}</td>"
-        out.append(row + "</tr>")
-    return mark_safe("\n".join(out))  # noqa: S308  every value is escaped by _esc
+                _decide(m, t, state, form)
+            m.add("</td>")
+        m.add("</tr>")
+    return m.html()
 
 
-def _decide_tail(full_path: str, csrf_token: str) -> str:
-    """The hidden fields every row's form shares: formed once per page."""
-    return (
-        f'<input type="hidden" name="csrfmiddlewaretoken" value="{_esc(csrf_token)}">'
-        f'<input type="hidden" name="next" value="{_esc(full_path)}">'
-    )
-
-
-class _DecideUrls(NamedTuple):
-    turn: tuple[str, str]
-    approve: tuple[str, str]
-    block: tuple[str, str]
-
-
-def _decide(t: Any, pk: int, state: Any, urls: _DecideUrls, hidden: str) -> str:
+def _decide(m: _Markup, t: Any, state: Any, form: _DecideForm) -> None:
     """A row's decision form. The buttons only offer what the state suggests; the service decides (an
     approval of a turn that needs evidence is refused there whatever the button said)."""
-    approve = ""
+    pk = int(t.pk)
+    m.add(
+        '<details class="rowdecide"><summary>Decide<span class="visually-hidden"> on {}</span></summary>'
+        '<form method="post" action="{}" class="rowform">'
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}"><input type="hidden" name="next" value="{}">'
+        '<label for="reason-',
+        t.turn_id,
+        form.block(pk=pk),
+        form.csrf_token,
+        form.next,
+    )
+    m.number(pk)
+    m.add('">Reason</label><input type="text" id="reason-')
+    m.number(pk)
+    m.add('" name="reason" required minlength="3" maxlength="2000">')
     key = str(state.state) if state is not None else ""
     offer = approval_offer(key)  # recovery.state: which states an approval may lift
     if offer == OFFER_APPROVE:
-        approve = (
-            '<button type="submit" class="btn btn-small btn-approve" '
-            f'formaction="{urls.approve[0]}{pk}{urls.approve[1]}"><span aria-hidden="true">✓</span> Approve</button>'
+        m.add(
+            '<button type="submit" class="btn btn-small btn-approve" formaction="{}">'
+            '<span aria-hidden="true">✓</span> Approve</button>',
+            form.approve(pk=pk),
         )
     elif offer == OFFER_WITH_EVIDENCE:
-        approve = f'<a href="{urls.turn[0]}{pk}{urls.turn[1]}#decide" class="small">Approve with evidence…</a>'
-    block = (
-        ""
-        if key == "blocked_operator"
-        else '<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>'
-    )
-    return (
-        '<details class="rowdecide"><summary>Decide'
-        f'<span class="visually-hidden"> on {_esc(t.turn_id)}</span></summary>'
-        f'<form method="post" action="{urls.block[0]}{pk}{urls.block[1]}" class="rowform">{hidden}'
-        f'<label for="reason-{pk}">Reason</label>'
-        f'<input type="text" id="reason-{pk}" name="reason" required minlength="3" maxlength="2000">'
-        f"{approve}{block}"
-        "</form></details>"
-    )
+        m.add('<a href="{}#decide" class="small">Approve with evidence…</a>', form.turn(pk=pk))
+    if key != "blocked_operator":
+        m.add('<button type="submit" class="btn btn-small btn-block"><span aria-hidden="true">✖</span> Block</button>')
+    m.add("</form></details>")
 
 
 def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
     """The event history's records (console.runs.RecordRow), each an <li> with its fields folded, built the
     same way: fifty a page, each with a link, a code in words, a time and its redacted fields."""
-    from .templatetags.console_tags import code_words, redacted_json, stated_time
-
-    turn_url = _pk_url("console:turn")
-    out: list[str] = []
-    for r in rows:
-        turn = ""
+    turn_url = html_url_former("console:turn")
+    m = _Markup()
+    for i, r in enumerate(rows):
+        m.add("\n  " if i else "")
+        m.add(
+            '<li id="r{}" class="record{}">\n    <details>\n      <summary><span class="seq muted">#{}</span> '
+            '<a href="{}" class="where">branch {} · lsn {}</a> <span class="kind">{}</span>',
+            int(r.seq),
+            " discarded-row" if r.discarded else "",
+            int(r.seq),
+            r.url,
+            int(r.branch),
+            int(r.lsn),
+            code_words(r.kind),
+        )
         if r.turn:
-            name = _esc(_short(r.turn, 30))
             pk = turn_pks.get(r.turn)
-            ref = f'<span class="mono">{name}</span>'
-            if pk is not None:
-                ref = f'<a href="{turn_url[0]}{int(pk)}{turn_url[1]}" class="mono">{name}</a>'
-            turn = f' <span class="turnref">turn {ref}</span>'
-        at = f' <span class="small muted">{_esc(stated_time(r.at))}</span>' if r.at else ""
-        discarded = (" discarded-row", ' <span class="small">(discarded)</span>') if r.discarded else ("", "")
-        summary = (
-            f'<span class="seq muted">#{int(r.seq)}</span> <a href="{_esc(r.url)}" class="where">branch '
-            f'{int(r.branch)} · lsn {int(r.lsn)}</a> <span class="kind">{code_words(r.kind)}</span>{turn} '
-            f'<span class="gist small">{_esc(_short(r.summary, 80))}</span>{discarded[1]}{at}'
+            if pk is None:
+                m.add(' <span class="turnref">turn <span class="mono">{}</span></span>', short(r.turn, 30))
+            else:
+                m.add(
+                    ' <span class="turnref">turn <a href="{}" class="mono">{}</a></span>',
+                    turn_url(pk=pk),
+                    short(r.turn, 30),
+                )
+        m.add(' <span class="gist small">{}</span>', short(r.summary, 80))
+        if r.discarded:
+            m.add(' <span class="small">(discarded)</span>')
+        if r.at:
+            m.add(' <span class="small muted">{}</span>', stated_time(r.at))
+        m.add(
+            '</summary>\n      <pre class="fields">{}</pre>\n    </details>\n  </li>',
+            redacted_json(r.fields),
         )
-        out.append(
-            f'<li id="r{int(r.seq)}" class="record{discarded[0]}">\n    <details>\n      <summary>{summary}</summary>\n'
-            f'      <pre class="fields">{_esc(redacted_json(r.fields))}</pre>\n    </details>\n  </li>'
-        )
-    return mark_safe("\n  ".join(out))  # noqa: S308  every value is escaped by _esc
+    return m.html()
 
 
 def queue_rows(queue: list[Any]) -> SafeString:
     """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
-    turn_url = _pk_url("console:turn")
-    out: list[str] = []
-    for t in queue:
+    turn_url = html_url_former("console:turn")
+    m = _Markup()
+    for i, t in enumerate(queue):
         state = _state(t)
         since = state.since if state is not None and state.since else t.updated_at
-        out.append(
-            f'<tr><td>{_time(since, with_year=False)} <span class="muted small">'
-            f"({_esc(timesince(since))})</span></td>"
-            f'<td><a href="{turn_url[0]}{int(t.pk)}{turn_url[1]}">{_esc(_short(t.turn_id, 32))}</a></td>'
-            f'<td class="mono small">{_esc(_short(t.run.run_id, 28))}</td>'
-            f"<td>{state_badge(state)}</td>"
-            f'<td class="small">{_next_step(state)}</td>'
-            f"<td>{_assignee(t)}</td></tr>"
+        m.add("\n<tr><td>" if i else "<tr><td>")
+        _time(m, since, with_year=False)
+        m.add(
+            ' <span class="muted small">({})</span></td><td><a href="{}">{}</a></td><td class="mono small">{}</td><td>',
+            timesince(since),
+            turn_url(pk=t.pk),
+            short(t.turn_id, 32),
+            short(t.run.run_id, 28),
         )
-    return mark_safe("\n".join(out))  # noqa: S308  every value is escaped by _esc
+        _state_badge(m, state)
+        m.add('</td><td class="small">')
+        _next_step(m, state)
+        m.add("</td><td>")
+        _assignee(m, t)
+        m.add("</td></tr>")
+    return m.html()
+
+
+_MARKS = {"committed": "✓", "resume": "▶", "blocked": "✖", "missing": "·"}
+
+
+def grid_rows(rows: list[Any]) -> SafeString:
+    """A run's grid of turns by phase (console.runs.GridRow): the turn, its state and a cell a phase, each
+    cell's words as its title and label."""
+    turn_url = html_url_former("console:turn")
+    m = _Markup()
+    for i, r in enumerate(rows):
+        m.add("\n" if i else "")
+        m.add(
+            '<tr><th scope="row" class="sticky"><a href="{}">{}</a></th>\n        <td>',
+            turn_url(pk=r.turn.pk),
+            short(r.turn.turn_id, 28),
+        )
+        _state_badge(m, r.shown)
+        m.add("</td>\n        ")
+        for c in r.cells:
+            words = c.words
+            m.add('<td class="cell cell-{}" title="{}">', c.state, words)
+            mark = _MARKS.get(c.state)
+            if mark is not None and c.url:
+                m.add('<a href="{}" aria-label="{}">{}</a>', c.url, words, mark)
+            elif mark is not None:
+                m.add('<span aria-label="{}">{}</span>', words, mark)
+            m.add("</td>")
+        m.add("\n      </tr>")
+    return m.html()

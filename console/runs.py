@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
-from html import escape
 from typing import Any, NamedTuple
 
-from django.conf import settings
 from django.db.models import QuerySet
-from django.urls import get_script_prefix, get_urlconf, reverse
-from django.utils.safestring import SafeString, mark_safe
+from django.urls import reverse
+from django.utils.safestring import SafeString
 
 from journals.models import Branch, JournalRecord, Phase, Run, Turn
 from journals.selectors import record_public
@@ -27,10 +24,8 @@ from recovery.models import Assessment
 from recovery.state import StateValue, state_of
 
 from . import forktree, states
-from .rows import _esc as esc
-from .rows import _pk_url as pk_url
-from .rows import _short as short
-from .rows import state_badge
+from .links import url_former
+from .rows import grid_rows
 from .selectors import Page, page_of
 
 RECORD_FIELDS = ("id", "run_id", "seq", "branch", "lsn", "kind", "v", "turn", "digest", "received_at")
@@ -39,24 +34,9 @@ GRID_TURNS = 25
 DEFAULT_PHASES = ("plan", "envelope", "dispatch", "execute", "readback", "writeback", "spend")
 
 
-_RUN, _BRANCH, _LSN = 987654321, 987654322, 987654323  # numbers no run or record has
-
-
-@lru_cache(maxsize=8)
-def _record_url_parts(prefix: str, urlconf: str) -> tuple[str, str, str, str]:
-    url = reverse("console:record", args=[_RUN, _BRANCH, _LSN])
-    before, rest = url.split(str(_RUN))
-    after_run, rest = rest.split(str(_BRANCH))
-    after_branch, after = rest.split(str(_LSN))
-    return before, after_run, after_branch, after
-
-
 def record_url(run_pk: int, branch: int, lsn: int) -> str:
-    """A record's page. Reversed once per URL configuration and split where the numbers go: a grid or a
-    history page forms a URL per record, and reverse() was a tenth of their time (bench_pages)."""
-    parts = _record_url_parts(get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF)
-    before, after_run, after_branch, after = parts
-    return f"{before}{int(run_pk)}{after_run}{int(branch)}{after_branch}{int(lsn)}{after}"
+    """A record's page (console.links: a grid or a history page forms a URL per record)."""
+    return url_former("console:record")(pk=run_pk, branch=branch, lsn=lsn)
 
 
 def is_discarded(branches: dict[int, Branch], branch: int, lsn: int) -> bool:
@@ -166,23 +146,6 @@ class GridCell:
             "unplanned": f"{self.phase}: not in this turn's plan",
         }[self.state]
 
-    @property
-    def html(self) -> str:
-        """The cell's <td>, composed here rather than in the template: a grid page has a few hundred (the
-        reason is console/rows.py's); every value is escaped, quotes included."""
-        words = escape(self.words, quote=True)
-        mark = _MARKS.get(self.state)
-        if mark is None:
-            inner = ""
-        elif self.url:
-            inner = f'<a href="{escape(self.url, quote=True)}" aria-label="{words}">{mark}</a>'
-        else:
-            inner = f'<span aria-label="{words}">{mark}</span>'
-        return f'<td class="cell cell-{escape(self.state, quote=True)}" title="{words}">{inner}</td>'
-
-
-_MARKS = {"committed": "✓", "resume": "▶", "blocked": "✖", "missing": "·"}
-
 
 @dataclass
 class GridRow:
@@ -190,10 +153,6 @@ class GridRow:
     state: str  # the gate's decision, which places the resume and held marks in the cells
     shown: StateValue | None  # the effective state in the words every other page uses
     cells: list[GridCell]
-
-    @property
-    def cells_html(self) -> SafeString:
-        return mark_safe("".join(c.html for c in self.cells))  # noqa: S308  each cell's html is built with _esc
 
 
 @dataclass
@@ -204,16 +163,8 @@ class Grid:
 
     @property
     def rows_html(self) -> SafeString:
-        """The grid's rows: the turn, its state and a cell a phase, composed as the list rows are."""
-        turn_url = pk_url("console:turn")
-        return mark_safe(  # noqa: S308  each row is built with _esc, as the list rows
-            "\n".join(
-                f'<tr><th scope="row" class="sticky"><a href="{turn_url[0]}{int(r.turn.pk)}{turn_url[1]}">'
-                f"{esc(short(r.turn.turn_id, 28))}</a></th>\n        <td>{state_badge(r.shown)}</td>\n        "
-                f"{r.cells_html}\n      </tr>"
-                for r in self.rows
-            )
-        )
+        """The grid's rows: the turn, its state and a cell a phase (console.rows)."""
+        return grid_rows(self.rows)
 
 
 @dataclass
@@ -276,8 +227,8 @@ def grid(run: Run, number: int, per_page: int = GRID_TURNS) -> Grid:
     """One page of the run's turns in journal order, each with a cell per phase (Airflow's grid)."""
     turns = states.with_state(Turn.objects.filter(run=run)).order_by("first_seq", "id")
     page = page_of(turns, number, per_page, count_qs=Turn.objects.filter(run=run))
-    # The page's phases in one query, as plain rows: a grid page has a few hundred, and a model instance
-    # each (with its committing record's) was a third of the page's time (bench_pages).
+    # The page's phases in one query, as plain rows: a grid page has a few hundred, and building a model
+    # instance for each (and for its committing record) would cost more than the query.
     phase_rows: dict[int, dict[str, _PhaseRow]] = {t.pk: {} for t in page.rows}
     found = Phase.objects.filter(turn_id__in=list(phase_rows)).values_list(
         "turn_id", "name", "committed", "committed_at", "record__branch", "record__lsn"

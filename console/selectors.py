@@ -338,11 +338,11 @@ class TurnCounts:
     counted_at: datetime
 
 
-# Counting the turns scans an index entry per turn, which at 100,000 turns costs more than a whole list
-# page (bench_pages). The counts are kept this long, and recounted sooner whenever the most recently changed turn
-# or state is another one (an ingest bumps Turn.updated_at, an assessment or an operator's decision
-# TurnEffective.updated_at), so they lag only when a write commits out of order; the page says when they
-# were counted.
+# Counting the turns scans an index entry per turn, which on a large installation costs more than the rest
+# of the page (docs/perf keeps the measurements). The counts are kept this long, and recounted sooner
+# whenever the most recently changed turn or state is another one (an ingest bumps Turn.updated_at, an
+# assessment or an operator's decision TurnEffective.updated_at), so they lag only when a write commits out
+# of order; the page says when they were counted.
 COUNTS_TTL_SECONDS = 60
 
 

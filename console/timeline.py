@@ -39,10 +39,6 @@ class Event:
     resolution: str | None = None
     since_previous: str | None = None  # "+2.0 s" between this record's `at` and the previous one's
 
-    @property
-    def kind_words(self) -> str:
-        return vocabulary.words_for(self.kind)
-
 
 @dataclass
 class PhaseRow:

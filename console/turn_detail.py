@@ -285,7 +285,7 @@ def _gate_view(
 
 # What a turn may have beside the journal, asked in the query of its assessment row: most turns have none
 # of it (no operator has acted, no recovery was attempted), and each one answered "no" there is a query
-# the page does not make (a dozen of them cost as much as a whole list page; bench_pages).
+# the page does not make (each is a round trip, and a turn page would otherwise make a dozen).
 _HAS = {
     "decisions": GateDecision,
     "audits": RecoveryAudit,

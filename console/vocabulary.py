@@ -36,14 +36,6 @@ REASONS: dict[str, str] = {
     "operator approves it.",
 }
 
-DECISIONS: dict[str, str] = {
-    "complete": "The turn ended; nothing to do.",
-    "finalize": "Every phase is committed; only the terminal record is missing.",
-    "resume": "Resume from the first uncommitted phase; only missing phases run.",
-    "blocked": "Nothing may resume this turn until an operator decides.",
-    "discarded": "Planned only on a discarded branch: it is evidence, nothing may resume it.",
-}
-
 # A glyph beside every decision so that colour is never the only signal.
 DECISION_ICONS: dict[str, str] = {
     "complete": "✓",

@@ -173,7 +173,7 @@ def _nonempty_str(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
 
 
-def valid_at(at: Any) -> bool:
+def valid_at(at: Any) -> TypeGuard[str]:
     if type(at) is not str:
         return False
     m = _RFC3339.fullmatch(at)
@@ -1445,9 +1445,8 @@ def _cycle_collection_paused() -> Iterator[None]:
     """The cyclic garbage collector paused while an assessment runs, and restored (if it was on) after.
 
     The fold allocates millions of small objects that never form cycles, and reference counting frees
-    them as usual; the collector would walk all of them again and again to find nothing. On the journal
-    of benchmarks/bench_engine.py it would add a fifth to the assessment's time
-    (docs/perf/2026-12-02-engine-predicates.md)."""
+    them as usual; the collector would walk all of them again and again to find nothing, a cost that
+    grows with the journal (docs/perf/2026-12-02-engine-predicates.md has the measurement)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

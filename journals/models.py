@@ -334,8 +334,8 @@ class JournalRecord(AppendOnlyModel):
 
     # On PostgreSQL the reference to the run is kept by triggers checking each statement, not by a
     # FOREIGN KEY constraint checking each row (journals/migrations/0004_record_run_statement_check.py);
-    # the constraint's check of 1,000 records at COMMIT cost ingest a sixth of its speed beside raw COPY
-    # (docs/perf/2026-12-02-dialect.md). SQLite keeps its constraint.
+    # the constraint checks every record of a batch again at COMMIT, one probe each, where a statement's
+    # trigger checks the batch's runs once (docs/perf/2026-12-02-dialect.md). SQLite keeps its constraint.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="records", db_constraint=False)
     # Per-run ingest order (1, 2, 3, ...): file order across branches, which the engine depends on.
     seq = models.BigIntegerField()

@@ -290,7 +290,7 @@ _COPY_CHUNK_ROWS = 100
 class _CopyRows:
     """Rows in COPY's text format, built directly; each record's digest is computed here (``_digest``)
     when it is not known yet. psycopg's write_row adapts every value through its dumpers one call at a
-    time, most of the client's COPY cost (about a third of the CPU a batch takes in Python). Columns and
+    time, most of the client's COPY cost and a large part of a batch's CPU in Python. Columns and
     types as ``_COLUMNS``: bigint, bigint, integer, bigint, varchar, integer, varchar, varchar, bytea (in
     its hex form, its backslash escaped), timestamptz (ISO 8601 with its offset). Same rows, same bytes in
     the table (tests/store: every column read back, escapes included)."""

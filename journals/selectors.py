@@ -48,10 +48,6 @@ def runs_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Run]:
     return Run.objects.filter(scope.q("run_id")).order_by("-updated_at", "-id")
 
 
-def turns_list(*, scope: RunScope = EVERY_RUN) -> QuerySet[Turn]:
-    return Turn.objects.select_related("run").filter(scope.q("run__run_id")).order_by("-updated_at", "-id")
-
-
 def turn_page_rows(*, scope: RunScope = EVERY_RUN, run_id: str | None = None, exact: Mapping[str, str]) -> TurnRows:
     """A turn list's rows (``turn_rows``), filtered by exact values (a valid decision, a status, a state: the
     list's fast path, journals.views.TurnListView), for CursorPagination."""

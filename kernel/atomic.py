@@ -111,7 +111,7 @@ _OWN_START_PID: int | None = None
 def _own_identity() -> tuple[int, int]:
     global _OWN_START, _OWN_START_PID
     pid = os.getpid()
-    if _OWN_START is None or _OWN_START_PID != pid:  # recomputed after a fork
+    if _OWN_START is None or pid != _OWN_START_PID:  # recomputed after a fork
         _OWN_START = process_start_time(pid)
         _OWN_START_PID = pid
     return pid, _OWN_START

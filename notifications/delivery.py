@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from engine.secrets import redact
 from journals.access import RunScope
+from journals.actors import Actor
 from kernel import context, events
 from kernel.logging import scrub
 from trail.services import operator_action_record
@@ -342,7 +343,7 @@ def resend(delivery_ids: list[int]) -> int:
     return count
 
 
-def delivery_resend(*, ids: list[int], actor: Any) -> int:
+def delivery_resend(*, ids: list[int], actor: Actor) -> int:
     """An operator's resend (admin or API), audited: one ``delivery_resend`` row for the deliveries it
     queued, in the same transaction. Nothing queued (each one is being attempted) records nothing."""
 

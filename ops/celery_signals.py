@@ -7,6 +7,7 @@ installed apps, so the web side that publishes and the worker side that runs are
 
 from __future__ import annotations
 
+import contextlib
 import time
 from contextvars import Token
 from typing import Any
@@ -44,10 +45,9 @@ def on_task_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> No
 
 def on_task_postrun(task_id: str | None = None, **_: Any) -> None:
     for var, token in reversed(_tokens.pop(task_id or "", [])):
-        try:
+        # A var set in another context (a thread pool) raises ValueError: nothing of ours to restore there.
+        with contextlib.suppress(ValueError):
             var.reset(token)
-        except ValueError:  # set in another context (a thread pool): nothing of ours to restore there
-            pass
 
 
 def connect() -> None:

@@ -513,15 +513,6 @@ def state_of(effective: TurnEffective | None) -> StateValue | None:
     )
 
 
-def states_by_turn(turn_pks: Iterable[int]) -> Mapping[int, StateValue]:
-    """Stored states of some turns, one query (a page of a list)."""
-    return {
-        e.turn_id: value
-        for e in TurnEffective.objects.filter(turn_id__in=list(turn_pks))
-        if (value := state_of(e)) is not None
-    }
-
-
 # --- Reading many turns by state ---------------------------------------------------------------------
 
 UNASSESSED = "unassessed"

@@ -28,9 +28,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         url = os.environ.get("DATABASE_URL", "")
         if not url.startswith(("postgres://", "postgresql://")):
             _gate("needs PostgreSQL: set DATABASE_URL=postgres://... to run it")
-    if item.get_closest_marker("redis"):
-        if not os.environ.get("REDIS_URL"):
-            _gate("needs Redis: set REDIS_URL=redis://... to run it")
+    if item.get_closest_marker("redis") and not os.environ.get("REDIS_URL"):
+        _gate("needs Redis: set REDIS_URL=redis://... to run it")
 
 
 @pytest.fixture

@@ -64,11 +64,6 @@ def reason_words(code: str | None) -> str:
 
 
 @register.filter
-def decision_words(decision: str | None) -> str:
-    return vocabulary.DECISIONS.get(decision or "", "Not assessed yet.")
-
-
-@register.filter
 def resolution_words(resolution: str | None) -> str:
     return vocabulary.RESOLUTIONS.get(resolution or "", "")
 
@@ -124,7 +119,7 @@ def pct(share: float) -> str:
 @register.simple_tag
 def select_field(bound: Any) -> str:
     """A labelled <select> for a filter: the same markup as the form widget, without its template
-    rendering (a dozen choice widgets were a third of a list page's time in bench_pages)."""
+    rendering: a list page has a dozen of them, and each widget renders its own templates."""
     value = bound.value()
     current = "" if value in (None, "") else str(value)
     options = format_html_join(
@@ -167,11 +162,6 @@ def code_label(code: str | None) -> str:
         return ""
     words = vocabulary.words_for(code)
     return code if words == code else f"{words} ({code})"
-
-
-@register.filter
-def get_item(mapping: dict[str, Any], key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, dict) else None
 
 
 @register.filter

@@ -185,10 +185,6 @@ class HistoryImport(models.Model):
     def percent(self) -> int:
         return progress_percent(self.progress_done, self.progress_total, done=self.state in IMPORT_FINAL_STATES)
 
-    @property
-    def is_final(self) -> bool:
-        return self.state in IMPORT_FINAL_STATES
-
 
 class ImportedRun(models.Model):
     """A run of an import: the run the history names (``run_base``) and the id it is stored under

@@ -83,14 +83,15 @@ def _open_tar(fh: io.FileIO, limits: Limits, gz: bool) -> Opened:
     gunzip = Gunzip(fh) if gz else None
 
     def archive_ratio() -> None:
-        if gunzip is not None and pulled > limits.ratio_floor_bytes:
-            if pulled > limits.max_ratio * max(gunzip.compressed, 1):
-                raise PackageStop(
-                    codes.COMPRESSION_RATIO,
-                    None,
-                    f"the archive expands more than {limits.max_ratio} times ({pulled} bytes from "
-                    f"{gunzip.compressed} compressed)",
-                )
+        if gunzip is None or pulled <= limits.ratio_floor_bytes:
+            return
+        if pulled > limits.max_ratio * max(gunzip.compressed, 1):
+            raise PackageStop(
+                codes.COMPRESSION_RATIO,
+                None,
+                f"the archive expands more than {limits.max_ratio} times ({pulled} bytes from "
+                f"{gunzip.compressed} compressed)",
+            )
 
     def on_pull(n: int) -> None:
         nonlocal pulled
@@ -156,10 +157,7 @@ def _iter_tar(window: Window, gunzip: Gunzip | None, limits: Limits) -> Iterator
         tf.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every header; we need none again
         kind, what = _tar_kind(ti)
         name = ti.name
-        if kind == FILE:
-            chunks = _tar_chunks(window, gunzip, ti, limits)
-        else:
-            chunks = _no_data
+        chunks = _tar_chunks(window, gunzip, ti, limits) if kind == FILE else _no_data
         yield Member(name, kind, what, ti.size if kind == FILE else 0, kind == DIR and ti.size > 0, chunks)
     _check_tar_end(window, tf.offset)
 
@@ -278,9 +276,10 @@ def _zip_layout(fh: io.FileIO, infos: list[zipfile.ZipInfo], endrec: list[object
         central = zi.orig_filename.encode("utf-8" if zi.flag_bits & 0x800 else "cp437", "surrogateescape")
         if name != central or method != zi.compress_type:
             raise corrupt("a local header that disagrees with the central directory", zi.orig_filename)
-        if not flags & 0x08 and 0xFFFFFFFF not in (csize, usize):
-            if (crc, csize, usize) != (zi.CRC, zi.compress_size, zi.file_size):
-                raise corrupt("a local header that disagrees with the central directory", zi.orig_filename)
+        # Sizes and CRC are in the local header unless a data descriptor follows (flag 0x08) or ZIP64 holds them.
+        in_header = not flags & 0x08 and 0xFFFFFFFF not in (csize, usize)
+        if in_header and (crc, csize, usize) != (zi.CRC, zi.compress_size, zi.file_size):
+            raise corrupt("a local header that disagrees with the central directory", zi.orig_filename)
         start = zi.header_offset + _LOCAL.size + nlen + xlen
         spans.append((zi.header_offset, start + zi.compress_size, zi.orig_filename))
     spans.sort()

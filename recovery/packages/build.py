@@ -73,10 +73,10 @@ def write_archive(fh: IO[bytes], members: list[tuple[str, bytes]], fmt: str = "t
                 zf.writestr(info, data)
         return
     gz: gzip.GzipFile | None = None
-    sink: IO[bytes] = fh
+    sink: IO[bytes] | gzip.GzipFile = fh
     if fmt == "tar.gz":
         gz = gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=compresslevel)
-        sink = gz  # type: ignore[assignment]
+        sink = gz
     with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for path, data in members:
             member = tarfile.TarInfo(path)

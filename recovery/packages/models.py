@@ -122,10 +122,6 @@ class PackageUpload(models.Model):
     def percent(self) -> int:
         return progress_percent(self.progress_done, self.progress_total, done=self.state in (ACCEPTED, *FINAL_STATES))
 
-    @property
-    def is_final(self) -> bool:
-        return self.state in FINAL_STATES
-
 
 # A kept corrupt line is in force while its finding is unresolved (a row without its finding counts too:
 # fail-closed).

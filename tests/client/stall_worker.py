@@ -32,6 +32,10 @@ def keyed_store(ledger: Path, effect: str, key: str) -> None:
         world_append(ledger, {"effect": effect, "key": key})
 
 
+def _intent(line: bytes | str) -> Any:
+    return json.loads(line).get("intent")
+
+
 class StallingGate(Gate):
     """Stops (or kills) the process once, just before shipping the dispatch of the unsafe send."""
 
@@ -39,12 +43,12 @@ class StallingGate(Gate):
 
     def ship(self, journal: Shippable) -> ShipResult:
         entries = journal.entries
-        if self.stop_at.endswith("before-write-ahead") and entries and entries[-1].kind == "intent_dispatched":
-            if json.loads(entries[-1].line).get("intent") == "send":
-                kill = self.stop_at.startswith("kill")
-                self.stop_at = "none"
-                print("stopping", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL if kill else signal.SIGSTOP)
+        dispatched = entries and entries[-1].kind == "intent_dispatched"
+        if self.stop_at.endswith("before-write-ahead") and dispatched and _intent(entries[-1].line) == "send":
+            kill = self.stop_at.startswith("kill")
+            self.stop_at = "none"
+            print("stopping", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL if kill else signal.SIGSTOP)
         return super().ship(journal)
 
 

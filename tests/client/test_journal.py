@@ -156,9 +156,8 @@ def test_refused_records_write_nothing(tmp_path):
 
 def test_one_writer_at_a_time(tmp_path):
     path = tmp_path / "j.jsonl"
-    with Journal(path, run="r1"):
-        with pytest.raises(JournalError):
-            Journal(path, run="r1")
+    with Journal(path, run="r1"), pytest.raises(JournalError):
+        Journal(path, run="r1")
     Journal(path, run="r1").close()
 
 

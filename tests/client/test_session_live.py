@@ -131,15 +131,17 @@ def test_a_worker_that_did_not_renew_is_refused_locally_and_its_records_are_fenc
 def test_a_record_over_the_servers_line_limit_is_refused_and_the_turn_goes_on(short_lease_server, tmp_path):
     gate = Gate(short_lease_server.base_url, short_lease_server.token, backoff=0.05)
     limit = gate.limits().max_line_bytes
-    with Journal(tmp_path / "j.jsonl", run="limits-1") as journal:
-        with gate.turn(journal, "t1", lineage="llm-output", worker_id="worker-a") as t:
-            assert journal.limits.max_line_bytes == limit  # the session gave the journal the server's limits
-            before = (tmp_path / "j.jsonl").read_bytes()
-            with pytest.raises(RecordTooLarge):
-                t.commit("plan", output="x" * limit)  # an LLM's output, journaled whole: never written
-            assert (tmp_path / "j.jsonl").read_bytes() == before
-            t.commit("plan", output_digest="sha256 of the output, stored elsewhere")
-            t.complete()
+    with (
+        Journal(tmp_path / "j.jsonl", run="limits-1") as journal,
+        gate.turn(journal, "t1", lineage="llm-output", worker_id="worker-a") as t,
+    ):
+        assert journal.limits.max_line_bytes == limit  # the session gave the journal the server's limits
+        before = (tmp_path / "j.jsonl").read_bytes()
+        with pytest.raises(RecordTooLarge):
+            t.commit("plan", output="x" * limit)  # an LLM's output, journaled whole: never written
+        assert (tmp_path / "j.jsonl").read_bytes() == before
+        t.commit("plan", output_digest="sha256 of the output, stored elsewhere")
+        t.complete()
     answer = gate.decision("limits-1", "t1")
     assert (answer.state, answer.decision) == ("done", "complete")
 

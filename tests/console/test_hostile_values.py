@@ -1,7 +1,7 @@
 """Values from the database are escaped on every list page: the turns and runs lists and the overview's
-blocked queue (rows composed in Python by console/rows.py, the rest by templates) show hostile run ids, turn
-ids, reasons, resume points, lineages and worker names as text, their links carry them URL-encoded, the
-pages keep their structure, and each page still costs its fixed number of queries."""
+blocked queue (rows composed in Python by console/rows.py through format_html, the rest by templates) show
+hostile run ids, turn ids, reasons, resume points, lineages and worker names as text, their links carry them
+URL-encoded, the pages keep their structure, and each page still costs its fixed number of queries."""
 
 from __future__ import annotations
 

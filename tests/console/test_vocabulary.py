@@ -12,7 +12,7 @@ from console import vocabulary
 from console.changes import ABSENT, FieldChange, field_changes
 from console.forms import REASON_CHOICES
 from console.services import turn_annotate
-from engine.types import EFFECT_INDETERMINATE, Code, Decision
+from engine.types import EFFECT_INDETERMINATE, Code
 from journals.models import TurnState
 from recovery.findings.models import FINDING_KINDS
 from recovery.recovery_audits.models import DIVERGENCE_CODES
@@ -60,9 +60,8 @@ def test_every_reason_the_filter_offers_is_a_known_reason_shown_in_words_and_cod
         (DIVERGENCE_CODES, vocabulary.DIVERGENCES),
         (REPAIR_KINDS, vocabulary.REPAIRS),
         ([str(s) for s in TurnState], vocabulary.STATES),
-        ([str(d) for d in Decision], vocabulary.DECISIONS),
     ],
-    ids=["trail kinds", "finding kinds", "divergences", "repairs", "states", "decisions"],
+    ids=["trail kinds", "finding kinds", "divergences", "repairs", "states"],
 )
 def test_every_other_code_family_has_words(codes, table):
     for code in codes:

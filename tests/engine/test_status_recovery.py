@@ -803,7 +803,7 @@ def test_the_fold_shape_has_its_own_exported_version() -> None:
     assert "PROJECTION_VERSION" in engine.__all__
     assert isinstance(engine.PROJECTION_VERSION, str)
     assert engine.PROJECTION_VERSION.strip() != ""
-    assert engine.PROJECTION_VERSION == engine.PROJECTION_VERSION.strip()
+    assert engine.PROJECTION_VERSION.strip() == engine.PROJECTION_VERSION
 
 
 def test_a_checkpoint_covering_minus_1_and_covering_an_earlier_lsn() -> None:

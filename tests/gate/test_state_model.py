@@ -9,6 +9,7 @@ goes through the Django admin itself and the bulk decision through the bulk API.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
 from datetime import timedelta
@@ -136,19 +137,15 @@ class OneTruth(RuleBasedStateMachine):
         if with_evidence:
             unknown = Intent.objects.filter(turn=turn, live=True, resolution="indeterminate")
             evidence = {i: finding for i in unknown.values_list("intent_id", flat=True)} or None
-        try:
+        with contextlib.suppress(ServiceError):
             turn_approve(turn=turn, actor=self.operator, reason="looked at it", evidence=evidence)
-        except ServiceError:
-            pass
 
     @rule(name=st.sampled_from(TURNS))
     def block(self, name: str) -> None:
         turn = self._turn(name)
         if turn is not None:
-            try:
+            with contextlib.suppress(ServiceError):
                 turn_block(turn=turn, actor=self.operator, reason="hold it")
-            except ServiceError:
-                pass
 
     @rule(
         action=st.sampled_from(["approve", "block"]),
@@ -167,19 +164,15 @@ class OneTruth(RuleBasedStateMachine):
         turn = self._turn(name)
         if turn is None:
             return
-        try:
+        with contextlib.suppress(ServiceError):
             self.claims[name] = turn_claim(turn=turn, worker_id=worker).fencing_token
-        except ServiceError:
-            pass
 
     @rule(name=st.sampled_from(TURNS))
     def release(self, name: str) -> None:
         turn = self._turn(name)
         if turn is not None and name in self.claims:
-            try:
+            with contextlib.suppress(ServiceError):
                 turn_release(turn=turn, fencing_token=self.claims.pop(name))
-            except ServiceError:
-                pass
 
     @rule(name=st.sampled_from(TURNS))
     def park(self, name: str) -> None:

@@ -5,6 +5,7 @@ is refused. Runs the real services and the real task function; no broker (publis
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
@@ -116,7 +117,7 @@ def test_a_journal_imports_and_exports_back_byte_for_byte(fmt, operator, tmp_pat
 
     # export_run -> check -> restore: the same bytes come back out.
     out = tmp_path / f"out.{fmt}"
-    call_command("export_run", "imp-run-1", "--out", str(out), "--format", fmt, stdout=open(os.devnull, "w"))
+    call_command("export_run", "imp-run-1", "--out", str(out), "--format", fmt, stdout=io.StringIO())
     assert check_package(out).accepted
     restore_package(out, tmp_path / "restored")
     assert (tmp_path / "restored" / "journal.jsonl").read_bytes() == original
@@ -128,7 +129,7 @@ def test_an_exported_run_imports_into_itself_as_duplicates(fmt, operator, tmp_pa
     run = records_ingest(run_id="imp-run-1", body=journal().body(), content_type="application/x-ndjson", token=None).run
     stored = list(JournalRecord.objects.filter(run=run).order_by("seq").values_list("seq", "digest", "line"))
     out = tmp_path / f"export.{fmt}"
-    call_command("export_run", "imp-run-1", "--out", str(out), "--format", fmt, stdout=open(os.devnull, "w"))
+    call_command("export_run", "imp-run-1", "--out", str(out), "--format", fmt, stdout=io.StringIO())
     restore_package(out, tmp_path / "restored")
     assert (tmp_path / "restored" / "journal.jsonl").read_bytes() == b"".join(bytes(r[2]) + b"\n" for r in stored)
     upload = run_task(upload_of(out.read_bytes(), operator))

@@ -95,9 +95,11 @@ def test_archive_modes_are_never_applied(tmp_path: Path, fmt: str) -> None:
     entries = package_entries(dirs=True)
     data = make_archive(fmt, entries)
     if fmt != "zip":  # rewrite every tar mode to setuid, world-writable
-        src = tarfile.open(fileobj=io.BytesIO(tar_bytes(entries)))
         out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        with (
+            tarfile.open(fileobj=io.BytesIO(tar_bytes(entries))) as src,
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf,
+        ):
             for member in src.getmembers():
                 member.mode = 0o6777
                 tf.addfile(member, src.extractfile(member) if member.isfile() else None)

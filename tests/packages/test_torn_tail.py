@@ -5,9 +5,9 @@ The bytes are never lost, never guessed at, and never shown (contract sections 1
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import os
 
 import pytest
 from django.core.management import call_command
@@ -268,7 +268,7 @@ def test_export_gives_back_the_journal_with_its_torn_tail_byte_for_byte(imported
     body = journal().body() + TORN
     imported(body)
     out = tmp_path / "out.tar.gz"
-    call_command("export_run", RUN, "--out", str(out), stdout=open(os.devnull, "w"))
+    call_command("export_run", RUN, "--out", str(out), stdout=io.StringIO())
     restore_package(out, tmp_path / "restored")
     assert (tmp_path / "restored" / "journal.jsonl").read_bytes() == body
     again = imported(body)  # and the export imports into the same run as duplicates and the same tail

@@ -57,9 +57,12 @@ def assert_run_is_kept_while_referenced(kept: Any, empty: Any) -> None:
     from journals.models import Run
 
     for sql in ("DELETE FROM journals_run WHERE id = %s", "UPDATE journals_run SET id = id + 1000 WHERE id = %s"):
-        with pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"):
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(sql, [kept.pk])
+        with (
+            pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(sql, [kept.pk])
     assert Run.objects.filter(pk=kept.pk).exists()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("UPDATE journals_run SET id = id + 1000 WHERE id = %s", [kept.pk])
@@ -97,8 +100,11 @@ def assert_run_delete_and_writes_wait(writes: list[tuple[Callable[[Any, Any], No
                         write(cursor, gone)
                 cursor.execute("SET lock_timeout = 0")
         for write, _ in writes:
-            with pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"):
-                with transaction.atomic(), connection.cursor() as cursor:
-                    write(cursor, gone)
+            with (
+                pytest.raises((IntegrityError, psycopg.IntegrityError), match="violates foreign key"),
+                transaction.atomic(),
+                connection.cursor() as cursor,
+            ):
+                write(cursor, gone)
     finally:
         other.close()

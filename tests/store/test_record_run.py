@@ -67,12 +67,10 @@ def test_postgres_a_record_of_no_run_is_refused_by_insert_and_by_copy():
             [run.pk, missing],
         )
     # COPY (ingest's path) fires the statement trigger too.
-    with _fk_refused(), transaction.atomic(), connection.cursor() as cursor:
-        with cursor.cursor.copy(
-            "COPY journals_journalrecord (run_id, seq, branch, lsn, digest, line, received_at) FROM STDIN"
-        ) as copy:
-            copy.write_row((run.pk, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
-            copy.write_row((missing, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
+    copy_sql = "COPY journals_journalrecord (run_id, seq, branch, lsn, digest, line, received_at) FROM STDIN"
+    with _fk_refused(), transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(copy_sql) as copy:
+        copy.write_row((run.pk, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
+        copy.write_row((missing, 1, 0, 0, "0" * 64, b"{}", timezone.now()))
     with connection.cursor() as cursor:
         cursor.execute(_RAW_RECORD, [run.pk, 1, 0])
     assert JournalRecord.objects.filter(run=run).count() == 1

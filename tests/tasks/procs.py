@@ -106,7 +106,7 @@ class Proc:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
         self.log = log
-        self._fh = open(log, "wb")  # closed in stop()
+        self._fh = open(log, "wb")  # noqa: SIM115  closed in stop()
         self.proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
         )

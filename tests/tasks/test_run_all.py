@@ -93,7 +93,7 @@ def test_run_all_comes_up_on_the_embedded_defaults_and_stops_cleanly(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
     env.update(LOOPX_VAR_DIR=str(tmp_path / "var"), LOOPX_HEARTBEAT_SECONDS="1", PYTHONUNBUFFERED="1")
-    log = open(tmp_path / "run_all.log", "wb")
+    log = open(tmp_path / "run_all.log", "wb")  # noqa: SIM115  the server writes it to the end; closed in finally
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "run_all", "--port", str(port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -11,6 +11,7 @@ kombu's filesystem broker under LOOPX_VAR_DIR (docs/celery.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,10 +41,9 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        # Not glibc (OSError): the signal handlers below still stop the children.
+        with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-        except OSError:  # not glibc: the signal handlers below still stop the children
-            pass
 
 
 class Command(BaseCommand):

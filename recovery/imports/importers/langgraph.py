@@ -327,7 +327,7 @@ def convert(
     with closing(sqlite_image_open(data)) as conn:
         checkpoint_columns = _columns(conn, "checkpoints")
         writes_columns = _columns(conn, "writes")
-        if not _CHECKPOINT_COLUMNS <= checkpoint_columns or not _WRITES_COLUMNS <= writes_columns:
+        if not checkpoint_columns >= _CHECKPOINT_COLUMNS or not writes_columns >= _WRITES_COLUMNS:
             raise refuse("no checkpoints and writes tables of langgraph-checkpoint-sqlite's layout")
         has_path = "task_path" in writes_columns
         has_metadata = "metadata" in checkpoint_columns

@@ -280,7 +280,7 @@ class _Mapper:
         if not valid_at(at):
             raise refuse(f"event {eid}: eventTime is not an RFC 3339 time")
         self.at_prefix = at[:17]
-        return at  # type: ignore[no-any-return]
+        return at
 
     def _attrs(self, event: dict[str, Any], name: str, eid: int) -> dict[str, Any]:
         attrs = event.get(_attributes_key(name))
