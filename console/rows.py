@@ -29,7 +29,7 @@ from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, s
 
 from . import vocabulary
 from .links import HtmlUrlFormer, html_url_former
-from .templatetags.console_tags import code_words, redacted_json, stated_time
+from .words import code_words, redacted_json, stated_time
 
 
 class _Markup:

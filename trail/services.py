@@ -12,7 +12,7 @@ from journals.actors import Actor
 from journals.models import Run, Turn
 from journals.storable import storable
 from kernel.errors import ServiceError
-from trail.chain import trail_append
+from trail import chain
 from trail.models import OperatorAction
 
 REASON_MAX = 4000
@@ -59,7 +59,7 @@ def operator_action_record(
     principal for one) is recorded as ``token:<name>``; before/after are redacted. ``via`` overrides where
     the act came from (otherwise the request's path, or ``system``)."""
     name = actor_name or actor_display(actor)
-    return trail_append(
+    return chain.trail_append(
         actor=actor if getattr(actor, "pk", None) and hasattr(actor, "get_username") else None,
         actor_name=str(name)[:150],
         kind=kind,

@@ -2,54 +2,46 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from django import template
 from django.http import QueryDict
-from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from console import vocabulary
-from engine import redact
+from console import rows, vocabulary, words
+from console.changes import field_changes
+from console.selectors import STATE_LABELS
 from recovery.packages.report import remedy
 
 register = template.Library()
+register.filter("stated_time", words.stated_time)
+register.filter("redacted_json", words.redacted_json)
+register.filter("code_words", words.code_words)
 
 
 @register.simple_tag
 def decision_badge(decision: str | None, reason: str | None = None) -> str:
     """Colour plus a glyph plus the word, never colour alone; a blocked one's reason in words and code (the
     same markup the list rows use)."""
-    from console.rows import badge
-
-    return badge(decision, reason)
+    return rows.badge(decision, reason)
 
 
 @register.simple_tag
 def state_badge(state: Any) -> str:
     """The effective state's badge (recovery.state.StateValue), the same markup the list rows use."""
-    from console.rows import state_badge as badge
-
-    return badge(state)
+    return rows.state_badge(state)
 
 
 @register.filter
 def state_label(state: Any) -> str:
-    from console.rows import state_label as label
-
-    return label(state)
+    return rows.state_label(state)
 
 
 @register.filter
 def state_name(key: str | None) -> str:
     """The words of a state's key ("held_effect" -> "held: effect unconfirmed")."""
-    from console.selectors import STATE_LABELS
-
     return STATE_LABELS.get(key or "unassessed", (key or "").replace("_", " "))
 
 
@@ -92,26 +84,6 @@ def query_string(params: dict[str, Any]) -> str:
 
 
 @register.filter
-def stated_time(value: str | None) -> str:
-    """A record's RFC 3339 `at` shown in the operator's zone; as written when it does not parse."""
-    if not value:
-        return ""
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "T", 1))
-    except ValueError:
-        return value
-    if timezone.is_naive(parsed):
-        return value
-    return date_format(timezone.localtime(parsed), "Y-m-d H:i:s T")
-
-
-@register.filter
-def redacted_json(value: Any) -> str:
-    """JSON for display, secret fields replaced (contract section 8), whatever the source."""
-    return json.dumps(redact(value), indent=1, sort_keys=True, ensure_ascii=False, default=str)
-
-
-@register.filter
 def pct(share: float) -> str:
     return f"{max(0.0, min(1.0, float(share))) * 100:.1f}"
 
@@ -137,21 +109,8 @@ def select_field(bound: Any) -> str:
 
 
 @register.filter
-def code_words(code: str | None) -> str:
-    """Plain words with the code beside it: "hash chain broken (chain_broken)"."""
-    if not code:
-        return ""
-    words = vocabulary.words_for(code)
-    if words == code:
-        return format_html('<code class="code">{}</code>', code)
-    return format_html('{} <code class="code">{}</code>', words, code)
-
-
-@register.filter
 def changes(action: Any) -> list[Any]:
     """An operator action's changed fields (console.changes): what its before and after differ in."""
-    from console.changes import field_changes
-
     return field_changes(getattr(action, "before", None), getattr(action, "after", None))
 
 
