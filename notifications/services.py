@@ -8,8 +8,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from journals import access
 from kernel.errors import ServiceError
 from teams.models import Team
 from trail.services import operator_action_record
@@ -17,6 +19,13 @@ from trail.services import operator_action_record
 from .channels import channel_target_check, target_shown
 from .models import CHANNEL_KINDS, RULE_MODES, NotificationRule, TeamChannel
 from .notices import HELD_STATES, channel_test_send
+
+
+def teams_visible(*, user: Any) -> QuerySet[Team]:
+    """The teams whose channels and rules ``user`` sees: their own; an admin's, every team."""
+    if access.can_administer(user):
+        return Team.objects.all()
+    return Team.objects.filter(members=user)
 
 
 class NoticeRefused(ServiceError):
@@ -82,15 +91,18 @@ def channel_save(
     team: Team,
     name: str,
     kind: str,
-    target: str,
+    target: str | None,
     secret: str | None = None,
     active: bool = True,
     channel: TeamChannel | None = None,
 ) -> TeamChannel:
-    """Create (``channel`` None) or change a team's channel. ``secret`` None keeps the one stored."""
+    """Create (``channel`` None) or change a team's channel. ``target`` or ``secret`` None keeps the one
+    stored (a saved URL is never shown again, its path can be a credential)."""
     if kind not in CHANNEL_KINDS:
         raise NoticeRefused("channel_kind_invalid", f"a channel is one of {', '.join(CHANNEL_KINDS)}")
-    name, target = _name(name), (target or "").strip()
+    if target is None:
+        target = channel.target if channel is not None else ""
+    name, target = _name(name), target.strip()
     kept = channel.secret if channel is not None and channel.kind == kind else ""
     new_secret = kept if secret is None else secret.strip()
     channel_target_check(kind=kind, target=target, secret=new_secret)
