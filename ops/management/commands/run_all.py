@@ -54,6 +54,8 @@ class Command(BaseCommand):
         demo = not settings.PRODUCTION
         seeded = self._seed() if demo and not options["no_seed"] else []
         users = self._demo_users() if demo else []
+        if demo:
+            self._demo_notifications()
         self._children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._stopping = False
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -64,13 +66,35 @@ class Command(BaseCommand):
         # which runserver cannot, and serves the static files through whitenoise's finders under DEBUG.
         self._start(
             "web",
-            [*base, "gunicorn", "-c", "python:ops.gunicorn_conf", "--bind", f"{host}:{port}",
-             "--workers", "1", "--threads", "8", "loopx_site.wsgi"],
+            [
+                *base,
+                "gunicorn",
+                "-c",
+                "python:ops.gunicorn_conf",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "1",
+                "--threads",
+                "8",
+                "loopx_site.wsgi",
+            ],
         )
         self._start(
             "worker",
-            [*base, "celery", "-A", "loopx_site", "worker", "--loglevel", "INFO",
-             "--concurrency", str(options["concurrency"]), "--hostname", "worker@%h"],
+            [
+                *base,
+                "celery",
+                "-A",
+                "loopx_site",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                str(options["concurrency"]),
+                "--hostname",
+                "worker@%h",
+            ],
         )
         self._start("beat", [*base, "celery", "-A", "loopx_site", "beat", "--loglevel", "INFO"])
         self._banner(host, port, users, seeded)
@@ -99,6 +123,12 @@ class Command(BaseCommand):
         for task in (tasks.audit_chain_verification, tasks.audit_unclaimed_blocked_turns, tasks.audit_stale_turns):
             # The assessments were published first; the countdown lets them land before the audits read them.
             task.apply_async(countdown=5)
+
+    def _demo_notifications(self) -> None:
+        """The demo team's email channel and rule: a held demo turn's email is printed by the worker."""
+        from ops.demo import demo_notifications
+
+        demo_notifications()
 
     def _demo_users(self) -> list[tuple[str, str, bool]]:
         """(username, role, created). Existing users keep their passwords."""
