@@ -11,7 +11,7 @@ escalation and one resolve, so a repeated assessment or sweep stays quiet:
   lists every open hold the rule follows past its threshold. A paging channel gets no digest.
 
 A notice that said something says ``notice.resolve`` when its hold ends or stops matching the rule. The
-state is read from TurnEffective (recovery/state.py, its one writer): ``notice_turn_changed`` runs on that
+state is read from TurnEffective (recovery/state.py, its one writer): ``notices_turns_changed`` runs on that
 writer's ``turn_hold_changed`` signal, in its transaction, so an operator's approval resolves at once;
 ``notices_sweep`` (beat) escalates, resolves what a lost signal missed and sends the digests.
 
@@ -201,18 +201,21 @@ def _inactive_view(rule: NotificationRule) -> RuleView:
     return RuleView(rule, RunScope(()), tuple(chosen))
 
 
-def notice_turn_changed(*, run_id: str, turn_id: str, now: datetime | None = None) -> None:
-    """A turn entered, changed within or left a hold: open, advance or resolve its notices. Runs in the
-    caller's transaction under its own savepoint; an error rolls back only the notices."""
+def notices_turns_changed(*, run_id: str, turn_ids: list[str], now: datetime | None = None) -> None:
+    """Turns of a run entered, changed within or left a hold: open, advance or resolve their notices. Runs
+    in the caller's transaction under its own savepoint; an error rolls back only the notices. With no
+    active rule and no open hold of the run it costs two queries, whatever the number of turns."""
+    if not turn_ids:
+        return
     now = now or timezone.now()
     with transaction.atomic():
-        views = active_rules()
-        hold_open = TurnHold.objects.filter(run_ident=run_id, turn_ident=turn_id, ended_at__isnull=True).exists()
-        if not views and not hold_open:
+        open_holds = TurnHold.objects.filter(run_ident=run_id, ended_at__isnull=True)
+        if not NotificationRule.objects.filter(active=True).exists() and not open_holds.exists():
             return
-        effective = TurnEffective.objects.filter(turn__run__run_id=run_id, turn__turn_id=turn_id).first()
-        if effective is not None:
-            _reconcile(effective, run_id, turn_id, views, now)
+        views = active_rules()
+        rows = TurnEffective.objects.filter(turn__run__run_id=run_id, turn__turn_id__in=turn_ids)
+        for effective in rows.select_related("turn"):
+            _reconcile(effective, run_id, effective.turn.turn_id, views, now)
 
 
 def _digest_due(rule: NotificationRule, now: datetime) -> bool:

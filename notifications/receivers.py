@@ -33,9 +33,9 @@ def on_turn_blocked(
     )
 
 
-def on_turn_hold_changed(run_id: str = "", turn_id: str = "", **_: Any) -> None:
-    """The team channels' notices of the turn (notifications.notices): opened, escalated or resolved."""
-    notices.notice_turn_changed(run_id=run_id, turn_id=turn_id)
+def on_turn_hold_changed(run_id: str = "", turns: list[dict[str, Any]] | None = None, **_: Any) -> None:
+    """The team channels' notices of the turns (notifications.notices): opened, escalated or resolved."""
+    notices.notices_turns_changed(run_id=run_id, turn_ids=[str(t.get("turn_id", "")) for t in turns or []])
 
 
 def on_finding_opened(

@@ -321,7 +321,7 @@ def _states_store(
     hold_changes: Sequence[tuple[str, StateValue, str | None]] = (),
 ) -> None:
     """Write the changed rows, and send `turn_blocked` (webhooks, metrics) for each turn this refresh newly
-    holds, whoever held it, and `turn_hold_changed` (notifications) for each turn that entered, changed
+    holds, whoever held it, and one `turn_hold_changed` (notifications) naming the turns that entered, changed
     within or left a hold: sent in the transaction, so that deliveries commit with the state."""
     with transaction.atomic():
         if create:
@@ -338,14 +338,14 @@ def _states_store(
                 assessment_id=assessment.pk,
                 state=str(value.state),
             )
-        for turn_id, value, previous in hold_changes:
+        if hold_changes:
             emit(
                 turn_hold_changed,
                 run_id=run.run_id,
-                turn_id=turn_id,
-                state=str(value.state),
-                gate=value.gate,
-                previous_state=previous,
+                turns=[
+                    {"turn_id": turn_id, "state": str(value.state), "gate": value.gate, "previous_state": previous}
+                    for turn_id, value, previous in hold_changes
+                ],
             )
 
 
