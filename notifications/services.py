@@ -23,6 +23,8 @@ from .notices import HELD_STATES, channel_test_send
 
 def teams_visible(*, user: Any) -> QuerySet[Team]:
     """The teams whose channels and rules ``user`` sees: their own; an admin's, every team."""
+    if not getattr(user, "is_authenticated", False):
+        return Team.objects.none()
     if access.can_administer(user):
         return Team.objects.all()
     return Team.objects.filter(members=user)
