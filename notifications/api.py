@@ -193,6 +193,8 @@ class ChannelSerializer(serializers.ModelSerializer[TeamChannel]):
     secret = serializers.CharField(write_only=True, max_length=200, required=False, allow_blank=True)
     target = serializers.CharField(write_only=True, max_length=2000, required=False)
     kind = serializers.ChoiceField(choices=CHANNEL_KINDS)
+    # A plain id: another team's and a missing one get the same refusal (_team_of).
+    team = serializers.IntegerField(source="team_id", required=False)
 
     class Meta:
         model = TeamChannel
@@ -210,6 +212,7 @@ class RuleSerializer(serializers.ModelSerializer[NotificationRule]):
     states = serializers.ListField(child=serializers.ChoiceField(choices=HELD_STATES), required=False)
     reasons = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
     mode = serializers.ChoiceField(choices=RULE_MODES)
+    team = serializers.IntegerField(source="team_id", required=False)
 
     class Meta:
         model = NotificationRule
@@ -235,9 +238,11 @@ def _visible_teams(request: Request) -> QuerySet[Team]:
 
 
 def _team_of(request: Request, data: dict[str, Any], current: Team | None) -> Team:
-    """The team named (or kept) by a write: one of the person's teams, or a typed refusal."""
-    team: Team | None = data.get("team", current)
-    if team is None or not _visible_teams(request).filter(pk=team.pk).exists():
+    """The team named (or kept) by a write: one of the person's teams, or a typed refusal that is the same
+    for another team's and for a team that does not exist."""
+    team_id = data.get("team_id", current.pk if current is not None else None)
+    team = _visible_teams(request).filter(pk=team_id).first() if team_id is not None else None
+    if team is None:
         raise ServiceError(400, "team_invalid", "no such team among yours")
     return team
 
