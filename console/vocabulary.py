@@ -156,6 +156,8 @@ ACTIONS: dict[str, str] = {
     "evidence_record": "gave evidence",
     "turn_assign": "assigned the turn",
     "turn_unassign": "released the turn",
+    "notification_channel_change": "changed a team's notification channel",
+    "notification_rule_change": "changed a team's notification rule",
     "api_token_create": "created a runtime token",
     "api_token_revoke": "revoked a runtime token",
     "finding_acknowledge": "acknowledged a finding",

@@ -11,6 +11,11 @@ Events and their keyword arguments (all JSON-safe; payloads are redacted before 
 ``turn_blocked``       a turn became held (its effective state holds it at the gate and did not before,
                        recovery/state.py): ``run_id``, ``turn_id``, ``reason``, ``state``, optional
                        ``reason_line``, ``assessment_id``.
+``turn_hold_changed``  turns of one run entered, changed within or left a hold (a turn's effective state
+                       or reason changed and the old or the new one holds it at the gate): ``run_id``,
+                       ``turns`` (each ``turn_id``, ``state``, ``gate``, ``previous_state``). Sent once per
+                       refresh in the writer's transaction; the notifications open, escalate or resolve
+                       their notices from it.
 ``finding_opened``     a finding was opened: ``finding_id``, ``kind``, optional ``run_id``, ``turn_id``,
                        ``summary``.
 ``crash_loop_parked``  the gate parked a turn that kept crashing: ``run_id``, ``turn_id``, ``attempts``,
@@ -42,6 +47,7 @@ from django.dispatch import Signal
 logger = logging.getLogger("loopx.events")
 
 turn_blocked = Signal()
+turn_hold_changed = Signal()
 finding_opened = Signal()
 crash_loop_parked = Signal()
 package_rejected = Signal()

@@ -354,6 +354,22 @@ LOOPX_WEBHOOK_BACKOFF_SECONDS = env_int("LOOPX_WEBHOOK_BACKOFF_SECONDS", 10)
 LOOPX_WEBHOOK_ALLOW_NETS = [
     str(ipaddress.ip_network(n, strict=False)) for n in env_list("LOOPX_WEBHOOK_ALLOW_NETS", [])
 ]
+# Team channels (notifications/notices.py, docs/notifications.md). Email goes through Django's mail backend:
+# printed on the worker's stdout (the console backend) unless EMAIL_HOST names an SMTP server.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend",
+)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "loopx@localhost")
+# The console's address as people reach it: every message links to the turn's page under it.
+LOOPX_PUBLIC_URL = env_str("LOOPX_PUBLIC_URL", "http://127.0.0.1:8000")
+# The hour (in UTC) from which a rule's daily digest is sent.
+LOOPX_NOTIFY_DIGEST_HOUR = env_int("LOOPX_NOTIFY_DIGEST_HOUR", 8)
 # 0 (unset) = retention off: nothing is ever removed.
 LOOPX_RETENTION_DAYS = env_int("LOOPX_RETENTION_DAYS", 0)
 LOOPX_RETENTION_DIR = Path(env_str("LOOPX_RETENTION_DIR", str(VAR_DIR / "retention")))

@@ -25,6 +25,8 @@ urlpatterns = [
     path("", include("ops.urls")),
     path("api/v1/", include("notifications.urls")),
     path("api/v1/", include("console.api")),
+    # A team's notification channels and rules (notifications/views.py).
+    path("notifications/", include("notifications.console_urls")),
     # The operator console owns the root; mounted last so that the paths above win.
     path("", include("console.urls")),
 ]

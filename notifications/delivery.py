@@ -19,14 +19,9 @@ attempt keeps its status and, for a failure, at most ``EXCERPT_CHARS`` character
 from __future__ import annotations
 
 import hashlib
-import hmac
-import http.client
 import json
 import logging
-import socket
-import ssl
-import time
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -39,15 +34,16 @@ from engine.secrets import redact
 from journals.access import RunScope
 from journals.actors import Actor
 from kernel import context, events
-from kernel.logging import scrub
 from trail.services import operator_action_record
 
-from .destinations import Destination, DestinationRefused, destination_check
+from . import channels
 from .models import EVENTS, Webhook, WebhookAttempt, WebhookDelivery
+from .transport import EXCERPT_CHARS as EXCERPT_CHARS
+from .transport import SIGNATURE_HEADER as SIGNATURE_HEADER
+from .transport import SendResult, delivery_headers, post_checked, sign
 
 logger = logging.getLogger("loopx.notifications")
 
-SIGNATURE_HEADER = "X-LoopX-Signature"
 USER_AGENT = "LoopX-Webhook/1"
 
 
@@ -65,10 +61,6 @@ def backoff_seconds(attempts_made: int) -> float:
     cap = float(_setting("LOOPX_WEBHOOK_BACKOFF_MAX_SECONDS", 1800))
     factor: int = 2 ** max(0, attempts_made - 1)
     return min(cap, base * factor)
-
-
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def idempotency_key(event: str, subject: tuple[Any, ...]) -> str:
@@ -104,11 +96,18 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
         return []
     key = idempotency_key(event, subject)
     body = _body(event, key, data)
+    return deliveries_create(targets=[("webhook", hook, body) for hook in hooks], event=event, key=key, run=run)
+
+
+def deliveries_create(*, targets: Iterable[tuple[str, Any, str]], event: str, key: str, run: str | None) -> list[int]:
+    """One delivery row per (``webhook`` or ``channel``, its row, the body), under a savepoint of the
+    caller's transaction; published after commit. A key already used for a destination makes nothing
+    again: the same event is never sent twice to one place."""
     created: list[int] = []
-    with transaction.atomic():  # a savepoint inside the caller's transaction
-        for hook in hooks:
+    with transaction.atomic():
+        for field, owner, body in targets:
             delivery, made = WebhookDelivery.objects.get_or_create(
-                webhook=hook,
+                **{field: owner},
                 idempotency_key=key,
                 defaults={
                     "event": event,
@@ -150,101 +149,21 @@ def publish(ids: list[int], countdown: float = 0) -> None:
             )
 
 
-@dataclass(frozen=True)
-class SendResult:
-    ok: bool
-    status_code: int | None
-    error: str
-    duration_ms: float
-
-
-# What a failed attempt keeps of the answer's body: enough to tell a receiver's error page, no more.
-EXCERPT_CHARS = 200
-_READ_BYTES = 1024
-
-
-class _PinnedHTTPConnection(http.client.HTTPConnection):
-    """HTTP to the address the destination check allowed, naming the host in the Host header."""
-
-    def __init__(self, destination: Destination, address: str, timeout: float) -> None:
-        super().__init__(destination.host, destination.port, timeout=timeout)
-        self._address = address
-
-    def connect(self) -> None:
-        self.sock = socket.create_connection((self._address, self.port), self.timeout)
-
-
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """HTTPS to the checked address; the certificate is checked against the host's name (SNI too)."""
-
-    def __init__(self, destination: Destination, address: str, timeout: float) -> None:
-        super().__init__(destination.host, destination.port, timeout=timeout, context=ssl.create_default_context())
-        self._address = address
-
-    def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
-
-
-def _post(destination: Destination, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-    """One POST to the first checked address that takes the connection; (status, the body's start)."""
-    last: OSError | None = None
-    for address in destination.addresses:
-        kind = _PinnedHTTPSConnection if destination.scheme == "https" else _PinnedHTTPConnection
-        connection = kind(destination, str(address), timeout)
-        try:
-            connection.request("POST", destination.path, body=body, headers=headers)
-            response = connection.getresponse()
-            return int(response.status), response.read(_READ_BYTES)  # never more is read, nor kept
-        except OSError as exc:  # refused or unreachable: the next address, if any
-            last = exc
-        finally:
-            connection.close()
-    raise last or OSError("no address to connect to")
-
-
-def _excerpt(data: bytes) -> str:
-    """A short, redacted excerpt of an answer's body for the delivery log."""
-    text = " ".join(data.decode("utf-8", "replace").split())
-    return scrub(text[: EXCERPT_CHARS * 2])[:EXCERPT_CHARS]
-
-
 def send(delivery: WebhookDelivery, attempt_number: int) -> SendResult:
     hook = delivery.webhook
+    if hook is None:  # a channel's delivery goes through notifications.channels
+        return SendResult(False, None, "no webhook", 0.0)
     body = delivery.body.encode()
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-LoopX-Event": delivery.event,
-        "X-LoopX-Delivery": str(delivery.pk),
-        "X-LoopX-Attempt": str(attempt_number),
-        "Idempotency-Key": delivery.idempotency_key,
-        "X-LoopX-Idempotency-Key": delivery.idempotency_key,
-        SIGNATURE_HEADER: sign(hook.secret, body),
-    }
-    if delivery.request_id:
-        headers["X-Request-ID"] = delivery.request_id
-    timeout = float(_setting("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5))
-    started = time.perf_counter()
-    try:
-        destination = destination_check(hook.url)  # again at every attempt: the name may resolve elsewhere now
-    except DestinationRefused as refused:
-        return SendResult(False, None, f"{refused.code}: {scrub(refused.detail)}"[:500], 0.0)
-    try:
-        status, answer = _post(destination, body, headers, timeout)
-    except Exception as exc:  # refused, reset, timed out, bad TLS: the receiver is down for us
-        return SendResult(False, None, _error_text(exc), (time.perf_counter() - started) * 1000)
-    elapsed = (time.perf_counter() - started) * 1000
-    if 200 <= status < 300:
-        return SendResult(True, status, "", elapsed)
-    excerpt = _excerpt(answer)
-    return SendResult(False, status, f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}", elapsed)
-
-
-def _error_text(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)
-    text = f"{type(exc).__name__}: {reason if reason is not None else exc}"
-    return scrub(text)[:500]
+    headers = delivery_headers(
+        event=delivery.event,
+        delivery_id=delivery.pk,
+        attempt=attempt_number,
+        key=delivery.idempotency_key,
+        request_id=delivery.request_id,
+        user_agent=USER_AGENT,
+    )
+    headers[SIGNATURE_HEADER] = sign(hook.secret, body)
+    return post_checked(hook.url, body, headers, float(_setting("LOOPX_WEBHOOK_TIMEOUT_SECONDS", 5)))
 
 
 def _claimable(now: Any) -> Q:
@@ -262,13 +181,16 @@ def attempt(delivery_id: int) -> str:
     )
     if not claimed:
         return "skipped"  # delivered, failed, not yet due, or another worker holds it
-    delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+    delivery = WebhookDelivery.objects.select_related("webhook", "channel").get(pk=delivery_id)
     number = delivery.attempts
+    active = delivery.webhook.active if delivery.webhook is not None else channels.channel_live(delivery.channel)
     with context.bind(request_id=delivery.request_id or context.request_id_var.get()):
-        if not delivery.webhook.active:
-            result = SendResult(False, None, "webhook is inactive", 0.0)
-        else:
+        if not active:
+            result = SendResult(False, None, "webhook is inactive" if delivery.webhook else "channel is inactive", 0.0)
+        elif delivery.webhook is not None:
             result = send(delivery, number)
+        else:
+            result = channels.channel_send(delivery, number)
         WebhookAttempt.objects.create(
             delivery=delivery,
             number=number,
@@ -285,18 +207,30 @@ def attempt(delivery_id: int) -> str:
         events.emit(events.webhook_attempted, delivered=result.ok)
         if result.ok:
             mine.update(
-                status="delivered", delivered_at=done, last_status_code=result.status_code, last_error="",
-                lease_until=None, updated_at=done,
+                status="delivered",
+                delivered_at=done,
+                last_status_code=result.status_code,
+                last_error="",
+                lease_until=None,
+                updated_at=done,
             )
             logger.info(
                 "webhook delivered",
-                extra={"event": "webhook.delivered", "delivery": delivery_id, "attempt": number,
-                       "webhook": delivery.webhook_id},
+                extra={
+                    "event": "webhook.delivered",
+                    "delivery": delivery_id,
+                    "attempt": number,
+                    "webhook": delivery.webhook_id,
+                    "channel": delivery.channel_id,
+                },
             )
             return "delivered"
-        if number >= delivery.attempt_limit or not delivery.webhook.active:
+        if number >= delivery.attempt_limit or not active:
             mine.update(
-                status="failed", last_status_code=result.status_code, last_error=result.error, lease_until=None,
+                status="failed",
+                last_status_code=result.status_code,
+                last_error=result.error,
+                lease_until=None,
                 updated_at=done,
             )
             logger.warning(
@@ -306,13 +240,22 @@ def attempt(delivery_id: int) -> str:
             return "failed"
         wait = backoff_seconds(number)
         updated = mine.update(
-            status="pending", next_attempt_at=done + timedelta(seconds=wait), last_status_code=result.status_code,
-            last_error=result.error, lease_until=None, updated_at=done,
+            status="pending",
+            next_attempt_at=done + timedelta(seconds=wait),
+            last_status_code=result.status_code,
+            last_error=result.error,
+            lease_until=None,
+            updated_at=done,
         )
         logger.info(
             "webhook attempt failed; retrying",
-            extra={"event": "webhook.retry", "delivery": delivery_id, "attempt": number, "error": result.error,
-                   "retry_in": wait},
+            extra={
+                "event": "webhook.retry",
+                "delivery": delivery_id,
+                "attempt": number,
+                "error": result.error,
+                "retry_in": wait,
+            },
         )
     if updated:
         publish([delivery_id], countdown=wait)
@@ -323,9 +266,7 @@ def due_deliveries(limit: int = 200) -> list[int]:
     """Pending deliveries that are due, and claims whose lease expired (a worker died mid-attempt)."""
     now = timezone.now()
     return list(
-        WebhookDelivery.objects.filter(_claimable(now)).order_by("next_attempt_at").values_list("pk", flat=True)[
-            :limit
-        ]
+        WebhookDelivery.objects.filter(_claimable(now)).order_by("next_attempt_at").values_list("pk", flat=True)[:limit]
     )
 
 
@@ -335,9 +276,16 @@ def resend(delivery_ids: list[int]) -> int:
     ids = list(
         WebhookDelivery.objects.filter(pk__in=delivery_ids).exclude(status="delivering").values_list("pk", flat=True)
     )
-    count = WebhookDelivery.objects.filter(pk__in=ids).exclude(status="delivering").update(
-        status="pending", next_attempt_at=now, attempt_limit=F("attempts") + max_attempts(), lease_until=None,
-        updated_at=now,
+    count = (
+        WebhookDelivery.objects.filter(pk__in=ids)
+        .exclude(status="delivering")
+        .update(
+            status="pending",
+            next_attempt_at=now,
+            attempt_limit=F("attempts") + max_attempts(),
+            lease_until=None,
+            updated_at=now,
+        )
     )
     transaction.on_commit(lambda: publish(ids))
     return count
@@ -351,7 +299,9 @@ def delivery_resend(*, ids: list[int], actor: Actor) -> int:
         count = resend(ids)
         if count:
             operator_action_record(
-                actor=actor, kind="delivery_resend", reason=f"{count} webhook deliveries queued to resend",
+                actor=actor,
+                kind="delivery_resend",
+                reason=f"{count} webhook deliveries queued to resend",
                 after={"deliveries": sorted(ids), "queued": count},
             )
     return count

@@ -13,11 +13,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 EVENTS = ("turn.blocked", "finding.opened", "crash_loop.parked", "package.rejected")
+# What a team's channel is sent (notifications.notices): a hold's first message, its escalation, its end,
+# a rule's daily digest, and an operator's test of the channel.
+NOTICE_EVENTS = ("notice.trigger", "notice.escalate", "notice.resolve", "notice.digest", "notice.test")
 DELIVERY_STATUSES = ("pending", "delivering", "delivered", "failed")
+CHANNEL_KINDS = ("email", "chat", "page")
+RULE_MODES = ("immediate", "escalate", "digest")
 
 
 def _event_choices() -> list[tuple[str, str]]:
-    return [(e, e.replace(".", " ").replace("_", " ")) for e in EVENTS]
+    return [(e, e.replace(".", " ").replace("_", " ")) for e in (*EVENTS, *NOTICE_EVENTS)]
 
 
 class Webhook(models.Model):
@@ -64,7 +69,13 @@ class Webhook(models.Model):
 
 
 class WebhookDelivery(models.Model):
-    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    """One message to one destination: a webhook's event, or a team channel's notice (exactly one of the
+    two). Both go through the same claim, retries, attempt rows and log."""
+
+    webhook = models.ForeignKey(Webhook, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.ForeignKey(
+        "notifications.TeamChannel", null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
     event = models.CharField(max_length=32, choices=_event_choices())
     # Sent as `Idempotency-Key`: the same event never makes two deliveries to one webhook, and a receiver
     # that sees a key twice (a retry after a lost response, a resend) knows it is the same event.
@@ -93,13 +104,19 @@ class WebhookDelivery(models.Model):
         verbose_name_plural = "webhook deliveries"
         constraints = [
             models.UniqueConstraint(fields=["webhook", "idempotency_key"], name="webhookdelivery_unique_key"),
+            models.UniqueConstraint(fields=["channel", "idempotency_key"], name="webhookdelivery_unique_channel_key"),
+            models.CheckConstraint(
+                condition=Q(webhook__isnull=False, channel__isnull=True)
+                | Q(webhook__isnull=True, channel__isnull=False),
+                name="webhookdelivery_one_destination",
+            ),
             models.CheckConstraint(condition=Q(status__in=DELIVERY_STATUSES), name="webhookdelivery_status_valid"),
             models.CheckConstraint(condition=Q(attempts__gte=0), name="webhookdelivery_attempts_gte_0"),
         ]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhookdelivery_due")]
 
     def __str__(self) -> str:
-        return f"{self.event} → {self.webhook_id} ({self.status})"
+        return f"{self.event} → {self.webhook_id or f'channel {self.channel_id}'} ({self.status})"
 
 
 class WebhookAttempt(models.Model):
@@ -121,3 +138,103 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of delivery {self.delivery_id}"
+
+
+class TeamChannel(models.Model):
+    """Where a team is told about its held turns: an email address list, a Slack-compatible chat webhook,
+    or a PagerDuty Events API v2 integration."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="notification_channels")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=8, choices=[(k, k) for k in CHANNEL_KINDS])
+    # email: addresses separated by commas; chat: the incoming-webhook URL; page: the Events API URL.
+    target = models.CharField(max_length=2000)
+    # chat: signs each message (X-LoopX-Signature) when set; page: the integration's routing key. Needed in
+    # clear to send, so it cannot be hashed; write-only wherever it is edited, never shown, logged or stored
+    # in a delivery's body (the routing key is put in only as the request leaves).
+    secret = models.CharField(max_length=200, blank=True, default="")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="teamchannel_unique_name"),
+            models.CheckConstraint(condition=Q(kind__in=CHANNEL_KINDS), name="teamchannel_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class NotificationRule(models.Model):
+    """When a team is told: held turns of its runs in ``states`` (blank: any held state), for ``reasons``
+    (blank: any), of runs starting with ``run_prefix``, once they have waited ``threshold_minutes``; by
+    ``mode``: immediate (at once, escalated past the threshold), escalate (once past the threshold) or
+    digest (one message a day)."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="notification_rules")
+    name = models.CharField(max_length=100)
+    states = models.JSONField(default=list, blank=True)
+    reasons = models.JSONField(default=list, blank=True)
+    run_prefix = models.CharField(max_length=200, blank=True, default="")
+    threshold_minutes = models.PositiveIntegerField(default=0)
+    mode = models.CharField(max_length=10, choices=[(m, m) for m in RULE_MODES], default="immediate")
+    # Blank: every active channel of the team.
+    channels = models.ManyToManyField(TeamChannel, blank=True, related_name="rules")
+    active = models.BooleanField(default=True)
+    last_digest_on = models.DateField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="notificationrule_unique_name"),
+            models.CheckConstraint(condition=Q(mode__in=RULE_MODES), name="notificationrule_mode_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TurnHold(models.Model):
+    """One hold of one turn: from the moment the gate held it until it let it go. Its ``dedup_key`` names
+    the hold in every message (PagerDuty's incident key), the same for every rule and channel."""
+
+    turn = models.ForeignKey("journals.Turn", on_delete=models.CASCADE, related_name="+")
+    run_ident = models.CharField(max_length=200)
+    turn_ident = models.CharField(max_length=200)
+    dedup_key = models.CharField(max_length=80, unique=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["turn"], condition=Q(ended_at__isnull=True), name="turnhold_one_open_per_turn"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.dedup_key
+
+
+class HoldNotice(models.Model):
+    """What one rule has said about one hold: one first message, one escalation, one resolve at most."""
+
+    hold = models.ForeignKey(TurnHold, on_delete=models.CASCADE, related_name="notices")
+    rule = models.ForeignKey(NotificationRule, on_delete=models.CASCADE, related_name="notices")
+    opened_at = models.DateTimeField(default=timezone.now)
+    triggered_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["hold", "rule"], name="holdnotice_unique")]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} on {self.hold_id}"

@@ -11,12 +11,17 @@ from typing import Any
 
 from kernel import events
 
-from . import delivery
+from . import delivery, notices
 
 
 def on_turn_blocked(
-    run_id: str = "", turn_id: str = "", reason: str | None = None, reason_line: int | None = None,
-    assessment_id: int | None = None, state: str | None = None, **_: Any,
+    run_id: str = "",
+    turn_id: str = "",
+    reason: str | None = None,
+    reason_line: int | None = None,
+    assessment_id: int | None = None,
+    state: str | None = None,
+    **_: Any,
 ) -> None:
     data = {"run": run_id, "turn": turn_id, "reason": reason, "reason_line": reason_line, "assessment": assessment_id}
     if state is not None:
@@ -28,9 +33,18 @@ def on_turn_blocked(
     )
 
 
+def on_turn_hold_changed(run_id: str = "", turns: list[dict[str, Any]] | None = None, **_: Any) -> None:
+    """The team channels' notices of the turns (notifications.notices): opened, escalated or resolved."""
+    notices.notices_turns_changed(run_id=run_id, turn_ids=[str(t.get("turn_id", "")) for t in turns or []])
+
+
 def on_finding_opened(
-    finding_id: Any = None, kind: str = "", run_id: str | None = None, turn_id: str | None = None,
-    summary: str = "", **_: Any,
+    finding_id: Any = None,
+    kind: str = "",
+    run_id: str | None = None,
+    turn_id: str | None = None,
+    summary: str = "",
+    **_: Any,
 ) -> None:
     delivery.enqueue(
         "finding.opened",
@@ -40,8 +54,12 @@ def on_finding_opened(
 
 
 def on_crash_loop_parked(
-    run_id: str = "", turn_id: str = "", attempts: int | None = None, reason: str = "",
-    decision_id: int | None = None, **_: Any,
+    run_id: str = "",
+    turn_id: str = "",
+    attempts: int | None = None,
+    reason: str = "",
+    decision_id: int | None = None,
+    **_: Any,
 ) -> None:
     delivery.enqueue(
         "crash_loop.parked",
@@ -62,6 +80,7 @@ def on_package_rejected(
 
 def connect() -> None:
     events.turn_blocked.connect(on_turn_blocked, weak=False, dispatch_uid="loopx-webhook-turn-blocked")
+    events.turn_hold_changed.connect(on_turn_hold_changed, weak=False, dispatch_uid="loopx-notice-hold-changed")
     events.finding_opened.connect(on_finding_opened, weak=False, dispatch_uid="loopx-webhook-finding")
     events.crash_loop_parked.connect(on_crash_loop_parked, weak=False, dispatch_uid="loopx-webhook-crash-loop")
     events.package_rejected.connect(on_package_rejected, weak=False, dispatch_uid="loopx-webhook-package")

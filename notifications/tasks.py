@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from . import delivery
+from . import delivery, notices
 
 
 @shared_task(name="notifications.deliver_webhook", acks_late=True, ignore_result=True)
@@ -19,3 +19,10 @@ def deliver_due() -> int:
     ids = delivery.due_deliveries()
     delivery.publish(ids)
     return len(ids)
+
+
+@shared_task(name="notifications.sweep_notices", acks_late=True, ignore_result=True)
+def sweep_notices() -> dict[str, int]:
+    """Beat sweep of the team channels' notices: escalations, resolves, daily digests. Idempotent: each
+    message's key is unique per channel, so a second run sends nothing again."""
+    return notices.notices_sweep()

@@ -201,6 +201,27 @@ def demo_seed(*, prefix: str = "demo", batch_size: int = 7) -> list[str]:
     return run_ids
 
 
+DEMO_MAIL = "oncall@demo.loopx.test"
+
+
+def demo_notifications() -> bool:
+    """The demo team (every run) gets an email channel and a rule that tells it of every held turn at once,
+    so a held demo turn's email shows in the worker's output (Django's console mail backend, unless
+    EMAIL_HOST is set). False when the team already has a channel (a second ``make run``)."""
+    # Deferred like demo_seed's: benchmarks read this module without Django's app registry.
+    from notifications.models import TeamChannel
+    from notifications.services import channel_save, rule_save
+    from teams.models import ALL_RUNS_TEAM
+    from teams.services import team_ensure
+
+    team = team_ensure(name=ALL_RUNS_TEAM, prefixes=[""])
+    if TeamChannel.objects.filter(team=team).exists():
+        return False
+    channel = channel_save(actor=None, team=team, name="demo on-call mail", kind="email", target=DEMO_MAIL)
+    rule_save(actor=None, team=team, name="every held turn", mode="immediate", threshold_minutes=15, channels=[channel])
+    return True
+
+
 def workload_lines(run_id: str, *, turns: int = 2, seed: int = 0) -> list[bytes]:
     """A small run for load: ``turns`` turns, most complete, every fifth left to resume, every seventh
     with an unsafe effect left without readback; deterministic in ``seed``."""

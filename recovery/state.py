@@ -28,7 +28,7 @@ from django.utils import timezone
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from journals.access import RunScope
 from journals.models import DECISIONS, TURN_STATUSES, Decision, Intent, Resolution, Run, Turn, TurnEffective, TurnState
-from kernel.events import emit, turn_blocked
+from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
 from recovery.repair.models import REPAIR_QUARANTINED
@@ -414,6 +414,7 @@ def turn_states_refresh(
     update: list[TurnEffective] = []
     found: dict[int, StateValue] = {}
     newly_held: list[tuple[str, StateValue]] = []
+    hold_changes: list[tuple[str, StateValue, str | None]] = []
     for pk, turn_id, plan in turns.values_list("pk", "turn_id", "plan").iterator(chunk_size=5000):
         engine = engine_of.get(pk)
         if engine is None:
@@ -430,6 +431,10 @@ def turn_states_refresh(
         row = existing.get(pk)
         if value.gate == HOLD and (row is None or row.gate != HOLD):
             newly_held.append((turn_id, value))
+        held_before = row is not None and row.gate == HOLD
+        moved = row is None or (row.state, row.reason) != (str(value.state), value.reason)
+        if moved and (value.gate == HOLD or held_before):
+            hold_changes.append((turn_id, value, row.state if row is not None else None))
         if row is None:
             create.append(TurnEffective(turn_id=pk, run_id=run.pk, since=now, updated_at=now, **fields))
             found[pk] = _with_since(value, now)
@@ -443,7 +448,7 @@ def turn_states_refresh(
             row.updated_at = now
             update.append(row)
         found[pk] = _with_since(value, row.since)
-    _states_store(run, assessment, create, update, newly_held)
+    _states_store(run, assessment, create, update, newly_held, hold_changes)
     return found
 
 
@@ -453,9 +458,11 @@ def _states_store(
     create: list[TurnEffective],
     update: list[TurnEffective],
     newly_held: list[tuple[str, StateValue]],
+    hold_changes: Sequence[tuple[str, StateValue, str | None]] = (),
 ) -> None:
     """Write the changed rows, and send `turn_blocked` (webhooks, metrics) for each turn this refresh newly
-    holds, whoever held it: sent in the transaction, so that deliveries commit with the state."""
+    holds, whoever held it, and one `turn_hold_changed` (notifications) naming the turns that entered, changed
+    within or left a hold: sent in the transaction, so that deliveries commit with the state."""
     with transaction.atomic():
         if create:
             TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
@@ -470,6 +477,15 @@ def _states_store(
                 reason_line=value.engine.reason_line if value.engine else None,
                 assessment_id=assessment.pk,
                 state=str(value.state),
+            )
+        if hold_changes:
+            emit(
+                turn_hold_changed,
+                run_id=run.run_id,
+                turns=[
+                    {"turn_id": turn_id, "state": str(value.state), "gate": value.gate, "previous_state": previous}
+                    for turn_id, value, previous in hold_changes
+                ],
             )
 
 

@@ -76,3 +76,14 @@ def webhook_destinations(monkeypatch: pytest.MonkeyPatch, settings: Any) -> dict
     monkeypatch.setattr(destinations, "resolve_host", resolve)
     settings.LOOPX_WEBHOOK_ALLOW_NETS = ["127.0.0.0/8"]
     return names
+
+
+@pytest.fixture
+def eager_celery():
+    """Run tasks inline (retries included), as a worker would, without a broker."""
+    from loopx_site.celery import app
+
+    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved

@@ -67,6 +67,9 @@ OPERATOR_ACTION_KINDS = (
     # An operator's review assignment of a turn (who is looking at it) given or released.
     "turn_assign",
     "turn_unassign",
+    # A team's notification channel or rule added, changed or removed (notifications.services).
+    "notification_channel_change",
+    "notification_rule_change",
 )
 # How the act reached the service (kernel/via.py): a filter of the trail, and part of the row's digest.
 # The digest the first row of the trail chains from.

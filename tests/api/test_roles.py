@@ -34,7 +34,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from journals.models import JournalRecord, Run, Turn
-from notifications.models import Webhook, WebhookDelivery
+from notifications.models import NotificationRule, TeamChannel, Webhook, WebhookDelivery
 from recovery.findings.models import Finding
 from recovery.imports.models import HistoryImport, ImportedRun
 from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnClaim
@@ -73,6 +73,11 @@ class Ctx:
     webhook: int
     token: int
     schedule: int
+    team: int
+    channel: int
+    rule: int
+    spare_channel: int
+    spare_rule: int
 
 
 Call = Callable[[Any, Ctx, str], Any]  # (client, ids, persona) -> answer
@@ -181,6 +186,32 @@ API: dict[str, tuple[Call, str]] = {
     "v1_webhooks_partial_update": (lambda c, x, p: c.patch(f"/api/v1/webhooks/{x.webhook}", {"active": True},
                                                            format="json"), "rrorrrr"),
     "v1_webhooks_destroy": (lambda c, x, p: c.delete(f"/api/v1/webhooks/{x.webhook}"), "rrorrrr"),
+    # A team's notification channels and rules: only its members (and admins) see them; the runtime tokens
+    # have no session. The blue team's are nobody's here but the admin's (V and O belong to all-runs).
+    "v1_notification_channels_list": (_get(lambda x: "/api/v1/notification-channels"), "oooroor"),
+    "v1_notification_channels_create": (_post(lambda x: "/api/v1/notification-channels", lambda x: {
+        "team": x.team, "name": f"roles-{uuid.uuid4().hex[:8]}", "kind": "email", "target": "a@example.test"}),
+        "rsorssr"),
+    "v1_notification_channels_retrieve": (_get(lambda x: f"/api/v1/notification-channels/{x.channel}"), "mmormmr"),
+    "v1_notification_channels_update": (lambda c, x, p: c.put(f"/api/v1/notification-channels/{x.channel}", {
+        "team": x.team, "name": "blue-mail", "kind": "email", "target": "b@example.test"}, format="json"),
+        "rmormmr"),
+    "v1_notification_channels_partial_update": (lambda c, x, p: c.patch(
+        f"/api/v1/notification-channels/{x.channel}", {"active": True}, format="json"), "rmormmr"),
+    "v1_notification_channels_destroy": (lambda c, x, p: c.delete(
+        f"/api/v1/notification-channels/{x.spare_channel}"), "rmormmr"),
+    "v1_notification_channels_test_create": (_post(lambda x: f"/api/v1/notification-channels/{x.channel}/test"),
+                                             "rmormmr"),
+    "v1_notification_rules_list": (_get(lambda x: "/api/v1/notification-rules"), "oooroor"),
+    "v1_notification_rules_create": (_post(lambda x: "/api/v1/notification-rules", lambda x: {
+        "team": x.team, "name": f"roles-{uuid.uuid4().hex[:8]}", "mode": "digest"}), "rsorssr"),
+    "v1_notification_rules_retrieve": (_get(lambda x: f"/api/v1/notification-rules/{x.rule}"), "mmormmr"),
+    "v1_notification_rules_update": (lambda c, x, p: c.put(f"/api/v1/notification-rules/{x.rule}", {
+        "team": x.team, "name": "blue-rule", "mode": "digest"}, format="json"), "rmormmr"),
+    "v1_notification_rules_partial_update": (lambda c, x, p: c.patch(
+        f"/api/v1/notification-rules/{x.rule}", {"threshold_minutes": 5}, format="json"), "rmormmr"),
+    "v1_notification_rules_destroy": (lambda c, x, p: c.delete(f"/api/v1/notification-rules/{x.spare_rule}"),
+                                      "rmormmr"),
 }
 
 
@@ -246,6 +277,24 @@ CONSOLE: dict[str, tuple[Call, str]] = {
     "console:preferences": (_page("get", lambda x: "/preferences/"), "ooooo"),
     "console:saved_view_create": (_page("post", lambda x: "/saved-views/", lambda x: {
         "name": "mine", "page": "turns", "query": f"run={x.run_id}"}), "ooooo"),
+    # A team's notification pages (V and O are not of the blue team: its pages are a 404 to them).
+    "notices:teams": (_page("get", lambda x: "/notifications/"), "ooooo"),
+    "notices:team": (_page("get", lambda x: f"/notifications/teams/{x.team}/"), "mmomm"),
+    "notices:channel_new": (_page("post", lambda x: f"/notifications/teams/{x.team}/channels/new/", lambda x: {
+        "name": f"roles-{uuid.uuid4().hex[:8]}", "kind": "email", "target": "c@example.test"}), "mmomm"),
+    "notices:channel_edit": (_page("post", lambda x: f"/notifications/teams/{x.team}/channels/{x.channel}/",
+                                   lambda x: {"name": "blue-mail", "kind": "email", "target": "d@example.test"}),
+                             "mmomm"),
+    "notices:channel_test": (_page("post", lambda x: f"/notifications/teams/{x.team}/channels/{x.channel}/test/"),
+                             "mmomm"),
+    "notices:rule_new": (_page("post", lambda x: f"/notifications/teams/{x.team}/rules/new/", lambda x: {
+        "name": f"roles-{uuid.uuid4().hex[:8]}", "mode": "digest", "threshold_minutes": "0"}), "mmomm"),
+    "notices:rule_edit": (_page("post", lambda x: f"/notifications/teams/{x.team}/rules/{x.rule}/", lambda x: {
+        "name": "blue-rule", "mode": "digest", "threshold_minutes": "0"}), "mmomm"),
+    "notices:rule_delete": (_page("post", lambda x: f"/notifications/teams/{x.team}/rules/{x.rule}/delete/"),
+                            "mmomm"),
+    "notices:channel_delete": (_page("post", lambda x: f"/notifications/teams/{x.team}/channels/{x.channel}/delete/"),
+                               "mmomm"),
 }
 # URLs outside this walk, and why.
 NOT_WALKED = {
@@ -285,6 +334,15 @@ def world(blue: dict[str, Any], red: Any, blue_operator: Any, admin_user: Any,  
                                   events=["turn.blocked"])  # fmt: skip
     delivery.enqueue("turn.blocked", ("roles", 1), {"run": BLUE_RUN})
     token, _ = api_token_create(name="to-revoke", actor_name="test")
+    from teams.models import Team
+
+    team = Team.objects.get(name="blue")
+    channel, spare_channel = (
+        TeamChannel.objects.create(team=team, name=n, kind="email", target="blue@example.test") for n in ("m", "s")
+    )
+    rule, spare_rule = (NotificationRule.objects.create(team=team, name=n, mode="digest") for n in ("r", "s"))
+    notices = {"team": team.pk, "channel": channel.pk, "rule": rule.pk, "spare_channel": spare_channel.pk,
+               "spare_rule": spare_rule.pk}
     run, turn = blue["run"], blue["turn"]
     claim = TurnClaim.objects.filter(turn=turn).latest("pk")
     first = run_journal_bytes(run=run).split(b"\n", 1)[0] + b"\n"
@@ -296,11 +354,13 @@ def world(blue: dict[str, Any], red: Any, blue_operator: Any, admin_user: Any,  
         imported_run=ImportedRun.objects.get(history_import=imported).pk,
         audit=blue["audit"].pk, assessment=blue["assessment"].pk,
         delivery=WebhookDelivery.objects.get(run_ident=BLUE_RUN).pk, fencing=claim.fencing_token, **common,
+        **notices,
     )  # fmt: skip
     missing = Ctx(
         run_id="blue-missing", imported_run_id="blue-missing", turn_id="t-missing", run_pk=999_999,
         turn_pk=999_999, finding=999_999, upload=MISSING_UUID, imported=MISSING_UUID, imported_run=999_999,
         audit=999_999, assessment=999_999, delivery=999_999, fencing=claim.fencing_token, **common,
+        team=999_999, channel=999_999, rule=999_999, spare_channel=999_999, spare_rule=999_999,
     )  # fmt: skip
     return {"owned": owned, "missing": missing}
 
@@ -324,6 +384,9 @@ def _blue_rows() -> list[Any]:
         list(ImportedRun.objects.order_by("pk").values_list("pk", "run_ident")),
         list(Webhook.objects.order_by("pk").values_list("pk", "url", "active")),
         list(WebhookDelivery.objects.filter(run_ident__startswith="blue").values_list("pk", "status", "attempt_limit")),
+        list(WebhookDelivery.objects.filter(channel__team__name="blue").values_list("pk", flat=True)),
+        list(TeamChannel.objects.filter(team__name="blue").order_by("pk").values_list("pk", "name", "target")),
+        list(NotificationRule.objects.filter(team__name="blue").order_by("pk").values_list("pk", "name", "mode")),
     ]
 
 

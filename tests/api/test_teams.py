@@ -34,6 +34,8 @@ pytestmark = pytest.mark.django_db
 
 BLUE_RUN, RED_RUN = "blue-pay", "red-pay"
 
+# A team's channels and rules are its configuration, named by the team, not a run's data.
+NOTICES_ARE_TEAMS = "tests/notifications/test_pages.py: another team's channels and rules answer 404"
 # Routes with parameters that name no run's data, and why they are outside this walk.
 NOT_RUN_DATA = {
     "password_reset_confirm": "a password reset link: no run data",
@@ -52,6 +54,17 @@ NOT_RUN_DATA = {
     "console:import_requeue": "test_an_import_of_another_teams_run_is_404",
     "console:saved_view_delete": "a person's own saved filter, no run's data: another person's answers 404 "
     "(tests/console/test_saved_views.py)",
+    "api-notification-channel": NOTICES_ARE_TEAMS,
+    "api-notification-channel-test": NOTICES_ARE_TEAMS,
+    "api-notification-rule": NOTICES_ARE_TEAMS,
+    "notices:team": NOTICES_ARE_TEAMS,
+    "notices:channel_new": NOTICES_ARE_TEAMS,
+    "notices:channel_edit": NOTICES_ARE_TEAMS,
+    "notices:channel_delete": NOTICES_ARE_TEAMS,
+    "notices:channel_test": NOTICES_ARE_TEAMS,
+    "notices:rule_new": NOTICES_ARE_TEAMS,
+    "notices:rule_edit": NOTICES_ARE_TEAMS,
+    "notices:rule_delete": NOTICES_ARE_TEAMS,
 }
 
 

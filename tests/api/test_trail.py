@@ -48,6 +48,8 @@ EXEMPT_OPERATIONS = {
     "recovery_close": "RecoveryAuditClosure (append-only) is the record of a recovery's end",
     "assessments_refresh": "a deterministic recomputation of stored inputs, nobody's decision",
     "repairs_preview": "stores nothing (asserted in tests/gate/test_repair.py)",
+    "v1_notification_channels_test_create": "a test message on a channel changes no setting; its delivery is in the "
+    "delivery log",
 }
 # Console paths that change state (or hand out raw bytes) and are scenarios; the rest are read-only pages.
 EXEMPT_URLS = {
@@ -59,6 +61,7 @@ EXEMPT_URLS = {
     "console:bulk": "each decision is turn_approve / turn_block, one row per turn (tests/api/test_bulk.py counts "
     "them; the API's turns_bulk is a scenario here)",
     "console:effect_map_propose": "opens the map editor pre-filled; stores nothing",
+    "notices:channel_test": "a test message on a channel changes no setting; its delivery is in the delivery log",
     "login": "Django's sign-in", "logout": "Django's sign-out",
     "oidc_authentication_init": "the company's sign-in (OpenID Connect), a person's own session",
     "oidc_authentication_callback": "the company's sign-in (OpenID Connect), a person's own session",
@@ -71,7 +74,7 @@ READ_ONLY_URLS = {
     "console:imports", "console:import", "console:import_status", "console:effect_maps", "console:effect_map",
     "console:records", "console:record", "console:inbox_count", "favicon",
     "password_change_done", "password_reset_done", "password_reset_complete", "healthz", "readyz", "metrics",
-    "api-schema", "api-schema-ui",
+    "api-schema", "api-schema-ui", "notices:teams", "notices:team",
 }
 
 
@@ -114,7 +117,14 @@ def world(db: Any, operator: Any, no_broker: list[str]) -> dict[str, Any]:
         source="temporal",
         actor=operator,
     )
+    from notifications.models import NotificationRule, TeamChannel
+    from teams.models import Team
+
+    team = Team.objects.get(name="all-runs")  # the operator's team
+    channel = TeamChannel.objects.create(team=team, name="mail", kind="email", target="ops@example.test")
+    rule = NotificationRule.objects.create(team=team, name="held", mode="digest")
     return {"run": run, "broken": Run.objects.get(run_id=BROKEN), "finding": finding, "token": token,
+            "team": team, "channel": channel, "rule": rule,
             "hook": hook, "delivery": WebhookDelivery.objects.order_by("id").first(), "upload": upload,
             "turn": Turn.objects.get(run=run, turn_id="t1"), "import": imported}
 
@@ -143,7 +153,43 @@ def _approve(c: Any, w: dict[str, Any], path: str) -> Any:
 
 
 Scenario = tuple[str, Callable[[Any, dict[str, Any]], Any]]  # (persona, act)
+def _channel_form(w: dict[str, Any]) -> dict[str, Any]:
+    return {"team": w["team"].pk, "name": "mail-2", "kind": "email", "target": "b@example.test", "active": "on"}
+
+
+def _rule_form(w: dict[str, Any]) -> dict[str, Any]:
+    return {"team": w["team"].pk, "name": "held-2", "mode": "immediate", "threshold_minutes": 0, "active": "on"}
+
+
 SCENARIOS: dict[str, Scenario] = {
+    # a team's notification channels and rules (API and console)
+    "v1_notification_channels_create": ("operator", lambda c, w: c.post(
+        "/api/v1/notification-channels", _channel_form(w), format="json")),
+    "v1_notification_channels_update": ("operator", lambda c, w: c.put(
+        f"/api/v1/notification-channels/{w['channel'].pk}", _channel_form(w), format="json")),
+    "v1_notification_channels_partial_update": ("operator", lambda c, w: c.patch(
+        f"/api/v1/notification-channels/{w['channel'].pk}", {"name": "mail-3"}, format="json")),
+    "v1_notification_channels_destroy": ("operator", lambda c, w: c.delete(
+        f"/api/v1/notification-channels/{w['channel'].pk}")),
+    "v1_notification_rules_create": ("operator", lambda c, w: c.post(
+        "/api/v1/notification-rules", _rule_form(w), format="json")),
+    "v1_notification_rules_update": ("operator", lambda c, w: c.put(
+        f"/api/v1/notification-rules/{w['rule'].pk}", _rule_form(w), format="json")),
+    "v1_notification_rules_partial_update": ("operator", lambda c, w: c.patch(
+        f"/api/v1/notification-rules/{w['rule'].pk}", {"threshold_minutes": 30}, format="json")),
+    "v1_notification_rules_destroy": ("operator", lambda c, w: c.delete(f"/api/v1/notification-rules/{w['rule'].pk}")),
+    "notices:channel_new": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/channels/new/", _channel_form(w))),
+    "notices:channel_edit": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/channels/{w['channel'].pk}/", _channel_form(w))),
+    "notices:channel_delete": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/channels/{w['channel'].pk}/delete/")),
+    "notices:rule_new": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/rules/new/", _rule_form(w))),
+    "notices:rule_edit": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/rules/{w['rule'].pk}/", _rule_form(w))),
+    "notices:rule_delete": ("operator", lambda c, w: c.post(
+        f"/notifications/teams/{w['team'].pk}/rules/{w['rule'].pk}/delete/")),
     # the API's operations (operationId)
     "turn_block": ("operator", lambda c, w: c.post("/api/v1/runs/run-ok/turns/t1/block", {"reason": "hold"},
                                                    format="json")),
@@ -291,7 +337,8 @@ def test_each_act_writes_exactly_one_trail_row(name: str, world: dict[str, Any],
     # A preview on the way (repairs) writes nothing; only the act itself is recorded.
     assert len(rows) == 1, (name, [r.kind for r in rows], answer.status_code)
     assert rows[0].actor_name in ("olivia-operator", "ada-admin")
-    expected_via = "admin" if name.startswith("admin:") else "console" if name.startswith("console:") else "api"
+    on_page = name.startswith(("console:", "notices:"))  # the console's pages, the notifications' among them
+    expected_via = "admin" if name.startswith("admin:") else "console" if on_page else "api"
     assert rows[0].via == expected_via
     assert not trail_verify().problems
 

@@ -80,6 +80,15 @@ class Receiver:
     requests: list[dict[str, Any]] = field(default_factory=list)
     accepted_keys: list[str] = field(default_factory=list)
 
+    @property
+    def base(self) -> str:
+        """The receiver's address without its path: any path under it reaches it too."""
+        return self.url.rsplit("/", 1)[0]
+
+    def posted(self, path: str) -> list[dict[str, Any]]:
+        """The JSON bodies received at ``path``, in order."""
+        return [json.loads(r["body"]) for r in self.requests if r["path"] == path]
+
 
 @pytest.fixture
 def webhook_receiver() -> Iterator[Receiver]:
@@ -95,7 +104,7 @@ def webhook_receiver() -> Iterator[Receiver]:
                 status = state.statuses.pop(0) if state.statuses else 200
                 # Header names are case-insensitive (urllib sends "X-loopx-signature"): keep them lower-cased.
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                state.requests.append({"headers": headers, "body": body, "status": status})
+                state.requests.append({"headers": headers, "body": body, "status": status, "path": self.path})
                 key = headers.get("idempotency-key", "")
                 if 200 <= status < 300 and key not in state.accepted_keys:
                     state.accepted_keys.append(key)

@@ -22,17 +22,6 @@ SECRET = "whsec-0123456789abcdef-PLANTED"
 
 
 @pytest.fixture
-def eager_celery():
-    """Run tasks inline (retries included), as a worker would, without a broker."""
-    from loopx_site.celery import app
-
-    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
-    yield app
-    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
-
-
-@pytest.fixture
 def published(monkeypatch):
     """Capture publishes instead of sending them to a broker: (delivery id, countdown) pairs."""
     calls: list[tuple[int, float | None]] = []

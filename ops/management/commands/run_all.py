@@ -61,6 +61,8 @@ class Command(BaseCommand):
         demo = not settings.PRODUCTION
         seeded = self._seed() if demo and not options["no_seed"] else []
         users = self._demo_users() if demo else []
+        if demo:
+            self._demo_notifications()
         self._children: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._stopping = False
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,6 +125,12 @@ class Command(BaseCommand):
         for task in (tasks.audit_chain_verification, tasks.audit_unclaimed_blocked_turns, tasks.audit_stale_turns):
             # The assessments were published first; the countdown lets them land before the audits read them.
             task.apply_async(countdown=5)
+
+    def _demo_notifications(self) -> None:
+        """The demo team's email channel and rule: a held demo turn's email is printed by the worker."""
+        from ops.demo import demo_notifications
+
+        demo_notifications()
 
     def _demo_users(self) -> list[tuple[str, str, bool]]:
         """(username, role, created). Existing users keep their passwords."""
