@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -43,6 +44,8 @@ from .transport import SIGNATURE_HEADER as SIGNATURE_HEADER
 from .transport import SendResult, delivery_headers, post_checked, sign
 
 logger = logging.getLogger("loopx.notifications")
+
+DELIVER_TASK = "notifications.deliver_webhook"
 
 USER_AGENT = "LoopX-Webhook/1"
 
@@ -134,8 +137,8 @@ def _destined(hook: Webhook, run: str | None) -> bool:
 def publish(ids: list[int], countdown: float = 0) -> None:
     """Hand deliveries to Celery. A broker error is logged, not raised: the rows stay pending and due,
     and the beat sweep publishes them again."""
-    from .tasks import deliver_webhook
-
+    # By the task's registered name: the tasks module calls this one (notifications/apps.py registers it).
+    deliver_webhook = current_app.tasks[DELIVER_TASK]
     for pk in ids:
         try:
             # retry=False: with the broker down, fail at once (the sweep publishes it later) rather than

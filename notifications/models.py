@@ -8,9 +8,12 @@ same task (acks_late redelivery, the sweep) never both send it.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from .destinations import DestinationRefused, destination_check_at_save
 
 EVENTS = ("turn.blocked", "finding.opened", "crash_loop.parked", "package.rejected")
 # What a team's channel is sent (notifications.notices): a hold's first message, its escalation, its end,
@@ -55,10 +58,6 @@ class Webhook(models.Model):
     def clean(self) -> None:
         """A URL that reaches inside (loopback, private, link-local...) is refused when it is saved, as at
         every delivery (notifications.destinations)."""
-        from django.core.exceptions import ValidationError
-
-        from .destinations import DestinationRefused, destination_check_at_save
-
         try:
             destination_check_at_save(self.url)
         except DestinationRefused as err:

@@ -107,3 +107,17 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     assert hidden_imports(found) == ["pkg.b:2 imports pkg inside a function"]
     known = {module_name(path, tmp_path) for path in modules(tmp_path, ["pkg"])}
     assert circles(found, known) == [["pkg.a", "pkg.b"]]
+
+
+def test_no_private_name_is_taken_from_another_module() -> None:
+    assert private_names_taken(_all_imports()) == []
+
+
+def test_no_import_hides_in_a_function_without_its_reason() -> None:
+    assert hidden_imports(_all_imports()) == []
+
+
+def test_no_circle_of_imports_inside_a_package() -> None:
+    known = {module_name(path) for path in modules()}
+    assert len(known) > 100  # the tree was read
+    assert circles(_all_imports(), known) == []

@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from audits import tasks
 from journals.models import Run
-from ops.demo import demo_seed
+from ops.demo import demo_notifications, demo_seed
 from teams.models import ALL_RUNS_TEAM
 from teams.services import team_ensure, team_members_add
 
@@ -128,8 +128,6 @@ class Command(BaseCommand):
 
     def _demo_notifications(self) -> None:
         """The demo team's email channel and rule: a held demo turn's email is printed by the worker."""
-        from ops.demo import demo_notifications
-
         demo_notifications()
 
     def _demo_users(self) -> list[tuple[str, str, bool]]:
