@@ -99,7 +99,8 @@ def _facts(effective: TurnEffective, hold: TurnHold, now: datetime) -> messages.
         turn=hold.turn_ident,
         state=str(value.state),
         label=value.label,
-        waited_seconds=int((now - effective.since).total_seconds()),
+        # From the start of the hold, not of its current state: a hold that changes reason keeps its wait.
+        waited_seconds=int((now - min(hold.started_at, effective.since)).total_seconds()),
         needs=messages.needs_words(value),
         link=messages.turn_link(effective.turn_id),
         dedup_key=hold.dedup_key,
@@ -177,7 +178,7 @@ def _reconcile(effective: TurnEffective, run_id: str, turn_id: str, views: list[
     if hold is None:
         if not matching:
             return
-        started = now
+        started = min(now, effective.since)  # the hold began when the gate held the turn, not when a rule saw it
         hold = TurnHold.objects.create(
             turn_id=effective.turn_id,
             run_ident=run_id,

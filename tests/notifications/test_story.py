@@ -267,3 +267,21 @@ def test_trail_rows_for_every_channel_and_rule_change(teams):
     for row in rows:
         text = json.dumps([row.before, row.after, row.reason])
         assert ROUTING_KEY not in text and CHAT_SECRET not in text and "/red-chat" not in text
+
+
+def test_a_hold_keeps_its_wait_when_its_state_changes(
+    teams, webhook_receiver, smtp_server, eager_celery, django_capture_on_commit_callbacks
+):
+    """The threshold counts from the start of the hold: a held turn whose state or reason changes ten
+    minutes in (its state's own clock restarts) still pages at sixteen minutes."""
+    with django_capture_on_commit_callbacks(execute=True):
+        scenario = payments_run("red-pay-2")
+    charge = scenario.turns["t-charge"]
+    hold = TurnHold.objects.get(turn=charge, ended_at__isnull=True)
+    TurnEffective.objects.filter(turn=charge).update(since=hold.started_at + timedelta(minutes=10))
+    with django_capture_on_commit_callbacks(execute=True):
+        notices_sweep(now=hold.started_at + timedelta(minutes=16, seconds=5))
+    pages = webhook_receiver.posted("/v2/enqueue")
+    assert [page["event_action"] for page in pages] == ["trigger"]
+    assert pages[0]["dedup_key"] == hold.dedup_key
+    assert pages[0]["payload"]["custom_details"]["waited"] == "16 min"
