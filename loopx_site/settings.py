@@ -302,6 +302,9 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# In production a task's stray print becomes a JSON log line; under `make run` the console mail backend's
+# messages reach the terminal as the plain emails they are.
+CELERY_WORKER_REDIRECT_STDOUTS = PRODUCTION
 # django-celery-beat's DatabaseScheduler (schedules editable in the admin) plus beat's own heartbeat.
 CELERY_BEAT_SCHEDULER = "audits.beat:HeartbeatScheduler"
 CELERY_TIMEZONE = TIME_ZONE

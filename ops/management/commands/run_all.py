@@ -68,6 +68,8 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         host, port = options["host"], options["port"]
+        # The links in the demo's notifications lead to this server (the web, the worker and beat inherit it).
+        os.environ.setdefault("LOOPX_PUBLIC_URL", f"http://{host}:{port}")
         base = [sys.executable, "-m"]
         # gunicorn, as in production (one process, threads like runserver's): it reads chunked request bodies,
         # which runserver cannot, and serves the static files through whitenoise's finders under DEBUG.
