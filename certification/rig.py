@@ -734,6 +734,25 @@ def _run_seed(
         result.fail("unrecoverable", f"no convergence after {MAX_RESTARTS} restarts")
         return result
 
+    _end_checks(sd, gw, plan, golden, server, result, stage_checks, stalled=stalled, worker=worker, zombie=zombie)
+    return result
+
+
+def _end_checks(
+    sd: SeedDir,
+    gw: Gateway,
+    plan: SeedPlan,
+    golden: Golden,
+    server: LiveService | None,
+    result: SeedResult,
+    stage_checks: Callable[[str], None],
+    *,
+    stalled: Stalled | None,
+    worker: str,
+    zombie: str | None,
+) -> None:
+    """Once recovery converged: the journal is legal and sound, each effect happened once, the end state is
+    the crash-free run's, the service settled, and a second recovery pass changes nothing."""
     if stalled is not None:
         check_stalled(stalled, result)
     stage_checks("after recovery")
@@ -767,7 +786,6 @@ def _run_seed(
     rc, out, _ = sd.launch(crash_at=0, version=plan.v_after, worker=worker, zombie_of=zombie)
     if rc != EXIT_DONE or snapshot(sd) != before:
         result.fail("recovery_idempotence", f"a second recovery pass changed the state (rc={rc} {out.strip()})")
-    return result
 
 
 def check_stalled(stalled: Stalled, result: SeedResult) -> None:

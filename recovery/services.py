@@ -21,6 +21,7 @@ import engine
 from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
+from engine.types import Assessment as EngineAssessment
 from journals.actors import Actor, person_of
 from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, turns_project
@@ -164,29 +165,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         locked = Run.objects.select_for_update().get(pk=run.pk)
         turns = turns_project(run=locked, result=result, last_seq=last_seq)
         orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
-        TurnAssessment.objects.bulk_create(
-            [
-                TurnAssessment(
-                    assessment=stored,
-                    turn=turns[td.turn],
-                    decision=td.decision.value,
-                    reason=td.reason,
-                    resume_from=storable(td.resume_from),
-                    completed_phases=storable(list(td.completed_phases)),
-                    reason_line=td.reason_line,
-                    terminal=td.terminal,
-                )
-                for td in result.turns
-                if td.turn in turns
-            ]
-            + [
-                TurnAssessment(
-                    assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line
-                )
-                for pk, (reason, line) in orphans.items()
-            ],
-            batch_size=2000,
-        )
+        TurnAssessment.objects.bulk_create(_turn_assessments(stored, result, turns, orphans), batch_size=2000)
         # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
         if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
             branches_project(run=locked, views=result.branches)
@@ -194,23 +173,48 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             locked.blocked_reason = stored.blocked_reason
             locked.assessed_seq = last_seq
             locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
-            turn_states_refresh(
-                run=locked,
-                assessment=stored,
-                engine_rows={
-                    turns[td.turn].pk: EngineRow(
-                        td.decision.value,
-                        td.reason,
-                        storable(td.resume_from),
-                        len(td.completed_phases),
-                        td.reason_line,
-                    )
-                    for td in result.turns
-                    if td.turn in turns
-                }
-                | {pk: EngineRow(Decision.BLOCKED, reason, None, 0, line) for pk, (reason, line) in orphans.items()},
-            )
+            turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
     return stored
+
+
+def _turn_assessments(
+    stored: Assessment,
+    result: EngineAssessment,
+    turns: Mapping[str, Turn],
+    orphans: Mapping[int, tuple[str, int | None]],
+) -> list[TurnAssessment]:
+    """The assessment's row for each of the run's turns: the engine's decision, or blocked for a turn the
+    journal no longer plans (an orphan)."""
+    return [
+        TurnAssessment(
+            assessment=stored,
+            turn=turns[td.turn],
+            decision=td.decision.value,
+            reason=td.reason,
+            resume_from=storable(td.resume_from),
+            completed_phases=storable(list(td.completed_phases)),
+            reason_line=td.reason_line,
+            terminal=td.terminal,
+        )
+        for td in result.turns
+        if td.turn in turns
+    ] + [
+        TurnAssessment(assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line)
+        for pk, (reason, line) in orphans.items()
+    ]
+
+
+def _engine_rows(
+    result: EngineAssessment, turns: Mapping[str, Turn], orphans: Mapping[int, tuple[str, int | None]]
+) -> dict[int, EngineRow]:
+    """The same rows as the state writer reads them, handed over so that they are not read back."""
+    return {
+        turns[td.turn].pk: EngineRow(
+            td.decision.value, td.reason, storable(td.resume_from), len(td.completed_phases), td.reason_line
+        )
+        for td in result.turns
+        if td.turn in turns
+    } | {pk: EngineRow(Decision.BLOCKED, reason, None, 0, line) for pk, (reason, line) in orphans.items()}
 
 
 def _orphan_turns(

@@ -5,6 +5,7 @@ benchmark child's library, kept out of the floors it measures; its comment says 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests.house.tree import Import, imports, module_name, modules
@@ -121,3 +122,28 @@ def test_no_circle_of_imports_inside_a_package() -> None:
     known = {module_name(path) for path in modules()}
     assert len(known) > 100  # the tree was read
     assert circles(_all_imports(), known) == []
+
+
+def test_no_function_is_over_100_lines() -> None:
+    """A function a person can hold in their head: over a hundred lines, a part of it wants a name."""
+    long = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 100:
+                    long.append(f"{module_name(path)}.{node.name}: {lines} lines")
+    assert long == []
+
+
+def test_the_database_vendor_is_asked_in_one_module() -> None:
+    """Which database this is, is asked of kernel/dialect.py alone (``on_postgresql``, ``postgres_only``);
+    the store is chosen there once, and migrations ask through it. Anything else reads the same code on both."""
+    askers = sorted(
+        f"{module_name(path)}:{number}"
+        for path in modules()
+        if module_name(path) != "kernel.dialect"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if not line.lstrip().startswith("#") and (".vendor" in line or "on_postgresql(" in line)
+    )
+    assert len(askers) <= 4, askers
