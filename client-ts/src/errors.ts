@@ -237,6 +237,7 @@ export class RepairQuarantined extends Conflict {}
 export class RunNotBroken extends Conflict {}
 export class SourceInvalid extends BadRequest {}
 export class SourceKeyInvalid extends BadRequest {}
+export class TeamInvalid extends BadRequest {}
 export class ThroughSeqInvalid extends BadRequest {}
 export class TokenNameTaken extends Conflict {}
 export class TokenRevoked extends Conflict {}
@@ -317,6 +318,7 @@ export const BY_CODE: Record<string, ApiErrorClass> = {
   run_not_broken: RunNotBroken,
   source_invalid: SourceInvalid,
   source_key_invalid: SourceKeyInvalid,
+  team_invalid: TeamInvalid,
   through_seq_invalid: ThroughSeqInvalid,
   token_name_taken: TokenNameTaken,
   token_revoked: TokenRevoked,

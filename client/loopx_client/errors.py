@@ -619,6 +619,10 @@ class SourceKeyInvalid(BadRequest):
     pass
 
 
+class TeamInvalid(BadRequest):
+    pass
+
+
 class ThroughSeqInvalid(BadRequest):
     pass
 
@@ -674,6 +678,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "run_not_broken": RunNotBroken,
     "source_invalid": SourceInvalid,
     "source_key_invalid": SourceKeyInvalid,
+    "team_invalid": TeamInvalid,
     "through_seq_invalid": ThroughSeqInvalid,
     "token_name_taken": TokenNameTaken,
     "token_revoked": TokenRevoked,

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,13 @@ from langgraph_agent import CRASH_POINTS  # noqa: E402  (the example's own list:
 
 # What the import is told of the graph's nodes: the classes the tools inside them declare.
 EFFECTS = effect_map_parse({"agent": "safe", "lookup": "safe", "save": "idempotent", "send": "unsafe"})
+
+
+def _run_async(coroutine: Any) -> Any:
+    """``asyncio.run`` in a thread of its own: the browser tests' Playwright (a session's fixture) keeps an
+    event loop running in the main thread, where ``asyncio.run`` refuses to start another."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def agent(
@@ -227,9 +235,9 @@ def test_the_async_methods_journal_an_async_graph_on_a_memory_saver(live_server_
         graph = builder.compile(checkpointer=checkpointer)
         config: Any = {"configurable": {"thread_id": "async-pager"}}
         with pytest.raises(TimeoutError):
-            asyncio.run(graph.ainvoke({"messages": []}, config, durability="sync"))
+            _run_async(graph.ainvoke({"messages": []}, config, durability="sync"))
         with pytest.raises(TurnHeld) as held:  # the page is unknown: the gate holds the step, nothing re-runs
-            asyncio.run(graph.ainvoke(None, config, durability="sync"))
+            _run_async(graph.ainvoke(None, config, durability="sync"))
         assert held.value.intent is not None and held.value.intent.startswith("tool:pager:page_oncall:")
         assert sent == ["disk full"]
         # The operator finds that the page never went out: the tool runs again, once.
@@ -242,7 +250,7 @@ def test_the_async_methods_journal_an_async_graph_on_a_memory_saver(live_server_
             actor="ops-2",
             reason="the pager's log has no page",
         )
-        result = asyncio.run(graph.ainvoke(None, config, durability="sync"))
+        result = _run_async(graph.ainvoke(None, config, durability="sync"))
         assert result["messages"][-1].content == "paged" and sent == ["disk full", "disk full"]
     lines = (tmp_path / "langgraph-async-pager.jsonl").read_bytes().splitlines()
     records = [json.loads(line) for line in lines]
