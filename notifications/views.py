@@ -51,6 +51,22 @@ def _team(request: HttpRequest, team_id: int, *, change: bool = False) -> Team:
     return team
 
 
+def _channel(team: Team, pk: int) -> TeamChannel:
+    """The team's channel, or a 404: another team's channel is as absent as a missing one."""
+    channel = TeamChannel.objects.filter(team=team, pk=pk).first()
+    if channel is None:
+        raise Http404("No such channel.")
+    return channel
+
+
+def _rule(team: Team, pk: int) -> NotificationRule:
+    """The team's rule, or a 404: another team's rule is as absent as a missing one."""
+    rule = NotificationRule.objects.filter(team=team, pk=pk).first()
+    if rule is None:
+        raise Http404("No such rule.")
+    return rule
+
+
 def _context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return {
         "nav": "notifications",
@@ -105,9 +121,7 @@ def _refused(form: Any, error: ServiceError) -> None:
 @require_http_methods(["GET", "POST"])
 def channel_edit(request: HttpRequest, team_id: int, pk: int | None = None) -> HttpResponse:
     team = _team(request, team_id, change=True)
-    channel = TeamChannel.objects.filter(team=team, pk=pk).first() if pk is not None else None
-    if pk is not None and channel is None:
-        raise Http404("No such channel.")
+    channel = _channel(team, pk) if pk is not None else None
     if request.method == "POST":
         form = ChannelForm(request.POST)
         if form.is_valid():
@@ -142,9 +156,7 @@ def channel_edit(request: HttpRequest, team_id: int, pk: int | None = None) -> H
 @require_POST
 def channel_delete(request: HttpRequest, team_id: int, pk: int) -> HttpResponse:
     team = _team(request, team_id, change=True)
-    channel = TeamChannel.objects.filter(team=team, pk=pk).first()
-    if channel is None:
-        raise Http404("No such channel.")
+    channel = _channel(team, pk)
     services.channel_delete(actor=request.user, channel=channel)
     return HttpResponseRedirect(_team_url(team, "channel-deleted"))
 
@@ -153,9 +165,7 @@ def channel_delete(request: HttpRequest, team_id: int, pk: int) -> HttpResponse:
 @require_POST
 def channel_test(request: HttpRequest, team_id: int, pk: int) -> HttpResponse:
     team = _team(request, team_id, change=True)
-    channel = TeamChannel.objects.filter(team=team, pk=pk).first()
-    if channel is None:
-        raise Http404("No such channel.")
+    channel = _channel(team, pk)
     services.channel_test(channel=channel)
     return HttpResponseRedirect(_team_url(team, "test-queued"))
 
@@ -164,9 +174,7 @@ def channel_test(request: HttpRequest, team_id: int, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def rule_edit(request: HttpRequest, team_id: int, pk: int | None = None) -> HttpResponse:
     team = _team(request, team_id, change=True)
-    rule = NotificationRule.objects.filter(team=team, pk=pk).first() if pk is not None else None
-    if pk is not None and rule is None:
-        raise Http404("No such rule.")
+    rule = _rule(team, pk) if pk is not None else None
     if request.method == "POST":
         form = RuleForm(request.POST, team_id=team.pk)
         if form.is_valid():
@@ -212,8 +220,6 @@ def rule_edit(request: HttpRequest, team_id: int, pk: int | None = None) -> Http
 @require_POST
 def rule_delete(request: HttpRequest, team_id: int, pk: int) -> HttpResponse:
     team = _team(request, team_id, change=True)
-    rule = NotificationRule.objects.filter(team=team, pk=pk).first()
-    if rule is None:
-        raise Http404("No such rule.")
+    rule = _rule(team, pk)
     services.rule_delete(actor=request.user, rule=rule)
     return HttpResponseRedirect(_team_url(team, "rule-deleted"))
