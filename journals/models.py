@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from engine import types as engine_types
@@ -84,6 +84,49 @@ class ApiToken(models.Model):
         return run_id.startswith(self.run_prefix)
 
 
+class RunStatus(models.TextChoices):
+    """A run's status as people sort and filter by it (docs/state.md, "A run's status"): decided once from
+    its turns' effective states by recovery.state.run_status_compute and stored on the run by the turn states'
+    writer; read through ``run_status_shown`` and ``run_status_q``."""
+
+    BLOCKED = "blocked", "blocked: the journal is at fault"
+    NEEDS_ATTENTION = "needs_attention", "needs attention"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+
+
+# The statuses in the order a list sorts them: what needs a person first.
+RUN_STATUS_ORDER = (RunStatus.BLOCKED, RunStatus.NEEDS_ATTENTION, RunStatus.RUNNING, RunStatus.DONE)
+# Records past the assessed prefix, or no assessment yet: nobody has looked at them, so the run is not done
+# (fail closed). The stored status is the assessed prefix's; this is what keeps a done one from showing done.
+UNASSESSED_TAIL = Q(assessed_seq__isnull=True) | Q(last_seq__gt=F("assessed_seq"))
+
+
+def run_status_shown(*, status: str, last_seq: int, assessed_seq: int | None) -> str:
+    """The status a run shows: its stored one, except that a done run with records not yet assessed runs."""
+    if status == RunStatus.DONE and (assessed_seq is None or last_seq > assessed_seq):
+        return str(RunStatus.RUNNING)
+    return str(status)
+
+
+def run_status_q(status: str) -> Q:
+    """The runs that show ``status`` (run_status_shown, as a condition on the stored columns)."""
+    if status == RunStatus.DONE:
+        return Q(status=RunStatus.DONE) & ~UNASSESSED_TAIL
+    if status == RunStatus.RUNNING:
+        return Q(status=RunStatus.RUNNING) | (Q(status=RunStatus.DONE) & UNASSESSED_TAIL)
+    return Q(status=status)
+
+
+def run_status_rank() -> Case:
+    """The position of the status a run shows in RUN_STATUS_ORDER: what a list sorts by."""
+    return Case(
+        *(When(run_status_q(s), then=Value(i)) for i, s in enumerate(RUN_STATUS_ORDER)),
+        default=Value(len(RUN_STATUS_ORDER)),
+        output_field=IntegerField(),
+    )
+
+
 class Run(models.Model):
     run_id = models.CharField(max_length=ID_MAX, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -97,16 +140,29 @@ class Run(models.Model):
     live_branch = models.IntegerField(null=True, blank=True)
     blocked_reason = models.CharField(max_length=64, null=True, blank=True)
     assessed_seq = models.BigIntegerField(null=True, blank=True)
+    # The assessed prefix's status (RunStatus), kept by recovery.state.turn_states_refresh in the transaction
+    # that stores the turns' states. Running until the first assessment says otherwise.
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
 
     class Meta:
         ordering = ["-updated_at", "id"]
         constraints = [
             models.CheckConstraint(condition=Q(record_count__gte=0), name="run_record_count_gte_0"),
             models.CheckConstraint(condition=Q(last_seq__gte=0), name="run_last_seq_gte_0"),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+        indexes = [
+            # The runs list filtered by status, latest change first: a range of this index read in order.
+            models.Index(fields=["status", "-updated_at", "-id"], name="run_status_updated"),
         ]
 
     def __str__(self) -> str:
         return self.run_id
+
+    @property
+    def status_shown(self) -> str:
+        """The status this run shows (run_status_shown): what every page and answer says."""
+        return run_status_shown(status=self.status, last_seq=self.last_seq, assessed_seq=self.assessed_seq)
 
     @property
     def prefix_key(self) -> str:

@@ -27,7 +27,18 @@ from django.utils import timezone
 
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
 from journals.access import RunScope
-from journals.models import DECISIONS, TURN_STATUSES, Decision, Intent, Resolution, Run, Turn, TurnEffective, TurnState
+from journals.models import (
+    DECISIONS,
+    TURN_STATUSES,
+    Decision,
+    Intent,
+    Resolution,
+    Run,
+    RunStatus,
+    Turn,
+    TurnEffective,
+    TurnState,
+)
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
@@ -403,6 +414,7 @@ def turn_states_refresh(
         }
     )
     if not engine_of:
+        run_status_refresh(run=run)  # a run with no turn still has a journal, sound or not
         return {}
     inputs = state_inputs_gather(run_id=run.pk, turn_pks=wanted)
     operator_of, unknown, integrity = inputs.operator_of, inputs.unknown, inputs.integrity
@@ -448,7 +460,7 @@ def turn_states_refresh(
             row.updated_at = now
             update.append(row)
         found[pk] = _with_since(value, row.since)
-    _states_store(run, assessment, create, update, newly_held, hold_changes)
+    _states_store(run, assessment, create, update, newly_held, hold_changes, integrity=integrity)
     return found
 
 
@@ -459,15 +471,19 @@ def _states_store(
     update: list[TurnEffective],
     newly_held: list[tuple[str, StateValue]],
     hold_changes: Sequence[tuple[str, StateValue, str | None]] = (),
+    *,
+    integrity: str | None = None,
 ) -> None:
-    """Write the changed rows, and send `turn_blocked` (webhooks, metrics) for each turn this refresh newly
-    holds, whoever held it, and one `turn_hold_changed` (notifications) naming the turns that entered, changed
-    within or left a hold: sent in the transaction, so that deliveries commit with the state."""
+    """Write the changed rows and the run's status, and send `turn_blocked` (webhooks, metrics) for each turn
+    this refresh newly holds, whoever held it, and one `turn_hold_changed` (notifications) naming the turns
+    that entered, changed within or left a hold: sent in the transaction, so that deliveries commit with the
+    state."""
     with transaction.atomic():
         if create:
             TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
         if update:
             TurnEffective.objects.bulk_update(update, [*_FIELDS, "since", "updated_at"], batch_size=2000)
+        run_status_refresh(run=run, integrity=integrity)
         for turn_id, value in newly_held:
             emit(
                 turn_blocked,
@@ -508,6 +524,58 @@ def _fields(value: StateValue) -> dict[str, Any]:
 
 def _with_since(value: StateValue, since: datetime) -> StateValue:
     return StateValue(**{**value.__dict__, "since": since})
+
+
+# --- A run's status -----------------------------------------------------------------------------------
+
+_UNREAD = object()  # the run's integrity hold, when the caller has not read it
+
+
+def run_status_compute(*, journal_fault: bool, held: bool, unfinished: bool) -> RunStatus:
+    """A run's status, in order: ``blocked`` when the journal itself blocks the run (a run-level violation,
+    or an integrity finding that holds it); else ``needs_attention`` when any turn is held (the gate holds
+    it until a person acts); else ``running`` when anything is unfinished (a turn the gate lets go on, a
+    turn or a record not yet assessed, no assessment, no turn); else ``done``: every turn complete or
+    discarded. Unknown is never done."""
+    if journal_fault:
+        return RunStatus.BLOCKED
+    if held:
+        return RunStatus.NEEDS_ATTENTION
+    if unfinished:
+        return RunStatus.RUNNING
+    return RunStatus.DONE
+
+
+def run_status_decide(*, run: Run, integrity: object = _UNREAD) -> RunStatus:
+    """The status of ``run``'s assessed prefix from its stored turn states (run_status_compute). Each input is
+    an indexed probe, read only while the answer still depends on it. ``integrity``: the run's integrity hold,
+    when the caller already read it (a kind, or None)."""
+    if integrity is _UNREAD:
+        integrity = run_integrity_hold(run_id=run.pk)
+    if run.blocked_reason is not None or integrity is not None:
+        return run_status_compute(journal_fault=True, held=False, unfinished=True)
+    states = TurnEffective.objects.filter(run_id=run.pk)
+    if states.filter(state__in=sorted(HELD)).exists():
+        return run_status_compute(journal_fault=False, held=True, unfinished=True)
+    turns = Turn.objects.filter(run_id=run.pk)
+    unfinished = (
+        run.assessed_seq is None
+        or run.last_seq > run.assessed_seq
+        or states.filter(state__in=sorted(STATE_GROUPS["proceeding"])).exists()
+        or not turns.exists()
+        or turns.filter(effective__isnull=True).exists()
+    )
+    return run_status_compute(journal_fault=False, held=False, unfinished=unfinished)
+
+
+def run_status_refresh(*, run: Run, integrity: object = _UNREAD) -> RunStatus:
+    """Decide and store ``run``'s status (Run.status); called by the turn states' writer in its transaction,
+    so that the run's status and its turns' states commit together. Writes only a change."""
+    status = run_status_decide(run=run, integrity=integrity)
+    # Compared in the database, not on ``run``: the caller's copy may predate another writer's change.
+    Run.objects.filter(pk=run.pk).exclude(status=status).update(status=status)
+    run.status = status
+    return status
 
 
 def state_of(effective: TurnEffective | None) -> StateValue | None:
