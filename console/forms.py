@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from journals.models import RUN_STATUS_ORDER
 from recovery.state import FILTER_CHOICES, FILTER_NAMES, UNASSESSED
 
 from .vocabulary import words_for
@@ -39,22 +40,28 @@ TURN_SORT_CHOICES = [
     ("decision", "decision"),
     ("state", "state"),
 ]
+# ``status_rank``: the position of the status a run shows (journals.models.run_status_rank), annotated by
+# console.selectors.runs_filtered for this sort only.
 RUN_SORTS = {
     "-updated": ("-updated_at", "-id"),
     "updated": ("updated_at", "id"),
     "run": ("run_id",),
     "-records": ("-record_count", "-id"),
+    "status": ("status_rank", "-updated_at", "-id"),
 }
 RUN_SORT_CHOICES = [
     ("-updated", "latest change first"),
     ("updated", "oldest change first"),
     ("run", "run id"),
     ("-records", "most records first"),
+    ("status", "status, blocked first"),
 ]
+RUN_STATUS_CHOICES = [("", "any status")] + [(str(s), str(s.label)) for s in RUN_STATUS_ORDER]
+# The journal's soundness: whether a fault of the journal itself blocks the run.
 RUN_STATE_CHOICES = [
-    ("", "any state"),
-    ("blocked", "blocked"),
-    ("clear", "not blocked"),
+    ("", "any journal"),
+    ("blocked", "at fault (blocks the run)"),
+    ("clear", "sound"),
     (UNASSESSED, "not yet assessed"),
 ]
 PAGE_SIZES = (25, 50, 100)
@@ -95,7 +102,8 @@ class TurnFilterForm(_GetForm):
 
 class RunFilterForm(_GetForm):
     q = forms.CharField(required=False, max_length=200, label="Search", help_text="Run id contains")
-    state = forms.ChoiceField(required=False, choices=RUN_STATE_CHOICES)
+    status = forms.ChoiceField(required=False, choices=RUN_STATUS_CHOICES)
+    state = forms.ChoiceField(required=False, choices=RUN_STATE_CHOICES, label="Journal")
     reason = forms.ChoiceField(required=False, choices=REASON_CHOICES)
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
     sort = forms.ChoiceField(required=False, choices=RUN_SORT_CHOICES)

@@ -23,7 +23,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from journals.models import TurnState
+from journals.models import RunStatus, TurnState
 from recovery.assignments.services import assigned_to
 from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, state_of
 
@@ -100,6 +100,33 @@ def badge(decision: str | None, reason: str | None = None) -> SafeString:
     )
     if reason and key == "blocked":
         _reason(m, reason)
+    return m.html()
+
+
+def run_status_badge(status: str) -> SafeString:
+    """A run's status (journals.models.RunStatus) as a badge: a glyph and the words, its meaning as the title."""
+    m = _Markup()
+    m.add(
+        '<span class="badge badge-run-{}" data-run-status="{}" title="{}"><span aria-hidden="true">{}</span> {}</span>',
+        status,
+        status,
+        vocabulary.RUN_STATUSES.get(status, ""),
+        vocabulary.RUN_STATUS_ICONS.get(status, "…"),
+        RunStatus(status).label if status in RunStatus.values else status,
+    )
+    return m.html()
+
+
+def state_key_badge(key: str) -> SafeString:
+    """The badge of a state by its key alone (a count's chip): the glyph and the state's words."""
+    m = _Markup()
+    m.add(
+        '<span class="badge badge-{}" data-state="{}"><span aria-hidden="true">{}</span> {}</span>',
+        _known(key),
+        _known(key),
+        _known(vocabulary.STATE_ICONS.get(key, "…")),
+        _known(str(TurnState(key).label) if key in TurnState.values else "not yet assessed"),
+    )
     return m.html()
 
 

@@ -288,7 +288,7 @@ def run_page(run: Run, grid_page: int = 1) -> RunPage:
     last_rec = _records(run).order_by("-seq").first() if run.record_count > 1 else None
     first = record_row(first_rec, by_number, run.pk) if first_rec else None
     last = record_row(last_rec, by_number, run.pk) if last_rec else first
-    counts = states.state_counts(Turn.objects.filter(run=run))
+    counts = states.effective_counts(Turn.objects.filter(run=run))
     tree = forktree.lay_out(branches, reasons, records_url=reverse("console:records", args=[run.pk]))
     fork_urls = {f.new_branch: f.url for f in forks}
     for lane in tree.lanes:

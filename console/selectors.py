@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Case, CharField, Count, Exists, OuterRef, QuerySet, Value, When
 from django.utils import timezone
 
 from journals.access import RunScope
-from journals.models import Run, Turn, TurnEffective, TurnState
+from journals.models import RUN_STATUS_ORDER, Run, Turn, TurnEffective, TurnState, run_status_q, run_status_rank
 from recovery import services
 from recovery.state import (
     APPROVAL_NEEDS,
@@ -112,7 +112,12 @@ def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
         runs = runs.filter(blocked_reason=filters["reason"])
     if filters.get("age"):
         runs = runs.filter(age_q(filters["age"], "updated_at"))
-    return runs.order_by(*RUN_SORTS.get(filters.get("sort") or "-updated", RUN_SORTS["-updated"]))
+    if filters.get("status"):
+        runs = runs.filter(run_status_q(filters["status"]))
+    sort = RUN_SORTS.get(filters.get("sort") or "-updated", RUN_SORTS["-updated"])
+    if "status_rank" in sort:
+        runs = runs.annotate(status_rank=run_status_rank())
+    return runs.order_by(*sort)
 
 
 def capped_count(qs: QuerySet[Any], cap: int | None = None) -> tuple[int, bool]:
@@ -260,6 +265,41 @@ def _tiles(by_state: dict[str, int]) -> list[Tile]:
     return tiles
 
 
+def run_status_counts(*, scope: RunScope) -> dict[str, int]:
+    """``scope``'s runs by the status each shows (journals.models.run_status_q), in one grouped query."""
+    shown = Case(
+        *(When(run_status_q(s), then=Value(str(s))) for s in RUN_STATUS_ORDER),
+        default=Value(""),
+        output_field=CharField(),
+    )
+    rows = (
+        Run.objects.filter(scope.q("run_id"))
+        .order_by()
+        .annotate(shown=shown)
+        .values_list("shown")
+        .annotate(n=Count("id"))
+        .values_list("shown", "n")
+    )
+    found = dict(rows)
+    return {str(s): found.get(str(s), 0) for s in RUN_STATUS_ORDER}
+
+
+# The overview's run tiles: a tile per status, in RUN_STATUS_ORDER, each linking to the runs list so filtered.
+RUN_TILE_LABELS = {
+    "blocked": "runs blocked: journal at fault",
+    "needs_attention": "runs needing attention",
+    "running": "runs running",
+    "done": "runs done",
+}
+
+
+def _run_tiles(by_status: dict[str, int]) -> list[Tile]:
+    return [
+        Tile(key=str(s), label=RUN_TILE_LABELS[str(s)], count=by_status.get(str(s), 0), css=f"run-{s}")
+        for s in RUN_STATUS_ORDER
+    ]
+
+
 @dataclass
 class Overview:
     states: list[Bar] = field(default_factory=list)
@@ -271,6 +311,8 @@ class Overview:
     actions: list[OperatorAction] = field(default_factory=list)
     counted_at: datetime | None = None
     tiles: list[Tile] = field(default_factory=list)
+    run_tiles: list[Tile] = field(default_factory=list)
+    run_total: int = 0
 
     @property
     def states_height(self) -> int:
@@ -373,7 +415,11 @@ def turn_counts(*, scope: RunScope) -> TurnCounts:
 
 
 def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) -> Overview:
+    """The overview's figures: turns by state and held ones by reason (cached, turn_counts), runs by status,
+    the held queue and, unless ``action_limit`` is 0 (the live part polls without them), the latest operator
+    actions."""
     counts = turn_counts(scope=scope)
+    by_status = run_status_counts(scope=scope)
     order = [str(s) for s in STATE_ORDER] + [UNASSESSED]
     states = [(s, counts.by_state.get(s, 0)) for s in order]
     queue = list(blocked_queue(queue_limit, scope=scope))
@@ -386,11 +432,15 @@ def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) 
         waiting_total=sum(n for s, n in counts.by_state.items() if s in STATE_GROUPS["waiting"]),
         counted_at=counts.counted_at,
         tiles=_tiles(counts.by_state),
+        run_tiles=_run_tiles(by_status),
+        run_total=sum(by_status.values()),
         actions=list(
             OperatorAction.objects.filter(scope.q("run__run_id"))
             .select_related("turn", "run")
             .order_by("-created_at", "-id")[:action_limit]
-        ),
+        )
+        if action_limit
+        else [],
     )
 
 

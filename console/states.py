@@ -1,10 +1,11 @@
 """The state a console page of a run shows for each of its turns, read from the one effective state.
 
 A turn's effective state is decided once (recovery/state.py) and stored in journals.TurnEffective. The run
-page's counts, grid and event history show its decision as the gate answers it: `blocked` for every held
-turn (by the engine, an operator or an integrity finding), `resume` or `finalize` for a turn the gate lets
-go on (an approved one included), `complete` and `discarded`; `unassessed` before the first assessment.
-The turns list's `decision` filter is the same value, so a count links to exactly its turns.
+page counts its turns by that state, in the words every other page uses ("held: effect unconfirmed",
+"blocked by an operator"), each count linking to the turns list's `state` filter, so a count links to exactly
+its turns. Its grid places its marks by the decision the gate answers: `blocked` for every held turn (by the
+engine, an operator or an integrity finding), `resume` or `finalize` for a turn the gate lets go on (an
+approved one included), `complete` and `discarded`; `unassessed` before the first assessment.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from django.db.models import Count, QuerySet
 
 from journals.models import DECISIONS, Turn
 from recovery.state import UNASSESSED
+
+from .selectors import STATE_ORDER
 
 STATES = (*DECISIONS, UNASSESSED)
 
@@ -35,10 +38,11 @@ def turn_state(turn: Any) -> str:
         return UNASSESSED
 
 
-def state_counts(turns: QuerySet[Turn]) -> dict[str, int]:
-    """Turns by effective decision in one grouped query."""
-    counts = dict.fromkeys(STATES, 0)
-    for row in turns.order_by().values("effective__decision").annotate(n=Count("id")).order_by():
-        key = turn_state(row)
-        counts[key] = counts.get(key, 0) + int(row["n"])
-    return counts
+def effective_counts(turns: QuerySet[Turn]) -> dict[str, int]:
+    """Turns by effective state in one grouped query, held states first (console.selectors.STATE_ORDER), then
+    the turns not yet assessed; only the states some turn is in."""
+    found = {
+        str(state or UNASSESSED): int(n)
+        for state, n in turns.order_by().values_list("effective__state").annotate(n=Count("id")).order_by()
+    }
+    return {key: found[key] for key in (*(str(s) for s in STATE_ORDER), UNASSESSED) if found.get(key)}

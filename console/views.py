@@ -37,6 +37,8 @@ from .timeline import turn_timeline
 from .turn_detail import turn_page
 
 TURN_REGION = "turn-live"
+RUN_REGION = "run-live"
+OVERVIEW_REGION = "overview-live"
 FINISHED = "This turn is finished, so its state is not refreshed."
 
 
@@ -47,16 +49,18 @@ def _scope(request: HttpRequest) -> access.RunScope:
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    ov = selectors.overview(scope=_scope(request))
-    context = {
-        "ov": ov,
-        "queue_html": queue_rows(ov.blocked_queue),
-        "heartbeats": integrations.heartbeats(),
-        "findings": integrations.open_findings(limit=8, scope=_scope(request)),
-        "nav": "overview",
-        **role_context(request),
-    }
-    return render(request, "console/overview.html", context)
+    """The overview; its live part (the tiles, charts and held queue) polls this view, which then reads only
+    that part's figures: all of them in one answer, so that they cannot disagree."""
+    live = live_part(request, OVERVIEW_REGION)
+    ov = selectors.overview(scope=_scope(request), action_limit=0 if live else 10)
+    context: dict[str, object] = {"ov": ov, "queue_html": queue_rows(ov.blocked_queue), **role_context(request)}
+    if not live:
+        context |= {
+            "heartbeats": integrations.heartbeats(),
+            "findings": integrations.open_findings(limit=8, scope=_scope(request)),
+            "nav": "overview",
+        }
+    return render_live(request, "console/overview.html", "console/_overview_live.html", OVERVIEW_REGION, context)
 
 
 def _resolved(filters: dict[str, Any], request: HttpRequest) -> dict[str, Any]:
@@ -124,7 +128,9 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = run_for_read(actor=request.user, pk=pk)
     page = runs_pages.run_page(run, page_number(request))
-    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **role_context(request)})
+    context = {"p": page, "run": run, "nav": "runs", **role_context(request)}
+    # Its status, counts, fork tree, grid and record count re-read together: one poll, one picture.
+    return render_live(request, "console/run_detail.html", "console/_run_live.html", RUN_REGION, context)
 
 
 @viewer_required

@@ -109,6 +109,16 @@ NEXT_STEPS: dict[str, str] = {
 def state_words(state: str | None) -> str:
     return STATES.get(state or "unassessed", state or "")
 
+
+# A run's status (journals.models.RunStatus): a glyph, and what it means for the run (docs/state.md).
+RUN_STATUS_ICONS: dict[str, str] = {"blocked": "✖", "needs_attention": "!", "running": "↻", "done": "✓"}
+RUN_STATUSES: dict[str, str] = {
+    "blocked": "The journal itself is at fault: no turn goes on until it is repaired or its finding resolved.",
+    "needs_attention": "A turn is held: the run goes no further until a person acts.",
+    "running": "Turns go on, or records wait for their assessment.",
+    "done": "Every turn is complete or discarded, and every record is assessed.",
+}
+
 # Short words for every code a page shows, so that a label reads as words with the code beside it.
 KINDS: dict[str, str] = {
     "turn_planned": "turn planned",

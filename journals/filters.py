@@ -11,7 +11,7 @@ import django_filters
 from django.db.models import QuerySet
 from rest_framework.exceptions import ValidationError
 
-from journals.models import DECISIONS, TURN_STATUSES, Turn, TurnState
+from journals.models import DECISIONS, TURN_STATUSES, Run, RunStatus, Turn, TurnState, run_status_q, run_status_rank
 
 
 class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
@@ -73,3 +73,38 @@ class TurnFilter(ShallowFilterSet):
     class Meta:
         model = Turn
         fields = ["decision", "reason", "status", "run"]
+
+
+class RunOrderingFilter(django_filters.OrderingFilter):
+    """``ordering`` of the runs list: its names, each with a leading ``-`` for the reverse order. ``status``
+    sorts by the status a run shows (blocked, needs_attention, running, done). Ties fall to the latest change
+    first, so that pages never overlap."""
+
+    def filter(self, qs: QuerySet[Any], value: list[str] | None) -> QuerySet[Any]:
+        if not value:
+            return qs
+        ordering = [self.get_ordering_value(param) for param in value]
+        if any(field.lstrip("-") == "status_rank" for field in ordering):
+            qs = qs.annotate(status_rank=run_status_rank())
+        return qs.order_by(*ordering, "-updated_at", "-id")
+
+
+class RunStatusFilter(django_filters.ChoiceFilter):
+    """The runs that show a status (journals.models.run_status_q: a stored done with records past the
+    assessed prefix shows running). A filter of its own, not a ``method``: ShallowFilterSet's copies keep
+    no parent for a method to be found on."""
+
+    def filter(self, qs: QuerySet[Any], value: str | None) -> QuerySet[Any]:
+        return qs.filter(run_status_q(value)) if value else qs
+
+
+class RunFilter(ShallowFilterSet):
+    status = RunStatusFilter(choices=RunStatus.choices, help_text="The run's status (docs/state.md, a run's status).")
+    ordering = RunOrderingFilter(
+        fields=(("status_rank", "status"), ("updated_at", "updated"), ("run_id", "run"), ("record_count", "records")),
+        help_text="Sort by status (blocked first), updated, run or records; a leading - reverses it.",
+    )
+
+    class Meta:
+        model = Run
+        fields = ["status"]

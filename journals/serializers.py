@@ -20,6 +20,7 @@ from journals.models import (
     Intent,
     Phase,
     Run,
+    RunStatus,
     Turn,
     TurnState,
 )
@@ -90,10 +91,21 @@ class IngestConflictSerializer(serializers.Serializer[Any]):
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
+    status = serializers.ChoiceField(
+        choices=RunStatus.choices,
+        source="status_shown",
+        read_only=True,
+        help_text=(
+            "blocked (the journal is at fault), needs_attention (a turn is held), running (turns go on, or records "
+            "wait for their assessment) or done (every turn ended): docs/state.md."
+        ),
+    )
+
     class Meta:
         model = Run
         fields = [
             "run_id",
+            "status",
             "created_at",
             "updated_at",
             "record_count",

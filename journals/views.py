@@ -22,7 +22,7 @@ from rest_framework.response import Response
 
 from journals.access import CanRunRecovery, runtime_token
 from journals.api import ErrorSerializer, LoopxView
-from journals.filters import TurnFilter
+from journals.filters import RunFilter, TurnFilter
 from journals.models import DECISIONS, TURN_STATUSES, Branch, Intent, JournalRecord, Run, Turn, TurnEffective, TurnState
 from journals.renderers import FastJSONRenderer
 from journals.selectors import (
@@ -234,14 +234,17 @@ class RecordsView(JournalView):
 
 
 class RunListView(JournalView):
+    """Runs, newest change first; filter by ``status``, sort by ``ordering`` (journals/filters.py)."""
+
     serializer_class = RunSerializer
+    filterset_class = RunFilter
 
     def get_queryset(self) -> QuerySet[Run]:
         return runs_list(scope=self.run_scope())
 
     @extend_schema(operation_id="runs_list", responses={200: RunSerializer(many=True), **API_ERRORS})
     def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response(RunSerializer(page, many=True).data)
 
 

@@ -241,6 +241,9 @@ SPECTACULAR_SETTINGS = {
         "RecoveryActionKindEnum": "recovery.recovery_audits.models.ACTION_KINDS",
         "GateDecisionKindEnum": "recovery.models.GATE_KINDS",
         "TurnStateEnum": "journals.models.TurnState",
+        "RunStatusEnum": "journals.models.RunStatus",
+        # A turn's status keeps the name it had before runs had one.
+        "StatusEnum": "journals.models.TURN_STATUSES",
         "GateStateEnum": "journals.models.GATE_STATES",
         "StateFilterEnum": "recovery.state.STATE_FILTER_VALUES",
         "DecisionFilterEnum": "recovery.state.DECISION_FILTER_VALUES",

@@ -29,6 +29,24 @@ def decision_badge(decision: str | None, reason: str | None = None) -> str:
 
 
 @register.simple_tag
+def run_status_badge(status: str) -> str:
+    """A run's status badge (journals.models.RunStatus), the same markup on every page."""
+    return rows.run_status_badge(status)
+
+
+@register.filter
+def run_status_words(status: str) -> str:
+    """What a run's status means for the run (console.vocabulary.RUN_STATUSES)."""
+    return vocabulary.RUN_STATUSES.get(status, "")
+
+
+@register.simple_tag
+def state_key_badge(key: str) -> str:
+    """A state's badge by its key (a count's chip), the same markup the list rows use."""
+    return rows.state_key_badge(key)
+
+
+@register.simple_tag
 def state_badge(state: Any) -> str:
     """The effective state's badge (recovery.state.StateValue), the same markup the list rows use."""
     return rows.state_badge(state)

@@ -84,3 +84,24 @@ def many_runs(count: int, turns_per_run: int = 1, prefix: str = "bulk") -> list[
                 w.dispatch(turn, f"pay-{j}", "unsafe", password=SECRET)
         runs.append(ingest(w))
     return runs
+
+
+def runs_of_each_status() -> dict[str, Run]:
+    """A run of each status (docs/state.md, "A run's status"): the payments run needs attention, gap-run is
+    blocked (a record past a gap of lsns), new-run runs (never assessed), done-run is done."""
+    pay = payments_run()
+    done = JournalWriter("done-run")
+    done.complete_turn("t-1")
+    gap = JournalWriter("gap-run")
+    gap.complete_turn("t-1")
+    gap.next_lsn[gap.branch] += 2
+    gap.plan("t-2")
+    fresh = JournalWriter("new-run")
+    fresh.plan("t-1")
+    records_ingest(run_id="new-run", body=fresh.data(), content_type="application/x-ndjson", token=None)
+    return {
+        "needs_attention": pay.run,
+        "done": ingest(done),
+        "blocked": ingest(gap),
+        "running": Run.objects.get(run_id="new-run"),
+    }

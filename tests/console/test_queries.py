@@ -28,9 +28,11 @@ LISTS = {
     reverse("console:turns") + "?assignee=me": 6,  # the inbox
     # + capped count, rows, turn and state counts of the page, the person's saved views
     reverse("console:runs") + "?per_page=100": 8,
-    # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), queue,
-    # actions, heartbeats, findings
-    reverse("console:overview"): 12,
+    # The status a run shows is its own column with its counters: filtering and sorting by it reads no more.
+    reverse("console:runs") + "?status=running&sort=status": 8,
+    # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), runs by
+    # status (one grouped query: its tiles are new), queue, actions, heartbeats, findings
+    reverse("console:overview"): 13,
     reverse("console:blocked_queue"): 4,  # + queue
     reverse("console:findings") + "?state=all": 5,
 }
@@ -70,11 +72,25 @@ def _rows(n: int, operator) -> None:
     )
 
 
-def _count(client, url: str) -> int:
+def _count(client, url: str, **headers: str) -> int:
     with CaptureQueriesContext(connection) as ctx:
-        response = client.get(url)
+        response = client.get(url, headers=headers)
     assert response.status_code == 200, url
     return len(ctx.captured_queries)
+
+
+# The overview's live part, as its poll asks for it: the page's reads without the actions, heartbeats and
+# findings it does not show.
+OVERVIEW_LIVE_QUERIES = LISTS[reverse("console:overview")] - 3
+
+
+def test_the_overview_poll_reads_its_live_part_only(op_pages, operator):
+    url = reverse("console:overview")
+    _rows(5, operator)
+    small = _count(op_pages, url, HX_Request="true", HX_Target="overview-live")
+    _rows(50, operator)
+    large = _count(op_pages, url, HX_Request="true", HX_Target="overview-live")
+    assert small == large == OVERVIEW_LIVE_QUERIES
 
 
 @pytest.mark.parametrize("url", LISTS)

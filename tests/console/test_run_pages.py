@@ -30,9 +30,16 @@ def test_the_run_page_summarises_the_run(viewer_pages, pay):
     assert f'href="{first}"' in html  # the first record, linked
     assert "Live branch" in html and "branch 1" in html
     assert "Latest assessment" in html and "none yet" not in html.split("Latest assessment")[1][:200]
+    # The turns counted by their effective state, in the words of every other page, each linking to its turns.
     counts = html.split('id="state-counts"')[1].split("</ul>")[0]
-    assert re.search(r"blocked.*?<strong>2</strong>", counts, re.S)  # t-charge, t-skip
-    assert re.search(r"discarded.*?<strong>1</strong>", counts, re.S)  # t-lost
+    chips = dict(re.findall(r'state=(\w+)">.*?</a> <strong>(\d+)</strong>', counts, re.S))
+    assert chips == {"held_effect": "1", "held_review": "1", "resuming": "2", "complete": "1", "discarded": "1"}
+    assert "held: effect unconfirmed" in counts and "held for review" in counts and "decision=" not in counts
+    assert f"/turns/?run={pay.run.run_id}&amp;state=held_effect" in counts
+    # Two turns wait for a person: the run needs attention, whatever its journal's soundness says below.
+    status = html.split('id="run-status"')[1].split("</div>")[0]
+    assert 'data-run-status="needs_attention"' in status and "needs attention" in status
+    assert "The journal is sound" in status and "journal sound" not in html.split('id="run-status"')[0]
     # The fork: its reason, its record linked, the discarded suffix drawn greyed.
     forks = html.split('id="forks"')[1].split("</ol>")[0]
     assert "operator rewind" in forks and 'href="/runs/' in forks
