@@ -416,8 +416,7 @@ def turn_counts(*, scope: RunScope) -> TurnCounts:
 
 def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) -> Overview:
     """The overview's figures: turns by state and held ones by reason (cached, turn_counts), runs by status,
-    the held queue and, unless ``action_limit`` is 0 (the live part polls without them), the latest operator
-    actions."""
+    the held queue and the latest operator actions."""
     counts = turn_counts(scope=scope)
     by_status = run_status_counts(scope=scope)
     order = [str(s) for s in STATE_ORDER] + [UNASSESSED]
@@ -438,9 +437,7 @@ def overview(queue_limit: int = 15, action_limit: int = 10, *, scope: RunScope) 
             OperatorAction.objects.filter(scope.q("run__run_id"))
             .select_related("turn", "run")
             .order_by("-created_at", "-id")[:action_limit]
-        )
-        if action_limit
-        else [],
+        ),
     )
 
 

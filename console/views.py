@@ -49,12 +49,11 @@ def _scope(request: HttpRequest) -> access.RunScope:
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    """The overview; its live part (the tiles, charts and held queue) polls this view, which then reads only
-    that part's figures: all of them in one answer, so that they cannot disagree."""
-    live = live_part(request, OVERVIEW_REGION)
-    ov = selectors.overview(scope=_scope(request), action_limit=0 if live else 10)
+    """The overview; its live part (the tiles, charts, held queue and latest actions) polls this view, which
+    then reads only that part's figures: all of them in one answer, so that they cannot disagree."""
+    ov = selectors.overview(scope=_scope(request))
     context: dict[str, object] = {"ov": ov, "queue_html": queue_rows(ov.blocked_queue), **role_context(request)}
-    if not live:
+    if not live_part(request, OVERVIEW_REGION):
         context |= {
             "heartbeats": integrations.heartbeats(),
             "findings": integrations.open_findings(limit=8, scope=_scope(request)),

@@ -108,5 +108,9 @@ def test_the_overview_counts_and_charts(op_pages, pay, torn):
     html = op_pages.get(reverse("console:overview")).content.decode()
     assert '<svg class="bars"' in html and "<title" in html
     assert "phase out of order" in html and "unknown whether an effect happened" in html  # reasons in words
-    assert 'hx-get="/queue/blocked/"' in html and 'hx-trigger="every 10s"' in html
+    # One poll re-reads the figures and the queue together: the overview's own address, its live part.
+    live = html.split('id="overview-live"')[1]
+    assert live.startswith(' data-live hx-get="/" hx-trigger="every 10s"')
+    assert 'data-tile="waiting"' in live and 'id="blocked-queue"' in live and '<svg class="bars"' in live
+    assert 'hx-get="/queue/blocked/"' not in html
     assert "t-skip" in html  # in the blocked queue

@@ -70,7 +70,7 @@ def test_the_overview_poll_answers_its_figures_and_queue_together(viewer_pages, 
     url = reverse("console:overview")
     part = _html(viewer_pages, url, **LIVE, HX_Target="overview-live")
     assert "<html" not in part and 'data-run-tile="running"' in part and 'data-tile="waiting"' in part
-    assert 'id="blocked-queue"' in part and "Latest operator actions" not in part
+    assert 'id="blocked-queue"' in part and "No operator has acted yet" in part and "Workers and beat" not in part
     # A decision: the next poll's tiles, chart and queue all say so.
     pay = four_runs["needs_attention"]
     turn_block(turn=pay.turns.get(turn_id="t-resume"), actor=operator, reason="hold for the vendor")
@@ -78,6 +78,7 @@ def test_the_overview_poll_answers_its_figures_and_queue_together(viewer_pages, 
     assert re.search(r'data-tile="blocked_operator">\s*<span class="n">1</span>', part)
     assert "t-resume" in part.split('id="blocked-queue"')[1]
     assert "blocked by an operator 1" in part  # the chart's words for its bars
+    assert "hold for the vendor" in part.split('id="actions-h"')[1]  # and the decision among the latest actions
 
 
 def test_the_run_page_poll_answers_its_status_counts_and_grid(viewer_pages, four_runs, django_assert_num_queries):
