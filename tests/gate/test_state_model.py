@@ -28,7 +28,7 @@ from console.selectors import blocked_queue, decorate_runs
 from console.turn_detail import turn_page
 from engine.writer import JournalWriter
 from journals.access import EVERY_RUN
-from journals.models import Intent, Run, Turn, TurnEffective
+from journals.models import Intent, Run, Turn, TurnEffective, run_status_q
 from journals.selectors import turn_with_timeline
 from journals.services import records_ingest
 from kernel.errors import ServiceError
@@ -43,7 +43,7 @@ from recovery.services import (
     turn_park,
     turn_release,
 )
-from recovery.state import STATE_GROUPS, WAITING, state_counts, state_of, turns_matching
+from recovery.state import STATE_GROUPS, WAITING, run_status_decide, state_counts, state_of, turns_matching
 
 pytestmark = pytest.mark.django_db
 
@@ -242,6 +242,15 @@ class OneTruth(RuleBasedStateMachine):
         assert self.api.get(f"/api/v1/runs/{self.run_id}").json()["states"] == present  # the API's run
         decorate_runs([run])
         assert run.state_counts == present  # the runs list
+
+    @invariant()
+    def the_run_status_is_the_rule_over_its_states(self) -> None:
+        """The status the writer stored is the rule's over the states now, and the API and the runs list's
+        filter say the same (docs/state.md, "A run's status")."""
+        run = Run.objects.get(pk=self.run.pk)
+        assert run.status_shown == run_status_decide(run=run)
+        assert self.api.get(f"/api/v1/runs/{self.run_id}").json()["status"] == run.status_shown
+        assert Run.objects.filter(run_status_q(run.status_shown), pk=run.pk).exists()
 
     @invariant()
     def findings_follow_the_state(self) -> None:
