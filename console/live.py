@@ -1,4 +1,5 @@
-"""Live refresh: a list's results or a turn's state card, re-read every few seconds by htmx.
+"""Live refresh: a list's results, a turn's state card, a run's page or the overview's figures, re-read
+every few seconds by htmx.
 
 The page polls its own address (filters and page kept) with htmx's headers, and its view answers with the
 polled part only: the same view, selector and scope as the full page, so a viewer's rights and a team's

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
@@ -563,7 +563,9 @@ def run_status_decide(*, run: Run, integrity: object = _UNREAD) -> RunStatus:
         or run.last_seq > run.assessed_seq
         or states.filter(state__in=sorted(STATE_GROUPS["proceeding"])).exists()
         or not turns.exists()
-        or turns.filter(effective__isnull=True).exists()
+        # A turn with no state (fail closed), read last: only a run about to be done reads its turns. The run
+        # named inside the subquery too, so the database reads this run's states, not every run's.
+        or turns.exclude(Exists(states.filter(turn_id=OuterRef("pk")))).exists()
     )
     return run_status_compute(journal_fault=False, held=False, unfinished=unfinished)
 
