@@ -104,7 +104,9 @@ def _send(client: Client, case, headers: dict[str, str]) -> HttpResponse:
     the test's transaction (a bare WSGI call would close the test connection on request_finished)."""
     request = case.as_transport_kwargs(headers=headers)
     query = request.get("query_string") or {}
-    path = request["path"] + ("?" + urlencode(query, doseq=True) if query else "")
+    # A list parameter sent as one comma-separated value (the runs list's `ordering`) comes already encoded.
+    encoded = query if isinstance(query, str) else urlencode(query, doseq=True)
+    path = request["path"] + ("?" + encoded if encoded else "")
     if "json" in request:
         body: bytes | str = json.dumps(request["json"])
     else:
