@@ -314,9 +314,12 @@ def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
     return m.html()
 
 
-def queue_rows(queue: list[Any]) -> SafeString:
-    """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
+def queue_rows(queue: list[Any], *, admin: bool = False) -> SafeString:
+    """The held queue's rows (overview and its live refresh), built the same way: longest held first. For an
+    admin each row ends with the turn's change page in the admin (its annotations and block), one click from
+    the queue; nobody else is shown that column."""
     turn_url = html_url_former("console:turn")
+    admin_url = html_url_former("admin:journals_turn_change") if admin else None
     m = _Markup()
     for i, t in enumerate(queue):
         state = _state(t)
@@ -335,6 +338,12 @@ def queue_rows(queue: list[Any]) -> SafeString:
         _next_step(m, state)
         m.add("</td><td>")
         _assignee(m, t)
+        if admin_url is not None:
+            m.add(
+                '</td><td><a href="{}" aria-label="Edit turn {} in the admin">Edit in admin</a>',
+                admin_url(object_id=t.pk),
+                short(t.turn_id, 32),
+            )
         m.add("</td></tr>")
     return m.html()
 

@@ -50,7 +50,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     ov = selectors.overview(scope=_scope(request))
     context = {
         "ov": ov,
-        "queue_html": queue_rows(ov.blocked_queue),
+        "queue_html": queue_rows(ov.blocked_queue, admin=access.can_administer(request.user)),
         "heartbeats": integrations.heartbeats(),
         "findings": integrations.open_findings(limit=8, scope=_scope(request)),
         "nav": "overview",
@@ -104,7 +104,8 @@ def inbox_count(request: HttpRequest) -> HttpResponse:
 def blocked_queue(request: HttpRequest) -> HttpResponse:
     """The live part of the overview, polled by htmx every few seconds; opened by itself, a page of its own."""
     queue = list(selectors.blocked_queue(15, scope=_scope(request)))
-    context = {"queue": queue, "queue_html": queue_rows(queue), "nav": "overview", **role_context(request)}
+    rows = queue_rows(queue, admin=access.can_administer(request.user))
+    context = {"queue": queue, "queue_html": rows, "nav": "overview", **role_context(request)}
     return render_live(request, "console/blocked_queue.html", "console/_blocked_queue.html", "blocked-queue", context)
 
 
