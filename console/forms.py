@@ -147,14 +147,22 @@ EVIDENCE_CHOICES = [("happened", "it happened"), ("not_happened", "it did not ha
 class ApproveForm(ReasonForm):
     """An approval; one evidence field per indeterminate intent (named ``evidence__<intent id>``)."""
 
-    def __init__(self, *args: Any, indeterminate: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        indeterminate: list[str] | None = None,
+        names: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``names``: an imported run's intents in its source's words (``ChargeCard (activity:1)``), for the
+        questions' labels; the fields stay keyed by position and the intents by their ids."""
         super().__init__(*args, **kwargs)
         self.indeterminate = list(indeterminate or [])
         for index, intent in enumerate(self.indeterminate):
             self.fields[f"evidence_{index}"] = forms.ChoiceField(
                 choices=EVIDENCE_CHOICES,
                 widget=forms.RadioSelect,
-                label=intent,
+                label=(names or {}).get(intent, intent),
                 help_text="Required: an unsafe effect with no readback cannot be approved without your finding.",
             )
 

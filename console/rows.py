@@ -351,18 +351,23 @@ def queue_rows(queue: list[Any], *, admin: bool = False) -> SafeString:
 _MARKS = {"committed": "✓", "resume": "▶", "blocked": "✖", "missing": "·"}
 
 
-def grid_rows(rows: list[Any]) -> SafeString:
+def grid_rows(rows: list[Any], *, names: dict[str, str] | None = None) -> SafeString:
     """A run's grid of turns by phase (console.runs.GridRow): the turn, its state and a cell a phase, each
-    cell's words as its title and label."""
+    cell's words as its title and label. ``names``: an imported run's turns in its source's words, shown
+    under the turn's id."""
     turn_url = html_url_former("console:turn")
     m = _Markup()
     for i, r in enumerate(rows):
         m.add("\n" if i else "")
         m.add(
-            '<tr><th scope="row" class="sticky"><a href="{}">{}</a></th>\n        <td>',
+            '<tr><th scope="row" class="sticky"><a href="{}">{}</a>',
             turn_url(pk=r.turn.pk),
             short(r.turn.turn_id, 28),
         )
+        name = (names or {}).get(r.turn.turn_id)
+        if name:
+            m.add(' <span class="small muted turn-name">{}</span>', short(name, 28))
+        m.add("</th>\n        <td>")
         _state_badge(m, r.shown)
         m.add("</td>\n        ")
         for c in r.cells:

@@ -22,6 +22,7 @@ from journals import access
 from journals.doors import run_for_read, turn_for_read
 from journals.models import JournalRecord
 from recovery.assignments import services as assignment
+from recovery.imports.selectors import source_words
 from recovery.state import DONE
 
 from . import integrations, selectors
@@ -125,7 +126,11 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = run_for_read(actor=request.user, pk=pk)
     page = runs_pages.run_page(run, page_number(request))
-    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **role_context(request)})
+    words = source_words(run_id=run.run_id, turns=[r.turn.turn_id for r in page.grid.rows])
+    if words is not None:
+        page.grid.names = {t: w.name for t, w in words.turns.items() if w.name}
+    context = {"p": page, "run": run, "words": words, "nav": "runs", **role_context(request)}
+    return render(request, "console/run_detail.html", context)
 
 
 @viewer_required
@@ -161,9 +166,13 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **role_context(request),
     }
     if not live_part(request, TURN_REGION):  # the live part is the state card alone
+        words = source_words(run_id=page.turn.run.run_id, turn=page.turn)
         context |= {
+            "words": words,
             "timeline": turn_timeline(page),
-            "approve_form": ApproveForm(indeterminate=page.indeterminate),
+            "approve_form": ApproveForm(
+                indeterminate=page.indeterminate, names=words.intent_labels() if words is not None else None
+            ),
             "block_form": ReasonForm(),
             "nav": "turns",
             "back": _safe_back(request),
