@@ -32,6 +32,7 @@ from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunF
 from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
+from .pictures import held_age, run_timeline
 from .rows import queue_rows, record_items, turn_rows
 from .saved_views import saved_views_context
 from .timeline import turn_timeline
@@ -51,6 +52,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     ov = selectors.overview(scope=_scope(request))
     context = {
         "ov": ov,
+        "age": held_age(scope=_scope(request)),
         "queue_html": queue_rows(ov.blocked_queue, admin=access.can_administer(request.user)),
         "heartbeats": integrations.heartbeats(),
         "findings": integrations.open_findings(limit=8, scope=_scope(request)),
@@ -126,10 +128,13 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = run_for_read(actor=request.user, pk=pk)
     page = runs_pages.run_page(run, page_number(request))
-    words = source_words(run_id=run.run_id, turns=[r.turn.turn_id for r in page.grid.rows])
-    if words is not None:
+    timeline = run_timeline(run, total=page.turn_total)
+    shown = {r.turn.turn_id for r in page.grid.rows} | {b.turn.turn_id for b in timeline.bars}
+    words = source_words(run_id=run.run_id, turns=sorted(shown))
+    if words is not None:  # an imported run: its turns in its source's words
         page.grid.names = {t: w.name for t, w in words.turns.items() if w.name}
-    context = {"p": page, "run": run, "words": words, "nav": "runs", **role_context(request)}
+        timeline.name(page.grid.names)
+    context = {"p": page, "run": run, "words": words, "timeline": timeline, "nav": "runs", **role_context(request)}
     return render(request, "console/run_detail.html", context)
 
 
