@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,45 @@ def test_a_step_functions_import_names_each_turn_by_its_state(
     html = page.content.decode()
     assert '<span id="turn-name">ChargeCard</span>' in html and "Step Functions history" in html
     assert f"{SUBMIT} (task:{scheduled})" in html
+
+
+def _dbos_database(path: Path) -> bytes:
+    """A DBOS system database with the two tables the importer reads: one workflow that charged a card."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(
+            "CREATE TABLE workflow_status (workflow_uuid TEXT PRIMARY KEY, name TEXT, status TEXT,"
+            " created_at INTEGER, updated_at INTEGER, recovery_attempts INTEGER)"
+        )
+        conn.execute(
+            "CREATE TABLE operation_outputs (workflow_uuid TEXT, function_id INTEGER, function_name TEXT,"
+            " output TEXT, error TEXT, child_workflow_id TEXT, started_at_epoch_ms INTEGER,"
+            " completed_at_epoch_ms INTEGER)"
+        )
+        conn.execute(
+            "INSERT INTO workflow_status VALUES ('order-1', 'checkout', 'SUCCESS', 1764000000000, 1764000005000, 1)"
+        )
+        conn.execute(
+            "INSERT INTO operation_outputs VALUES ('order-1', 1, 'charge_card', '\"ok\"', NULL, NULL,"
+            " 1764000001000, 1764000002000)"
+        )
+        conn.commit()
+    return path.read_bytes()
+
+
+def test_a_dbos_import_names_the_workflow_and_its_steps(
+    tmp_path: Path, operator, eager_tasks, django_capture_on_commit_callbacks
+) -> None:
+    data = _dbos_database(tmp_path / "dbos.sqlite")
+    upload = _upload(operator, django_capture_on_commit_callbacks, "dbos.sqlite", data, "dbos")
+    row = ImportedRun.objects.get(history_import=upload)
+    assert row.origin == {"workflow_uuid": "order-1", "workflow_name": "checkout"}
+    turn = ImportedTurn.objects.get(imported_run=row)
+    assert (turn.turn, turn.name, turn.original) == ("workflow", "checkout", {"planned": "order-1", "last": "order-1"})
+    intent = ImportedIntent.objects.get(imported_run=row)
+    assert (intent.intent, intent.name, intent.original) == (
+        "step:1",
+        "charge_card",
+        {"dispatched": "order-1/1", "observed": "order-1/1"},
+    )
+    words = source_words(run_id=row.run_ident)
+    assert words is not None and words.system_words == "DBOS system database"
