@@ -162,9 +162,17 @@ class ApproveForm(ReasonForm):
             self.fields[f"evidence_{index}"] = forms.ChoiceField(
                 choices=EVIDENCE_CHOICES,
                 widget=forms.RadioSelect,
-                label=(names or {}).get(intent, intent),
+                label=intent,
                 help_text="Required: an unsafe effect with no readback cannot be approved without your finding.",
             )
+        self.name_intents(names or {})
+
+    def name_intents(self, names: dict[str, str]) -> None:
+        """Ask about each intent by its name in the source's words, where ``names`` has one."""
+        for index, intent in enumerate(self.indeterminate):
+            label = names.get(intent, intent)
+            self.fields[f"evidence_{index}"].label = label
+            self[f"evidence_{index}"].label = label  # a bound form has made its fields already
 
     def evidence(self) -> dict[str, str]:
         return {intent: self.cleaned_data[f"evidence_{i}"] for i, intent in enumerate(self.indeterminate)}

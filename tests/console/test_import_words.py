@@ -97,6 +97,10 @@ def test_the_run_and_turn_pages_speak_the_history_s_words(
     # The timed-out charge is held: the question of the approval names the activity.
     legend = re.search(r"<legend>Did intent <code>([^<]*)</code> happen\?</legend>", page)
     assert legend is not None and legend.group(1) == "ChargeCard (activity:1)"
+    # An approval refused for want of that finding asks again in the same words.
+    refused = pages.post(reverse("console:approve", args=[turn.pk]), {"reason": "looked at the bank"})
+    assert refused.status_code == 400
+    assert "<legend>Did intent <code>ChargeCard (activity:1)</code> happen?</legend>" in refused.content.decode()
 
 
 def test_a_run_its_runtime_journaled_keeps_its_words(op_pages, pay) -> None:
