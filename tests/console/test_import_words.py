@@ -37,7 +37,7 @@ def _upload(operator, capture, name: str, data: bytes, source: str) -> HistoryIm
     return upload
 
 
-def _temporal(operator, capture) -> ImportedRun:
+def temporal_import(operator, capture) -> ImportedRun:
     # The started event of a newer server names the workflow id too.
     raw = json.loads(history_bytes())
     raw["events"][0]["workflowExecutionStartedEventAttributes"]["workflowId"] = "order-1842"
@@ -48,7 +48,7 @@ def _temporal(operator, capture) -> ImportedRun:
 def test_a_temporal_import_keeps_the_workflow_s_names_and_ids(
     operator, eager_tasks, django_capture_on_commit_callbacks
 ):
-    row = _temporal(operator, django_capture_on_commit_callbacks)
+    row = temporal_import(operator, django_capture_on_commit_callbacks)
     assert row.origin == {
         "workflow_type": "ChargeOrder",
         "workflow_id": "order-1842",
@@ -76,7 +76,7 @@ def test_a_temporal_import_keeps_the_workflow_s_names_and_ids(
 def test_the_run_and_turn_pages_speak_the_history_s_words(
     operator, eager_tasks, django_capture_on_commit_callbacks
 ) -> None:
-    row = _temporal(operator, django_capture_on_commit_callbacks)
+    row = temporal_import(operator, django_capture_on_commit_callbacks)
     pages = page_client(operator)
     turn = Turn.objects.get(run__run_id=RUN, turn_id="workflow")
     import_url = reverse("console:import", args=[row.history_import.pk])

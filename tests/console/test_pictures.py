@@ -94,7 +94,7 @@ def test_the_held_age_is_the_oldest_held_turn_s_wait_hour_by_hour(op_pages, pay)
     assert "The held age as a table" in html and 'id="held-age-note"' in html
 
 
-def _broken_run() -> Run:
+def broken_run() -> Run:
     """A run over two branches (a rewind) whose second-to-last record names a wrong ``prev``: blocked by
     ``chain_broken``, a run-level fault a repair accepts a prefix of."""
     w = JournalWriter("broken-run")
@@ -117,7 +117,7 @@ def _broken_run() -> Run:
 
 
 def test_the_repair_preview_draws_the_records_kept_and_set_aside(operator) -> None:
-    run = _broken_run()
+    run = broken_run()
     through = run.last_seq - 2  # the record before the one with the wrong prev
     pages = page_client(operator)
     html = pages.post(
