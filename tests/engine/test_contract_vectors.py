@@ -17,18 +17,9 @@ from typing import Any
 
 import pytest
 
-from engine import (
-    Assessment,
-    FoldSnapshot,
-    SnapshotUnusable,
-    assess,
-    assess_incremental,
-    canonical_bytes,
-    digest,
-    parse_line,
-    snapshot_load,
-)
+from engine import assess, canonical_bytes, digest, parse_line
 from tests import contract_vectors
+from tests.engine.helpers import fold_in_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS: dict[str, Any] = json.loads(contract_vectors.PATH.read_text(encoding="ascii"))
@@ -184,28 +175,13 @@ def test_the_worked_example_of_docs_contract_md_is_right():
     assert [(t.decision.value, t.resume_from) for t in result.turns] == [("resume", "envelope")]
 
 
-def _resumed(lines: list[bytes], cut: int, snapshot: FoldSnapshot | None) -> tuple[Assessment, FoldSnapshot]:
-    """The assessment of the first `cut` lines, resumed from `snapshot`, or, when it cannot go on (the
-    chained journal forks back behind a cut), the caller's fallback: a fold from the start."""
-    done = 0 if snapshot is None else snapshot.lines
-    try:
-        return assess_incremental(snapshot, lines[done:cut])
-    except SnapshotUnusable as exc:
-        assert exc.reason == "fork_into_past"
-        return assess_incremental(None, lines[:cut])
-
-
 def _incremental_everywhere(lines: list[bytes]) -> None:
     """The journal assessed incrementally gives what the full fold gives: resumed from a snapshot cut at every
-    line (read back from its bytes), and fed line by line, each prefix equal to its own full fold."""
-    full = assess(lines)
+    line (read back from its bytes), and fed line by line, each prefix equal to its own full fold. The chained
+    journal forks back behind some cuts: those batches are refused and folded from the start."""
     for cut in range(len(lines) + 1):
-        _, snapshot = assess_incremental(None, lines[:cut])
-        assert _resumed(lines, len(lines), snapshot_load(snapshot.data))[0] == full, cut
-    snapshot = None
-    for end in range(1, len(lines) + 1):
-        result, snapshot = _resumed(lines, end, snapshot)
-        assert result == assess(lines[:end]), end
+        assert set(fold_in_batches(lines, [cut], round_trip=True)[0]) <= {"fork_into_past"}
+    assert set(fold_in_batches(lines, range(len(lines)), round_trip=False)[0]) <= {"fork_into_past"}
 
 
 def test_every_vector_assessed_incrementally_gives_the_same_result():

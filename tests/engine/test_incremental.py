@@ -18,60 +18,19 @@ from hypothesis import strategies as st
 
 import engine.incremental as incremental
 from engine import (
-    SNAPSHOT_REASONS,
-    Assessment,
     FoldSnapshot,
     SnapshotUnusable,
     assess,
     assess_incremental,
-    canonical_bytes,
     snapshot_load,
 )
 from engine.assess import Assessor, normalise_evidence
 from engine.writer import JournalWriter
-from tests.engine.helpers import obj, put, write_journal
+from tests.engine.helpers import assert_same, fold_in_batches, obj, put, write_journal
 from tests.engine.model import JournalModel
 from tests.engine.strategies import valid_journals
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def canonical(result: Assessment) -> bytes:
-    return canonical_bytes(result.to_dict())
-
-
-def assert_same(got: Assessment, lines: Sequence[bytes], **kwargs: Any) -> None:
-    """`got` is what the full fold of `lines` gives: the stable JSON byte for byte, and every field besides
-    (violations with their lines and details, branches, checkpoints, each turn's phases and reason line)."""
-    full = assess(list(lines), **kwargs)
-    assert canonical(got) == canonical(full)
-    assert got == full
-
-
-def fold_in_batches(
-    lines: Sequence[bytes], cuts: Sequence[int], *, round_trip: bool, **kwargs: Any
-) -> tuple[list[str], FoldSnapshot]:
-    """Fold the journal batch by batch as a caller would, checking the result after every batch against the
-    full fold of the prefix. Returns the reasons of the refusals met (each followed by the fallback)."""
-    refusals: list[str] = []
-    snapshot: FoldSnapshot | None = None
-    done = 0
-    for end in [*sorted(set(cuts)), len(lines)]:
-        batch, prefix = lines[done:end], lines[:end]
-        try:
-            result, after = assess_incremental(snapshot, list(batch), **kwargs)
-        except SnapshotUnusable as exc:
-            assert exc.reason in SNAPSHOT_REASONS
-            refusals.append(exc.reason)
-            result, after = assess_incremental(None, list(prefix), **kwargs)  # the caller's fallback
-        assert_same(result, prefix, **kwargs)
-        assert after.lines == end
-        assert after.digest == hashlib.sha256(after.data).hexdigest()
-        snapshot = snapshot_load(after.data) if round_trip else after
-        assert snapshot == after
-        done = end
-    assert snapshot is not None
-    return refusals, snapshot
 
 
 def cuts_of(data: st.DataObject, size: int) -> list[int]:
