@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
@@ -365,9 +365,12 @@ class _World:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> _World:
-        """The entry _WORLD_ROW read (a fold snapshot)."""
-        world = cls(row[0], row[1], row[2])
+        """The entry _WORLD_ROW read (a fold snapshot): every slot set once, in slot order."""
+        world = cls.__new__(cls)
         (
+            world.turn,
+            world.intent,
+            world.first_line,
             world.count,
             world.first_class,
             world.first_key,
@@ -379,9 +382,11 @@ class _World:
             world.bound,
             world.first_branch,
             world.first_lsn,
-        ) = row[3:14]
-        world.more_firsts = tuple(row[14])
-        world.violations = None if row[15] is None else [(line, Code(code)) for line, code in row[15]]
+            more_firsts,
+            violations,
+        ) = row
+        world.more_firsts = tuple(more_firsts)
+        world.violations = None if violations is None else [(line, Code(code)) for line, code in violations]
         return world
 
 
@@ -624,7 +629,7 @@ class Assessor:
             views,
             snapshots,
             sorted([b, ln, n] for (b, ln), n in self.points.items() if n > 0),
-            [x for world in self.world.values() for x in _WORLD_ROW(world)],
+            list(chain.from_iterable(map(_WORLD_ROW, self.world.values()))),
             [x for turn, first in self.turns_first.items() for x in (turn, *first)],
             [[c["branch"], c["lsn"], c["covers_lsn"], c["verified"]] for c in self.checkpoints],
         ]
@@ -638,6 +643,8 @@ class Assessor:
         self.violations = [Violation(Code(c), b, ln, turn, detail, line) for c, b, ln, turn, detail, line in violations]
         self.branches = {row[0]: _Branch.from_row(row, self._point_lsns.setdefault(row[0], set())) for row in branches}
         reader = StateReader(plans)
+        for plan in reader.plans:
+            self._plans.setdefault(plan, plan)  # turns planned later share them
         self.views = {row[0]: reader.view(row[1:]) for row in views}
         self.snapshots = {(row[0], row[1]): reader.view(row[2:]) for row in snapshots}
         width = len(_World.__slots__)

@@ -274,10 +274,12 @@ class View:
 
 
 # -- fold snapshots (engine/incremental.py) ---------------------------------------------------------------
-# A view as rows of plain JSON values: [schema, unplanned (flat), turns], each turn either a new state,
-# [turn, lineage, plan index, committed count, terminal, intents (flat), violations (flat), plan branch],
-# or the index of a state written before (views share states copy-on-write; each is written once).
+# A view as rows of plain JSON values: [schema, unplanned, turns], each turn either a new state,
+# [turn, plan index, lineage, committed count, terminal, intents ({intent: entry} or null), violations,
+# plan branch], or the index of a state written before (views share states copy-on-write; each is written
+# once). Tuples and dicts go to the JSON writer as they are (arrays and objects, in their order).
 
+_STATE_FIELDS = attrgetter("lineage", "done", "terminal", "intents", "violations", "plan_branch")
 _CODES: dict[str, str] = {code.value: code for code in Code}  # codes read back as the members they were
 
 
@@ -294,31 +296,22 @@ class StateWriter:
         self.plans: dict[tuple[str, ...], int] = {}
 
     def view_row(self, view: View) -> list[Any]:
-        seen, plans = self.seen, self.plans
-        turns: list[Any] = []
-        for turn, state in view.turns.items():
-            index = seen.get(id(state))
-            if index is not None:
-                turns.append(index)
-                continue
-            seen[id(state)] = len(seen)
-            plan = plans.get(state.phases)
-            if plan is None:
-                plan = plans[state.phases] = len(plans)
-            intents = state.intents
-            turns.append(
-                [
-                    turn,
-                    state.lineage,
-                    plan,
-                    state.done,
-                    state.terminal,
-                    [x for intent, entry in intents.items() for x in (intent, *entry)] if intents else (),
-                    [x for item in state.violations for x in item],
-                    state.plan_branch,
-                ]
-            )
-        return [view.schema, [x for item in view.unplanned for x in item], turns]
+        # Views after a fork share most of their states: those are found in C loops, only new ones are built.
+        states = list(view.turns.values())
+        ids = list(map(id, states))
+        turns: list[Any] = list(map(self.seen.get, ids))
+        if None in turns:
+            keys = list(view.turns)
+            for i in compress(count(), map(is_, turns, repeat(None))):
+                self.seen[ids[i]] = len(self.seen)
+                turns[i] = self._state_row(keys[i], states[i])
+        return [view.schema, view.unplanned, turns]
+
+    def _state_row(self, turn: str, state: TurnState) -> tuple[Any, ...]:
+        plan = self.plans.get(state.phases)
+        if plan is None:
+            plan = self.plans[state.phases] = len(self.plans)
+        return (turn, plan, *_STATE_FIELDS(state))
 
     def plan_rows(self) -> list[tuple[str, ...]]:
         return list(self.plans)  # in order of their indexes
@@ -337,28 +330,27 @@ class StateReader:
         schema, unplanned, turns = row
         view = View()
         view.schema = schema
-        it = iter(unplanned)
-        view.unplanned = tuple((t, _code(c), b, ln, line) for t, c, b, ln, line in zip(it, it, it, it, it, strict=True))
-        plans, states, gen, mine = self.plans, self.states, self.gen, view.turns
-        for entry in turns:
-            if entry.__class__ is int:
-                turn, state = states[entry]
-            else:
-                turn, lineage, plan, done, terminal, intents, violations, plan_branch = entry
-                state = TurnState(lineage, plans[plan], plan_branch, gen)
-                state.done = done
-                state.terminal = terminal
-                if intents:
-                    it = iter(intents)
-                    state.intents = {i: (c, k, n, o) for i, c, k, n, o in zip(it, it, it, it, it, strict=True)}
-                if violations:
-                    it = iter(violations)
-                    state.violations = tuple(
-                        (_code(c), b, ln, line) for c, b, ln, line in zip(it, it, it, it, strict=True)
-                    )
-                states.append((turn, state))
-            mine[turn] = state
+        view.unplanned = tuple((t, _code(c), b, ln, line) for t, c, b, ln, line in unplanned)
+        # A view refers only to states written before it (one state per turn in a view), so its new states
+        # are read first, and then every entry is looked up (C loops: most entries of a forked view are refs).
+        states = self.states
+        first = len(states)
+        states.extend(map(self._state, [entry for entry in turns if entry.__class__ is not int]))
+        fresh = iter(range(first, len(states)))
+        indexes = [entry if entry.__class__ is int else next(fresh) for entry in turns]
+        view.turns = dict(map(states.__getitem__, indexes))
         return view
+
+    def _state(self, entry: list[Any]) -> tuple[str, TurnState]:
+        turn, plan, lineage, done, terminal, intents, violations, plan_branch = entry
+        state = TurnState(lineage, self.plans[plan], plan_branch, self.gen)
+        state.done = done
+        state.terminal = terminal
+        if intents:
+            state.intents = dict(zip(intents, map(tuple, intents.values()), strict=True))
+        if violations:
+            state.violations = tuple((_code(c), b, ln, line) for c, b, ln, line in violations)
+        return turn, state
 
 
 _HASH_EVERY = 256  # turns between saved hash states
