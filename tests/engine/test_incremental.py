@@ -48,11 +48,15 @@ def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     lines = list(model.w.lines)
     cuts = cuts_of(data, len(lines))
     expect = {model.live: model.w.next_lsn[model.live] - 1}
+    whole = assess_incremental(None, lines, evidence=model.evidence)[1]
     for round_trip in (False, True):
         refusals, last = fold_in_batches(lines, cuts, round_trip=round_trip, evidence=model.evidence)
         # Forks rewind into the past: a batch boundary between the point and the fork needs a fold from the
         # start; nothing else does in a valid journal.
         assert set(refusals) <= {"fork_into_past", "checkpoint_into_past"}
+        # Every fork and checkpoint of a valid journal uses its point: no fold is left kept, and the snapshot
+        # is the same bytes whatever the batches.
+        assert last.data == whole.data
         assert_same(
             assess_incremental(last, [], evidence=model.evidence, expect=expect)[0],
             lines,
