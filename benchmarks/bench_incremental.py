@@ -3,13 +3,13 @@
     python -m benchmarks.bench_incremental                    # ~1,000,000 records, ~100,000 turns
     python -m benchmarks.bench_incremental --records 100000   # smaller
 
-The journal is bench_engine's (generated once and cached). Its last ``--tail`` lines are the new batch; the
-rest is folded once into a snapshot. Printed, best of ``--rounds``: the full fold of the whole journal; the
-snapshot's size; snapshot_load; the resumed batch (assess_incremental, everything: seal check, rows read,
-the batch folded, the new snapshot written, the assessment); and its parts: the rows parsed (orjson), the
-fold rebuilt from them, the fold written as rows, the sha256 passes, finish (which
-decides every turn, so it grows with the run too). See
-docs/perf/2026-12-06-incremental-engine.md.
+The journal is bench_engine's (generated once and cached). Its last ``--tail`` lines are the new batch;
+the rest is folded once into a snapshot. Printed, the least CPU time of ``--rounds`` (other load on a
+shared machine disturbs it least): the full fold of the whole journal; the snapshot's size; snapshot_load;
+the resumed batch (assess_incremental, everything: seal check, rows read, the batch folded, the new
+snapshot written, the assessment); and its parts: the rows parsed (orjson), the fold rebuilt from them,
+the fold written as rows, one sha256 pass, finish (which decides every turn, so it grows with the run
+too). See docs/perf/2026-12-06-incremental-engine.md.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from engine.assess import Assessor, cycle_collection_paused
 
 
 def _best(rounds: int, work: Callable[[], Any]) -> tuple[float, Any]:
+    """The least CPU time of `rounds` runs (other load on a shared machine disturbs it least) and the result."""
     best, out = float("inf"), None
     for _ in range(rounds):
-        started = time.perf_counter()
+        started = time.process_time()
         out = work()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     return best, out
 
 

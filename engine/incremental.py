@@ -182,4 +182,7 @@ def assess_incremental(
     with cycle_collection_paused():
         assessor = fold_lines(new_lines, start)
         after = _seal(assessor, evidence_id)
-        return assessor.finish(dict(expect or {})), after
+        result = assessor.finish(dict(expect or {}))
+        # Freed while the collector is paused: once it is back on, it would first walk the whole fold.
+        del assessor
+    return result, after
