@@ -91,6 +91,8 @@ class SnapshotUnusable(Exception):
 
     ``reason`` is one of ``SNAPSHOT_REASONS`` (docs/engine.md, "Incremental assessment")."""
 
+    reason: str
+
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
