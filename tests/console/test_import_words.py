@@ -88,6 +88,9 @@ def test_the_run_and_turn_pages_speak_the_history_s_words(
     assert "journal ingest" not in source
     assert "order-1842" in source and RUN_ID in source  # the ids, inside the disclosure
     assert '<span class="small muted turn-name">ChargeOrder</span>' in run_page
+    # The timeline labels the turn's bar by its name too.
+    row = run_page[run_page.index('<g class="tl-row" data-turn="workflow"') :].split("</g>")[0]
+    assert '<text class="lane-label" x="4" y="39">ChargeOrder</text>' in row
 
     page = pages.get(reverse("console:turn", args=[turn.pk])).content.decode()
     assert '<span id="turn-name">ChargeOrder</span>' in page
