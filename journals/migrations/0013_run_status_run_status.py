@@ -1,5 +1,5 @@
 """A run's status (journals.RunStatus), stored on the run: running until recovery's backfill
-(recovery 0015) and then each refresh of its turns' states decide it."""
+(recovery 0016) and then each refresh of its turns' states decide it."""
 
 from django.db import migrations, models
 

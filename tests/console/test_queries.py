@@ -31,8 +31,9 @@ LISTS = {
     # The status a run shows is its own column with its counters: filtering and sorting by it reads no more.
     reverse("console:runs") + "?status=running&sort=status": 8,
     # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), runs by
-    # status (one grouped query: its tiles are new), queue, actions, heartbeats, findings
-    reverse("console:overview"): 13,
+    # status (one grouped query: its tiles are new), queue, actions, heartbeats, findings, the held turns'
+    # times for the held age (console.pictures.held_age)
+    reverse("console:overview"): 14,
     reverse("console:blocked_queue"): 4,  # + queue
     reverse("console:findings") + "?state=all": 5,
 }

@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
     # After every schema change of the models the rule reads (it runs today's code on today's tables).
     dependencies = [
         ("journals", "0013_run_status_run_status"),
-        ("recovery", "0014_dbos_import_system"),
+        ("recovery", "0015_imported_words_imports_pics"),
     ]
 
     operations = [migrations.RunPython(fill, migrations.RunPython.noop)]
