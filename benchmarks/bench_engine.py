@@ -99,8 +99,8 @@ def _turn(w: object, i: int) -> None:
         w.terminal(name, "failed" if i % 2 else "cancelled")
 
 
-def generate(path: Path, records: int) -> int:
-    """Write a journal of about `records` records to `path`; returns the number of turns."""
+def generate(path: Path, records: int, run: str = "bench-run") -> int:
+    """Write a journal of about `records` records of run `run` to `path`; returns the number of turns."""
     from datetime import UTC, datetime, timedelta
 
     tmp = path.with_suffix(".tmp")
@@ -110,7 +110,7 @@ def generate(path: Path, records: int) -> int:
     fork_at: dict[int, int] = {}
     with open(tmp, "wb") as fh:
         w = JournalWriter(
-            "bench-run",
+            run,
             version=1,
             clock=fixed_clock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=250)),
             sink=fh,
