@@ -13,7 +13,8 @@ handed to a worker of a shared Redis.
 
 The journal is bench_engine's (turns of about ten records: planned, phases, dispatches with their
 readbacks, terminal; v1 records upgraded to v2 early on; three forks; checkpoints), for one run, cached as
-var/bench/growth-<records>-<generator version>.jsonl. It is sent in batches of ``--batch`` records, and for
+var/bench/growth-<records>-<generator version>-nostate.jsonl (its checkpoints carry no state: the whole state
+of a long run is one line of megabytes, more than ingest takes). It is sent in batches of ``--batch`` records, and for
 each batch, in this order, timed alone:
 
 - ``ingest``: the real ingest service (``records_ingest``), as the API calls it: the batch stored, the run's
@@ -56,9 +57,9 @@ TARGET_PER_BATCH = 3.0  # each batch's assessment / its ingest
 def journal(records: int) -> Path:
     """The run's journal, generated once and cached (bench_engine's generator, this run's id)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"growth-{records}-{GENERATOR_VERSION}.jsonl"
+    path = CACHE / f"growth-{records}-{GENERATOR_VERSION}-nostate.jsonl"
     if not path.exists():
-        generate(path, records, run=RUN)
+        generate(path, records, run=RUN, checkpoint_state=False)  # every line within ingest's line limit
     return path
 
 
@@ -118,7 +119,7 @@ def stored_rows() -> tuple[int, int, float]:
     """TurnAssessment and Assessment rows stored so far, and the two tables' size on disk (MB)."""
     from django.db import connection
 
-    # Django is set up at run time, in the child, on the scratch database: models load once the registry is ready.
+    # Django is set up at run time, in the child, on the scratch database: models load once the app registry is ready.
     from recovery.models import Assessment, TurnAssessment
 
     with connection.cursor() as cursor:
@@ -132,7 +133,7 @@ def stored_rows() -> tuple[int, int, float]:
 
 def grow(bodies: list[bytes]) -> list[Tenth]:
     """Ingest and assess every batch in turn; the figures by tenth of the run's length."""
-    # Django is set up at run time, in the child, on the scratch database: services load once the registry is ready.
+    # Django is set up at run time, in the child, on the scratch database: services load once the app registry is ready.
     from journals.services import records_ingest
     from recovery.background import assessment_run
 
