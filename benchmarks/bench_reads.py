@@ -294,6 +294,20 @@ def peak_rss_of(pid: int) -> float:
     return 0.0
 
 
+def table_sizes(url: str) -> str:
+    """The records table's size on disk and its indexes', in MB (what partitioning would split)."""
+    import psycopg
+
+    sql = (
+        "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = 'journals_journalrecord'"
+        " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'journals_journalrecord'::regclass)"
+        " ORDER BY 1"
+    )
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(sql).fetchall()
+    return "journals_journalrecord on disk: " + ", ".join(f"{name} {size / 1e6:.0f} MB" for name, size in rows)
+
+
 def measure_size(url: str, scale: float, rounds: int, workers: int, probe: int) -> Figures:
     """Load the data set of ``scale`` into a fresh database, serve it with gunicorn and time every suite."""
     turns = max(TURNS_PER_RUN, int(100_000 * scale))
@@ -302,7 +316,7 @@ def measure_size(url: str, scale: float, rounds: int, workers: int, probe: int) 
     t0 = time.perf_counter()
     sample = load(url, turns)
     loaded = time.perf_counter() - t0
-    print(f"loaded {turns:,} turns / {turns * 10:,} records in {loaded:.1f} s", flush=True)
+    print(f"loaded {turns:,} turns / {turns * 10:,} records in {loaded:.1f} s; {table_sizes(url)}", flush=True)
     token = manage_command(url, "create_api_token", "bench-reader").strip().splitlines()[-1]
     named = suites(sample, token)
     port = free_port()
