@@ -356,13 +356,14 @@ def _compare(base: dict[str, Any], scaled: dict[str, Any]) -> None:
     ok = True
     for name, (_, before) in base["results"].items():
         after = scaled["results"].get(name, scaled["results"].get(_deep_name(name, scaled), (0, 0)))[1]
-        ok = ok and (name == COLD or after / before <= TARGET_SCALE)
+        ok = ok and (name in (PLAIN, COLD) or after / before <= TARGET_SCALE)  # the floor is printed, not judged
         print(f"{name:<44} {before:13.2f} ms {after:15.2f} ms {after / before:7.2f}")
     print(f"peak RSS of the measuring process: {base['rss_mb']:.0f} MB at {base['turns']:,} turns, "
           f"{scaled['rss_mb']:.0f} MB at {scaled['turns']:,}")  # fmt: skip
     factor = scaled["turns"] / base["turns"]
     verdict = "meets" if ok else "misses"
-    print(f"{factor:g}x the data: every page's p95 within {TARGET_SCALE:g}x of the base size's? {verdict}")
+    judged = f"every page's p95 (the floor aside) within {TARGET_SCALE:g}x of the base size's"
+    print(f"{factor:g}x the data: {judged}? {verdict}")
 
 
 def _deep_name(name: str, scaled: dict[str, Any]) -> str:
