@@ -21,6 +21,7 @@ from journals.selectors import turn_with_timeline
 from kernel.errors import ServiceError
 from recovery import services
 from recovery.assignments import services as assignment
+from recovery.imports.selectors import source_words
 from recovery.state import state_of
 
 from . import selectors
@@ -57,11 +58,16 @@ def _rerender(
     error: str | None = None,
 ) -> HttpResponse:
     page = turn_page(turn_with_timeline(turn=turn))  # read again: the decision may have moved it
+    words = source_words(run_id=page.turn.run.run_id, turn=page.turn)
+    names = words.intent_labels() if words is not None else {}
+    if approve is not None:
+        approve.name_intents(names)
     context = {
         "p": page,
+        "words": words,
         "timeline": turn_timeline(page),
         "turn": page.turn,
-        "approve_form": approve or ApproveForm(indeterminate=page.indeterminate),
+        "approve_form": approve or ApproveForm(indeterminate=page.indeterminate, names=names),
         "block_form": block or ReasonForm(),
         "nav": "turns",
         "back": reverse("console:turns"),
