@@ -99,8 +99,10 @@ def _turn(w: object, i: int) -> None:
         w.terminal(name, "failed" if i % 2 else "cancelled")
 
 
-def generate(path: Path, records: int) -> int:
-    """Write a journal of about `records` records to `path`; returns the number of turns."""
+def generate(path: Path, records: int, run: str = "bench-run", *, checkpoint_state: bool = True) -> int:
+    """Write a journal of about `records` records of run `run` to `path`; returns the number of turns.
+    ``checkpoint_state``: the first checkpoint carries the whole state (a line of megabytes in a long run,
+    more than ingest takes in one line)."""
     from datetime import UTC, datetime, timedelta
 
     tmp = path.with_suffix(".tmp")
@@ -110,7 +112,7 @@ def generate(path: Path, records: int) -> int:
     fork_at: dict[int, int] = {}
     with open(tmp, "wb") as fh:
         w = JournalWriter(
-            "bench-run",
+            run,
             version=1,
             clock=fixed_clock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=250)),
             sink=fh,
@@ -125,7 +127,7 @@ def generate(path: Path, records: int) -> int:
             if i in fork_at:
                 w.fork(fork_at.pop(i), reason="operator rewind")  # the turns since the mark are discarded
             if i in checkpoints:
-                w.checkpoint(with_state=i == min(checkpoints))
+                w.checkpoint(with_state=checkpoint_state and i == min(checkpoints))
             _turn(w, i)
             i += 1
     os.replace(tmp, path)

@@ -83,6 +83,19 @@ def fresh_database(url: str) -> None:
     _psql(url, f'CREATE DATABASE "{name}"')
 
 
+def scratch_database(url: str, suffix: str) -> str:
+    """(Re)create the database ``<name>_<suffix>`` beside the one ``url`` names (never written to itself);
+    returns its URL."""
+    base, _, name = url.partition("?")[0].rpartition("/")
+    scratch = f"{base}/{name}_{suffix}"
+    fresh_database(scratch)
+    return scratch
+
+
+def drop_database(url: str) -> None:
+    _psql(url, f'DROP DATABASE IF EXISTS "{url.rpartition("/")[2]}" WITH (FORCE)')
+
+
 def manage_command(url: str, *args: str) -> str:
     env = {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
     done = subprocess.run(

@@ -40,28 +40,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.bench_ingest import free_port, journal_lines, manage_command, percentile, warm_up
+from benchmarks.bench_ingest import (
+    drop_database,
+    free_port,
+    journal_lines,
+    manage_command,
+    percentile,
+    scratch_database,
+    warm_up,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP = "skipped: set DATABASE_URL (or BENCH_DATABASE_URL) to a PostgreSQL database"
-
-
-def _scratch(url: str) -> str:
-    import psycopg
-
-    base, _, name = url.partition("?")[0].rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}_bench_load" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}_bench_load"')
-    return f"{base}/{name}_bench_load"
-
-
-def _drop(scratch: str) -> None:
-    import psycopg
-
-    base, _, name = scratch.rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _bodies(run: str, batches: int, records: int) -> list[bytes]:
@@ -188,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print(SKIP)
         return 0
 
-    scratch = _scratch(args.database_url)
+    scratch = scratch_database(args.database_url, "bench_load")
     folder = Path(tempfile.mkdtemp(prefix="bench-load-"))
     broker = Broker(folder)
     env = {**os.environ, "DATABASE_URL": scratch, "REDIS_URL": "" if broker.proc is None else broker.url,
@@ -230,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             web.wait(timeout=30)
         broker.stop()
         shutil.rmtree(folder, ignore_errors=True)
-        _drop(scratch)
+        drop_database(scratch)
 
     floor_records = len(floor_seconds) * args.records
     floor_rate = floor_records / sum(floor_seconds)

@@ -2,6 +2,8 @@
 
     python -m benchmarks.bench_pages              # 100,000 turns / 1,000,000 records (a few minutes)
     python -m benchmarks.bench_pages --small      # 2,000 turns / 20,000 records (seconds)
+    DATABASE_URL=postgres://... python -m benchmarks.bench_pages --scale 10   # 10x beside 1x (an hour or more)
+    DATABASE_URL=postgres://... python -m benchmarks.bench_pages --scale 1 --base 0.1   # 10x, ten times smaller
 
 Builds its own database (SQLite in a temporary directory, or DATABASE_URL when set), fills it with runs,
 turns and journal records in bulk plus a few real runs ingested and assessed through the services (for the
@@ -16,24 +18,41 @@ turn page), then times, through Django's test client with a signed-in operator:
 It prints p50/p95 per page and each page's ratio to the plain view at p50 and at p95; every page counts in
 the verdict (target: within 3x at both). One more line, informative, times the overview recounting its
 counts on every request (the cost of the first view after a change).
+
+``--scale S`` (PostgreSQL only): S x 100,000 turns / S x 1,000,000 records, and first the ``--base`` size
+(1.0), each in a fresh database beside DATABASE_URL's (``<name>_bench_pages``, dropped after), filled with
+COPY (bench_reads' data set: runs of 1,000 turns of 10 records, with phases and intents, and each turn's
+effective state) and measured by a child process (Django set up there on it). It prints each size's table,
+then each page's p95 at both sizes and their ratio (target: within 1.3x), and the peak RSS of the
+measuring child (the server: Django's test client runs the views in it) and of the benchmark process.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_engine import peak_rss_mb
+from benchmarks.bench_ingest import drop_database, manage_command, scratch_database
+from benchmarks.bench_reads import load
 from engine.canonical import canonical_bytes
 from engine.writer import JournalWriter
 
 TARGET_RATIO = 3.0
+TARGET_SCALE = 1.3  # a page's p95 at 10x the data within 1.3x of its p95 at the base size
+PLAIN = "plain view, 50 rows of one indexed table"
+COLD = "overview, counts recounted (informative)"
 
 
 def _setup_django(workdir: str) -> None:
@@ -208,78 +227,185 @@ def _pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _measure(turns: int, records: int, requests: int, *, prefilled: bool) -> dict[str, tuple[float, float]]:
+    """Fill (unless the database was filled already), then time every page: name -> (p50, p95) in ms."""
+    from django.contrib.auth.models import Group, User
+    from django.core.cache import cache
+    from django.core.management import call_command
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
+    from journals.models import Turn
+    from teams.services import team_ensure, team_members_add
+
+    call_command("migrate", verbosity=0)
+    t0 = time.perf_counter()
+    if not prefilled:
+        _fill(turns, records, max(1, turns // 100), lambda m: print(m, flush=True))
+    turn_pk = _real_turn(2_000 if turns <= 2_000 else 20_000)
+    print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
+
+    user = User.objects.create_user("bench-operator", password="bench-password-123")  # noqa: S106  a throwaway account in the benchmark's own database
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[user])
+    client = Client()
+    client.force_login(user)
+    plain = Client()
+
+    urlpatterns[:] = _urls()
+    real = Turn.objects.select_related("run").get(pk=turn_pk).run
+    deep = max(1, (real.record_count // 50) * 3 // 4)  # three quarters down the history
+    pages = {
+        PLAIN: (plain, "/bench/plain/"),
+        "turns list": (client, "/turns/"),
+        "turns list, blocked, oldest first": (client, "/turns/?decision=blocked&sort=updated"),
+        "turns list, page 20": (client, "/turns/?page=20"),
+        "turn page": (client, f"/turns/{turn_pk}/"),
+        "overview": (client, "/"),
+        "run page (a run of the real turn)": (client, f"/runs/{real.pk}/"),
+        "event history, first page": (client, f"/runs/{real.pk}/records/"),
+        f"event history, page {deep}": (client, f"/runs/{real.pk}/records/?page={deep}"),
+    }
+    results: dict[str, tuple[float, float]] = {}
+    with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
+        for name, (who, url) in pages.items():
+            samples = _time(who, url, requests)
+            results[name] = (statistics.median(samples), _pct(samples, 0.95))
+        samples = _time(client, "/", max(10, requests // 5), before=cache.clear)
+        results[COLD] = (statistics.median(samples), _pct(samples, 0.95))
+    return results
+
+
+def _print(results: dict[str, tuple[float, float]]) -> float:
+    """The table of pages; returns the worst page's ratio to the plain view."""
+    base_p50, base_p95 = results[PLAIN]
+    print(f"{'page':<44} {'p50 ms':>9} {'p95 ms':>9} {'x p50':>7} {'x p95':>7}")
+    worst = 0.0
+    for name, (p50, p95) in results.items():
+        ratio50 = p50 / base_p50 if base_p50 else float("inf")
+        ratio95 = p95 / base_p95 if base_p95 else float("inf")
+        if name not in (PLAIN, COLD):
+            worst = max(worst, ratio50, ratio95)
+        print(f"{name:<44} {p50:>9.2f} {p95:>9.2f} {ratio50:>7.2f} {ratio95:>7.2f}")
+    verdict = "within" if worst <= TARGET_RATIO else "OVER"
+    print(f"worst page ratio (p50 or p95) {worst:.2f}x: {verdict} the {TARGET_RATIO:.0f}x target")
+    return worst
+
+
+# Each turn's effective state from its decision and reason, through a VALUES table of the _STATES below.
+_EFFECTIVE_SQL = (
+    "INSERT INTO journals_turneffective (turn_id, run_id, state, gate, decision, reason, resume_from,"
+    " actor_name, note, needs_evidence, since, updated_at)"
+    " SELECT t.id, t.run_id, m.state, m.gate, t.decision, t.reason, t.resume_from, '', '', '[]',"
+    " t.updated_at, t.updated_at FROM journals_turn t"
+    " JOIN (VALUES {values}) AS m (decision, reason, state, gate)"
+    " ON m.decision = t.decision AND m.reason IS NOT DISTINCT FROM t.reason"
+)
+
+
+def _fill_copy(url: str, turns: int) -> None:
+    """PostgreSQL, at any size: bench_reads' COPY of runs, turns, phases, intents and records (10 records a
+    turn), then each turn's effective state from its decision in one statement, as the state writer stores
+    it with no operator decision on top (the _STATES table below)."""
+    import psycopg
+
+    load(url, turns)
+    mapping = [(d, r, state, gate) for (d, r), (state, gate) in _STATES.items()]
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(mapping))
+    with psycopg.connect(url) as conn:
+        conn.execute(_EFFECTIVE_SQL.replace("{values}", values), [v for row in mapping for v in row])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE journals_turneffective")
+
+
+def _size_in_child(url: str, scale: float, requests: int) -> dict[str, Any]:
+    """One size on PostgreSQL: a fresh database beside ``url`` filled with COPY, measured by a child process
+    (Django set up there on it); the child's figures and peak memory."""
+    turns = max(1_000, int(100_000 * scale))
+    scratch = scratch_database(url, "bench_pages")
+    manage_command(scratch, "migrate", "--noinput")
+    t0 = time.perf_counter()
+    _fill_copy(scratch, turns)
+    loaded = f"{turns:,} turns / {turns * 10:,} records loaded in {time.perf_counter() - t0:.0f}s"
+    print(f"-- scale {scale:g}: {loaded}", flush=True)
+    # The real run's ingest publishes assess_run: to kombu's filesystem broker in the child's folder, never
+    # to a shared Redis.
+    env = {**os.environ, "DATABASE_URL": scratch, "CELERY_BROKER_URL": "filesystem://", "REDIS_URL": "",
+           "LOG_LEVEL": "ERROR"}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="loopx-bench-pages-") as folder:
+        env["LOOPX_VAR_DIR"] = folder
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", "benchmarks.bench_pages", "--child", "--turns", str(turns), "--records",
+                 str(turns * 10), "--requests", str(requests)],
+                cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE, text=True, check=True,
+            )  # fmt: skip
+        finally:
+            drop_database(scratch)
+    lines = child.stdout.strip().splitlines()
+    print("\n".join(lines[:-1]), flush=True)
+    out: dict[str, Any] = json.loads(lines[-1])
+    out["turns"] = turns
+    return out
+
+
+def _compare(base: dict[str, Any], scaled: dict[str, Any]) -> None:
+    at_base, at_scaled = f"p95 at {base['turns']:,}", f"p95 at {scaled['turns']:,}"
+    print(f"{'page':<44} {at_base:>16} {at_scaled:>18} {'ratio':>7}")
+    ok = True
+    for name, (_, before) in base["results"].items():
+        after = scaled["results"].get(name, scaled["results"].get(_deep_name(name, scaled), (0, 0)))[1]
+        ok = ok and (name in (PLAIN, COLD) or after / before <= TARGET_SCALE)  # the floor is printed, not judged
+        print(f"{name:<44} {before:13.2f} ms {after:15.2f} ms {after / before:7.2f}")
+    print(f"peak RSS of the measuring process: {base['rss_mb']:.0f} MB at {base['turns']:,} turns, "
+          f"{scaled['rss_mb']:.0f} MB at {scaled['turns']:,}")  # fmt: skip
+    factor = scaled["turns"] / base["turns"]
+    verdict = "meets" if ok else "misses"
+    judged = f"every page's p95 (the floor aside) within {TARGET_SCALE:g}x of the base size's"
+    print(f"{factor:g}x the data: {judged}? {verdict}")
+
+
+def _deep_name(name: str, scaled: dict[str, Any]) -> str:
+    """The deep event-history page is named by its page number, which the real run's length sets."""
+    if not name.startswith("event history, page "):
+        return name
+    return next((n for n in scaled["results"] if n.startswith("event history, page ")), name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_pages", description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--small", action="store_true", help="2,000 turns / 20,000 records")
     parser.add_argument("--requests", type=int, default=100, help="timed requests per page")
+    parser.add_argument("--scale", type=float, help="PostgreSQL: this many times 100,000 turns, beside --base")
+    parser.add_argument("--base", type=float, default=1.0, help="the size --scale is compared with (1.0)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.small:
         args.turns, args.records = 2_000, 20_000
-    runs = max(1, args.turns // 100)
-
+    if args.scale is not None:
+        url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL", "")
+        if not url.startswith(("postgres://", "postgresql://")):
+            print("skipped: --scale fills with COPY: set DATABASE_URL (or BENCH_DATABASE_URL) to PostgreSQL")
+            return 0
+        sizes = [args.base, args.scale] if args.scale > args.base > 0 else [args.scale]
+        measured = [_size_in_child(url, size, args.requests) for size in sizes]
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"peak RSS of the benchmark process: {own:.0f} MB")
+        if len(measured) == 2:
+            _compare(*measured)
+        return 0
     with tempfile.TemporaryDirectory(prefix="loopx-bench-pages-") as workdir:
         _setup_django(workdir)
-        from django.contrib.auth.models import Group, User
-        from django.core.cache import cache
-        from django.core.management import call_command
-        from django.test import Client
-        from django.test.utils import override_settings
-
-        print(f"bench_pages: {args.turns:,} turns / {args.records:,} records in {runs:,} runs", flush=True)
-        call_command("migrate", verbosity=0)
-        t0 = time.perf_counter()
-        _fill(args.turns, args.records, runs, lambda m: print(m, flush=True))
-        turn_pk = _real_turn(2_000 if args.small else 20_000)
-        # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
-        from journals.models import Turn
-
-        print(f"  data ready in {time.perf_counter() - t0:.0f}s", flush=True)
-
-        user = User.objects.create_user("bench-operator", password="bench-password-123")  # noqa: S106  a throwaway account in the benchmark's own database
-        user.groups.add(Group.objects.get_or_create(name="operator")[0])
-        # Django is set up at run time, on the benchmark's own database: models load once the app registry is ready.
-        from teams.services import team_ensure, team_members_add
-
-        team_members_add(team=team_ensure(name="all-runs", prefixes=[""]), users=[user])
-        client = Client()
-        client.force_login(user)
-        plain = Client()
-
-        urlpatterns[:] = _urls()
-        real = Turn.objects.select_related("run").get(pk=turn_pk).run
-        deep = max(1, (real.record_count // 50) * 3 // 4)  # three quarters down the history
-        pages = {
-            "plain view, 50 rows of one indexed table": (plain, "/bench/plain/"),
-            "turns list": (client, "/turns/"),
-            "turns list, blocked, oldest first": (client, "/turns/?decision=blocked&sort=updated"),
-            "turns list, page 20": (client, "/turns/?page=20"),
-            "turn page": (client, f"/turns/{turn_pk}/"),
-            "overview": (client, "/"),
-            "run page (a run of the real turn)": (client, f"/runs/{real.pk}/"),
-            "event history, first page": (client, f"/runs/{real.pk}/records/"),
-            f"event history, page {deep}": (client, f"/runs/{real.pk}/records/?page={deep}"),
-        }
-        cold = "overview, counts recounted (informative)"
-        results: dict[str, tuple[float, float]] = {}
-        with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
-            for name, (who, url) in pages.items():
-                samples = _time(who, url, args.requests)
-                results[name] = (statistics.median(samples), _pct(samples, 0.95))
-            samples = _time(client, "/", max(10, args.requests // 5), before=cache.clear)
-            results[cold] = (statistics.median(samples), _pct(samples, 0.95))
-        base_p50, base_p95 = results["plain view, 50 rows of one indexed table"]
-        print(f"{'page':<44} {'p50 ms':>9} {'p95 ms':>9} {'x p50':>7} {'x p95':>7}")
-        worst = 0.0
-        for name, (p50, p95) in results.items():
-            ratio50 = p50 / base_p50 if base_p50 else float("inf")
-            ratio95 = p95 / base_p95 if base_p95 else float("inf")
-            if not name.startswith("plain") and name != cold:
-                worst = max(worst, ratio50, ratio95)
-            print(f"{name:<44} {p50:>9.2f} {p95:>9.2f} {ratio50:>7.2f} {ratio95:>7.2f}")
-        verdict = "within" if worst <= TARGET_RATIO else "OVER"
-        print(f"worst page ratio (p50 or p95) {worst:.2f}x: {verdict} the {TARGET_RATIO:.0f}x target")
+        runs = max(1, args.turns // 100)
+        if not args.child:
+            print(f"bench_pages: {args.turns:,} turns / {args.records:,} records in {runs:,} runs", flush=True)
+        results = _measure(args.turns, args.records, args.requests, prefilled=args.child)
+        _print(results)
+        if args.child:
+            print(json.dumps({"results": results, "rss_mb": peak_rss_mb()}))
     return 0
 
 

@@ -2,6 +2,8 @@
 
     python -m benchmarks.bench_reads                 # 100,000 turns / 1,000,000 records (a few minutes)
     python -m benchmarks.bench_reads --scale 0.1     # 10,000 turns / 100,000 records
+    python -m benchmarks.bench_reads --scale 10      # 1,000,000 turns / 10,000,000 records, beside 1x (an hour)
+    python -m benchmarks.bench_reads --scale 1 --base 0.1   # 10x the data, ten times smaller
 
 It (re)creates a PostgreSQL database, migrates it and loads it with COPY (runs of 1,000 turns, each turn
 10 records, 7 planned phases with their committing records and 1 intent; decisions spread over the five
@@ -17,24 +19,45 @@ and measures, one request at a time, the suites interleaved (blocks of 10 reques
 - ``detail``: GET /api/v1/runs/{run}/turns/{turn} (phases with committing records, intents).
 
 Target: every API p95 within 2x the baseline's p95.
+
+Then an ingest probe (``--probe`` batches of 1,000 records, 20 by default): batches POSTed to a new run
+through the API, each beside the COPY of the same rows into the loaded journals_journalrecord (its indexes as
+deep as the size makes them), interleaved as bench_ingest does; printed as the records/s ratio. And the peak
+RSS (VmHWM) of the gunicorn master and each worker, read before they stop, and of the benchmark process.
+
+With ``--scale`` above ``--base`` (1.0), the base size is measured first, in its own fresh database, then
+the scale; each suite's p95 at both sizes and their ratio are printed (target: within 1.3x), with ingest's
+ratio to COPY at each.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
 import os
 import random
+import resource
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.bench_ingest import free_port, fresh_database, manage_command, percentile, start_gunicorn
+from benchmarks.bench_ingest import (
+    FloorCopy,
+    bench_interleaved,
+    free_port,
+    fresh_database,
+    journal_lines,
+    manage_command,
+    percentile,
+    start_gunicorn,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,6 +70,8 @@ PHASES = ["plan", "envelope", "dispatch", "execute", "readback", "writeback", "s
 DECISIONS = ["complete", "finalize", "resume", "blocked", "discarded"]
 TURNS_PER_RUN = 1000
 TARGET = 2.0
+TARGET_SCALE = 1.3  # a suite's p95 at 10x the data within 1.3x of its p95 at the base size
+PROBE_BATCH = 1000
 # Floors, measured in the same run: the target is judged on ``baseline``; ``page`` is printed for comparison.
 FLOORS = ("baseline", "page")
 BLOCK = 10
@@ -182,52 +207,141 @@ def measure(
     return latencies
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, default=1.0, help="1.0: 100,000 turns and 1,000,000 records")
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_READS_DATABASE_URL", DEFAULT_URL))
-    args = parser.parse_args(argv)
-    turns = max(TURNS_PER_RUN, int(100_000 * args.scale))
+@dataclass
+class Figures:
+    """What one size measured: each suite's latencies, ingest beside COPY, the processes' peak memory."""
 
-    fresh_database(args.database_url)
-    manage_command(args.database_url, "migrate", "--noinput")
-    t0 = time.perf_counter()
-    sample = load(args.database_url, turns)
-    print(f"loaded {turns:,} turns / {turns * 10:,} records in {time.perf_counter() - t0:.1f} s")
-    token = manage_command(args.database_url, "create_api_token", "bench-reader").strip().splitlines()[-1]
+    turns: int
+    load_seconds: float
+    results: dict[str, list[float]]
+    api_seconds: float
+    copy_seconds: float
+    server_rss_mb: dict[str, float] = field(default_factory=dict)
 
+
+def suites(sample: list[tuple[str, str]], token: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     rng = random.Random(7)
     runs = sorted({run for run, _ in sample})
-    suites = {
+    bearer = {"Authorization": f"Bearer {token}"}
+    return {
         "baseline": ([f"/bench/baseline?decision={d}" for d in DECISIONS], {}),
         "page": ([f"/bench/baseline-page?decision={d}" for d in DECISIONS], {}),
-        "list": ([f"/api/v1/turns?decision={d}" for d in DECISIONS], {"Authorization": f"Bearer {token}"}),
-        "list-run": (
-            [f"/api/v1/runs/{rng.choice(runs)}/turns" for _ in range(50)],
-            {"Authorization": f"Bearer {token}"},
-        ),
+        "list": ([f"/api/v1/turns?decision={d}" for d in DECISIONS], bearer),
+        "list-run": ([f"/api/v1/runs/{rng.choice(runs)}/turns" for _ in range(50)], bearer),
         "detail": (
             [f"/api/v1/runs/{run}/turns/{turn}" for run, turn in rng.sample(sample, min(100, len(sample)))],
-            {"Authorization": f"Bearer {token}"},
+            bearer,
         ),
     }
+
+
+class TableFloor(FloorCopy):
+    """The ingest probe's floor: the same rows COPYed into journals_journalrecord itself (the loaded table, its
+    indexes as deep as the size makes them), for a run of their own, one COPY and one commit per batch."""
+
+    TABLE = "journals_journalrecord"
+
+    def __init__(self, url: str, lines: list[bytes]) -> None:
+        import psycopg
+
+        now = datetime.now(UTC)
+        self.conn = psycopg.connect(url)
+        made = self.conn.execute(
+            "INSERT INTO journals_run (run_id, created_at, updated_at, record_count, last_seq, prefix_digest,"
+            " live_branch) VALUES ('copy-floor', %s, %s, 0, 0, %s, 0) RETURNING id",
+            [now, now, "0" * 64],
+        ).fetchone()
+        assert made is not None  # RETURNING id: one row
+        self.conn.commit()
+        self.rows = [
+            (made[0], seq, 0, seq - 1, "phase_committed", 2, "turn", hashlib.sha256(line).hexdigest(), line, now)
+            for seq, line in enumerate(lines, start=1)
+        ]
+
+    def close(self) -> None:
+        self.conn.close()  # journal records are append-only: the scratch database goes with them
+
+
+def ingest_probe(url: str, port: int, token: str, batches: int) -> tuple[float, float]:
+    """Batches of 1,000 records posted to a new run through the API, each beside the COPY of the same rows
+    into the loaded table (bench_ingest's interleaving): the seconds of each side."""
+    lines = journal_lines("ingest-probe", batches * PROBE_BATCH)
+    bodies = [b"".join(line + b"\n" for line in lines[i : i + PROBE_BATCH]) for i in range(0, len(lines), PROBE_BATCH)]
+    floor = TableFloor(url, lines)
+    try:
+        api, copy = bench_interleaved(port, token, "ingest-probe", bodies, floor, PROBE_BATCH, BLOCK)
+    finally:
+        floor.close()
+    return sum(api), sum(copy)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux /proc)."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in task.read_text().split():
+                found += process_tree(int(child))
+    return found
+
+
+def peak_rss_of(pid: int) -> float:
+    """A live process's peak resident set in MB (VmHWM): getrusage cannot be asked about another process."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def table_sizes(url: str) -> str:
+    """The records table's size on disk and its indexes', in MB (what partitioning would split)."""
+    import psycopg
+
+    sql = (
+        "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = 'journals_journalrecord'"
+        " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'journals_journalrecord'::regclass)"
+        " ORDER BY 1"
+    )
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(sql).fetchall()
+    return "journals_journalrecord on disk: " + ", ".join(f"{name} {size / 1e6:.0f} MB" for name, size in rows)
+
+
+def measure_size(url: str, scale: float, rounds: int, workers: int, probe: int) -> Figures:
+    """Load the data set of ``scale`` into a fresh database, serve it with gunicorn and time every suite."""
+    turns = max(TURNS_PER_RUN, int(100_000 * scale))
+    fresh_database(url)
+    manage_command(url, "migrate", "--noinput")
+    t0 = time.perf_counter()
+    sample = load(url, turns)
+    loaded = time.perf_counter() - t0
+    print(f"loaded {turns:,} turns / {turns * 10:,} records in {loaded:.1f} s; {table_sizes(url)}", flush=True)
+    token = manage_command(url, "create_api_token", "bench-reader").strip().splitlines()[-1]
+    named = suites(sample, token)
     port = free_port()
-    server = start_gunicorn(args.database_url, args.workers, port, settings="benchmarks.bench_settings")
-    results: dict[str, list[float]] = {name: [] for name in suites}
+    server = start_gunicorn(url, workers, port, settings="benchmarks.bench_settings")
+    results: dict[str, list[float]] = {name: [] for name in named}
     try:
         # Every suite warmed, then the rounds taken in blocks of 10, suite after suite: a burst of load
         # from elsewhere on the machine then lands on every suite alike, not on the whole of one of them.
-        for paths, headers in suites.values():
+        for paths, headers in named.values():
             measure(port, paths, headers, 0)
-        for start in range(0, args.rounds, BLOCK):
-            for name, (paths, headers) in suites.items():
-                results[name] += measure(port, paths, headers, min(BLOCK, args.rounds - start), start=start, warm=False)
+        for start in range(0, rounds, BLOCK):
+            for name, (paths, headers) in named.items():
+                results[name] += measure(port, paths, headers, min(BLOCK, rounds - start), start=start, warm=False)
+        api_seconds, copy_seconds = ingest_probe(url, port, token, probe) if probe else (0.0, 0.0)
+        tree = process_tree(server.pid)
+        rss = {("gunicorn master" if pid == server.pid else f"gunicorn worker {pid}"): peak_rss_of(pid) for pid in tree}
     finally:
         server.terminate()
         server.wait(timeout=30)
+    return Figures(turns, loaded, results, api_seconds, copy_seconds, rss)
 
+
+def report(figures: Figures) -> float:
+    """Print one size's figures; returns its worst p95 ratio to the baseline."""
+    results = figures.results
     base_p95 = percentile(results["baseline"], 0.95)
     page_p95 = percentile(results["page"], 0.95)
     worst = 0.0
@@ -242,6 +356,55 @@ def main(argv: list[str] | None = None) -> int:
         )
     verdict = "meets" if worst <= TARGET else "misses"
     print(f"worst p95 ratio {worst:.2f} ({verdict} the target of <= {TARGET:.1f}x)")
+    if figures.api_seconds:
+        print(
+            f"ingest probe: API / COPY into the loaded table = {figures.copy_seconds / figures.api_seconds:.2f} "
+            f"(records/s ratio; API {figures.api_seconds:.2f} s, COPY {figures.copy_seconds:.2f} s)"
+        )
+    rss = ", ".join(f"{who} {mb:.0f} MB" for who, mb in figures.server_rss_mb.items())
+    print(f"peak RSS: {rss}")
+    return worst
+
+
+def compare(base: Figures, scaled: Figures) -> bool:
+    """Each suite's p95 at the larger size beside the base size's; True when every one is within the target."""
+    factor = scaled.turns / base.turns
+    print(f"{'suite':9} {'p95 at ' + f'{base.turns:,}':>16} {'p95 at ' + f'{scaled.turns:,}':>18} {'ratio':>7}")
+    ok = True
+    for name in base.results:
+        before, after = percentile(base.results[name], 0.95), percentile(scaled.results[name], 0.95)
+        ok = ok and (name in FLOORS or after / before <= TARGET_SCALE)
+        print(f"{name:9} {before * 1000:13.1f} ms {after * 1000:15.1f} ms {after / before:7.2f}")
+    if base.api_seconds and scaled.api_seconds:
+        ratios = [f.copy_seconds / f.api_seconds for f in (base, scaled)]
+        at = f"{ratios[0]:.2f} at {base.turns:,} turns, {ratios[1]:.2f} at {scaled.turns:,}"
+        print(f"ingest / COPY records/s ratio: {at}")
+    verdict = "meets" if ok else "misses"
+    print(f"{factor:g}x the data: every API p95 within {TARGET_SCALE:g}x of the base size's? {verdict}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, default=1.0, help="1.0: 100,000 turns and 1,000,000 records")
+    parser.add_argument(
+        "--base", type=float, default=1.0, help="with --scale above it, this size is measured first and compared"
+    )
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--probe", type=int, default=20, help="batches of 1,000 records in the ingest probe (0: none)")
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_READS_DATABASE_URL", DEFAULT_URL))
+    args = parser.parse_args(argv)
+
+    sizes = [args.base, args.scale] if args.scale > args.base > 0 else [args.scale]
+    measured = []
+    for scale in sizes:
+        print(f"-- scale {scale:g}", flush=True)
+        measured.append(measure_size(args.database_url, scale, args.rounds, args.workers, args.probe))
+        report(measured[-1])
+    print(f"peak RSS of the benchmark process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if len(measured) == 2:
+        compare(*measured)
     return 0
 
 

@@ -15,17 +15,12 @@ from recovery.models import PackageUpload
 from recovery.packages import build_package
 from recovery.packages.services import package_upload_receive
 from tests.journal_builder import JournalBuilder
-from tests.tasks.procs import RedisServer, Stack, publishing_to, wait_for
+from tests.tasks import conftest as worker_tests
+from tests.tasks.procs import Stack, publishing_to, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
+redis_server = worker_tests.redis_server  # the worker tests' private redis-server, one per module
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Fixtures of the background-work tests: ingest through the store's service, and a recorder standing in
-for the broker when a test runs the task bodies in-process."""
+"""Fixtures of the background-work tests: ingest through the store's service, a recorder standing in
+for the broker when a test runs the task bodies in-process, and real worker processes on a private Redis
+(``stack``) for the tests that need them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from ops.demo import batches
+from tests.tasks.procs import RedisServer, Stack, publishing_to
 
 
 def ingest(run_id: str, lines: list[bytes], *, batch_size: int | None = None) -> Any:
@@ -44,3 +46,22 @@ def published(monkeypatch) -> Published:
 
     monkeypatch.setattr(assess_run, "apply_async", apply_async)
     return record
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def stack(redis_server, transactional_db, tmp_path):
+    """Celery workers (and beat) as subprocesses on a private Redis and the test database; this process
+    publishes to that Redis while the test runs."""
+    redis_server.flush()
+    stack = Stack(redis_server, tmp_path)
+    with publishing_to(redis_server.url):
+        yield stack
+        stack.stop()  # before the database is flushed: no worker may still hold a connection

@@ -165,8 +165,11 @@ class Stack:
         env.update(extra)
         return env
 
-    def worker(self, name: str, *, failpoints: str = "", concurrency: int = 1) -> Proc:
+    def worker(
+        self, name: str, *, failpoints: str = "", concurrency: int = 1, env: dict[str, str] | None = None
+    ) -> Proc:
         extra = {"LOOPX_FAILPOINTS": failpoints} if failpoints else {}
+        extra.update(env or {})
         argv = [sys.executable, "-m", "celery", "-A", "loopx_site", "worker", "-n", f"{name}@%h", "--loglevel",
                 "INFO", "--concurrency", str(concurrency), "--without-mingle", "--without-gossip"]
         proc = Proc(name, argv, self.env(**extra), self.tmp / f"{name}.log")

@@ -21,26 +21,9 @@ from recovery.findings.models import Finding
 from recovery.models import Assessment, TurnAssessment
 from recovery.tasks import assess_run
 from tests.tasks.conftest import ingest
-from tests.tasks.procs import RedisServer, Stack, publishing_to, wait_for
+from tests.tasks.procs import wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def stack(redis_server, transactional_db, tmp_path):
-    redis_server.flush()
-    stack = Stack(redis_server, tmp_path)
-    with publishing_to(redis_server.url):
-        yield stack
-        stack.stop()  # before the database is flushed: no worker may still hold a connection
 
 
 def assessments(run_id: str) -> int:
