@@ -39,9 +39,10 @@ TURN_SORT_CHOICES = [
     ("decision", "decision"),
     ("state", "state"),
 ]
+# A run's latest change (journals/changes.py): its records, and people's acts on it and its turns.
 RUN_SORTS = {
-    "-updated": ("-updated_at", "-id"),
-    "updated": ("updated_at", "id"),
+    "-updated": ("-changed_at", "-id"),
+    "updated": ("changed_at", "id"),
     "run": ("run_id",),
     "-records": ("-record_count", "-id"),
 }

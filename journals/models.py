@@ -87,7 +87,9 @@ class ApiToken(models.Model):
 class Run(models.Model):
     run_id = models.CharField(max_length=ID_MAX, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # its latest batch of records
+    # Its latest change: a record, or a person's act on it or one of its turns (journals/changes.py).
+    changed_at = models.DateTimeField(default=timezone.now, db_index=True)
     # The committed prefix's identity: how many records, the last seq, and a running digest over the
     # record digests in seq order (sha256(previous prefix digest + record digest)).
     record_count = models.BigIntegerField(default=0)
