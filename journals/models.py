@@ -231,7 +231,7 @@ class TurnState(models.TextChoices):
 
 GATE_STATES = ("proceed", "hold", "done")
 # The effective state's columns every turn row of the API carries (journals.serializers.state_row).
-STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at")
+STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "needs_evidence")
 
 
 class TurnEffective(models.Model):
