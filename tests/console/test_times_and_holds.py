@@ -40,9 +40,7 @@ def _first_turn() -> str:
     return turns_filtered({"sort": "-updated"}, scope=EVERY_RUN).values_list("turn_id", flat=True)[0]
 
 
-def test_latest_change_first_includes_decisions_assignments_and_repairs(
-    operator, django_capture_on_commit_callbacks
-):
+def test_latest_change_first_includes_decisions_assignments_and_repairs(operator, django_capture_on_commit_callbacks):
     pay, other = payments_run("pay-a"), payments_run("pay-b")
     torn = torn_run()
     _age(pay.run, other.run, torn.run)
