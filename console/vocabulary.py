@@ -104,17 +104,12 @@ REASON_STATES: dict[tuple[str, str], str] = {
     "operator looks at its recovery audit and approves it.",
 }
 
-# The next step a list shows beside each state.
+# The next step a list shows beside a state the gate lets go on. A held state shows its whole remedy instead
+# (journals/remedies.py, the one table of what lifts each hold).
 NEXT_STEPS: dict[str, str] = {
     "resuming": "resume",
     "finalizing": "write terminal",
     "approved": "goes on",
-    "held_effect": "give evidence",
-    "held_review": "review",
-    "held_journal": "repair the journal",
-    "held_integrity": "resolve the finding",
-    "blocked_operator": "an operator holds it",
-    "parked": "review the crash loop",
 }
 
 

@@ -17,9 +17,10 @@ from journals.models import Run, Turn
 from journals.remedies import REASON_REMEDIES
 from recovery.assignments.services import turn_assign
 from recovery.findings.services import finding_open_or_touch
+from recovery.recovery_audits.services import recovery_audit_action_report, recovery_audit_open
 from recovery.repair.models import REPAIR_QUARANTINED
 from recovery.repair.services import journal_repair_apply, journal_repair_preview
-from recovery.services import turn_approve, turn_block
+from recovery.services import turn_approve, turn_block, turn_claim
 from tests.console.scenarios import Scenario, payments_run, torn_run
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +75,22 @@ def test_a_held_turn_names_its_whole_remedy_on_its_page_the_queue_and_the_api(op
     assert answer["state"]["remedy"][-1] == "approve the turn"
     resuming = operator_client.get(f"/api/v1/runs/{pay.run.run_id}/turns/t-resume").json()
     assert resuming["state"]["remedy"] == []
+
+
+def test_a_recovery_that_did_otherwise_shows_as_a_hold_on_the_turn_page_and_the_queue(op_pages, pay):
+    turn = pay.turns["t-resume"]
+    claim = turn_claim(turn=turn, worker_id="worker-3")
+    audit = recovery_audit_open(turn=turn, fencing_token=claim.fencing_token)
+    recovery_audit_action_report(audit=audit, fencing_token=claim.fencing_token, kind="intent", target="refund-all")
+    html = op_pages.get(reverse("console:turn", args=[turn.pk])).content.decode()
+    box = html.split('id="held-box"')[1].split("</div>")[0]
+    assert "A recovery did otherwise than the gate planned" in box and 'href="#audits-h"' in box
+    assert "look at what the recovery did otherwise than planned (its recovery audit)" in html
+    assert "recovery_diverged" in html  # the gate's reason, in words with its code
+    queue = op_pages.get(reverse("console:overview")).content.decode()
+    assert (
+        "look at what the recovery did otherwise than planned (its recovery audit), then approve the turn or " in queue
+    )
 
 
 def test_a_turns_open_findings_are_on_its_page_and_counted_by_the_findings_list(op_pages, pay):
