@@ -315,7 +315,7 @@ def state_inputs_gather(
     already holds the turns' intents passes them; one that knows the turn has no operator decision (or no
     recovery audit) says so.
     For one turn whose engine row is given, a done turn (finished, and no block over it) skips the integrity
-    read: no integrity hold reaches a finished turn."""
+    and divergence reads: no such hold reaches a finished turn."""
     operator_of: dict[int, GateDecision] = {}
     if read_decisions:
         decisions = GateDecision.objects.filter(run_id=run_id)
@@ -339,7 +339,8 @@ def state_inputs_gather(
         finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
         done = finished and (operator is None or operator.kind == "approve")
     integrity = None if done else run_integrity_hold(run_id=run_id)
-    diverged = recovery_divergences_open(run_id=run_id, turn_pks=turn_pks) if read_divergences else {}
+    # A done turn is past every hold a recovery's divergence could bring: nothing resumes it.
+    diverged = recovery_divergences_open(run_id=run_id, turn_pks=turn_pks) if read_divergences and not done else {}
     return StateInputs(operator_of=operator_of, unknown=unknown, integrity=integrity, diverged=diverged)
 
 
