@@ -11,16 +11,22 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from journals import access
+from journals.models import Turn
 from kernel.errors import ServiceError
 from recovery.findings import services as finding_services
 from recovery.findings.doors import finding_for_write
 from recovery.findings.models import FINDING_KINDS, FINDING_STATES, UNRESOLVED, Finding
+from recovery.findings.selectors import turn_findings_q
 
 from . import selectors
 from .context import role_context
 from .forms import ReasonForm
 from .live import render_live
 from .permissions import operator_required, viewer_required
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def _list_url(request: HttpRequest) -> str:
@@ -44,9 +50,13 @@ def findings(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(state=state)
     if kind in FINDING_KINDS:
         qs = qs.filter(kind=kind)
+    # One turn's findings (its page links here): the same findings its page counts.
+    turn = _number(request.GET.get("turn", ""))
+    if turn is not None:
+        run_pk = Turn.objects.filter(pk=turn).values_list("run_id", flat=True).first()
+        qs = qs.filter(turn_findings_q(turn_pk=turn, run_pk=run_pk)) if run_pk is not None else qs.none()
     # One finding (a package's kept line links here): its row with the resolve form, whatever its state.
-    only = request.GET.get("id", "")
-    only_pk = int(only) if only.isdigit() and len(only) <= 18 else None
+    only_pk = _number(request.GET.get("id", ""))
     if only_pk is not None:
         qs = qs.filter(pk=only_pk)
     try:

@@ -40,14 +40,15 @@ TURN_SORT_CHOICES = [
     ("decision", "decision"),
     ("state", "state"),
 ]
+# A run's latest change (journals/changes.py): its records, and people's acts on it and its turns.
 # ``status_rank``: the position of the status a run shows (journals.models.run_status_rank), annotated by
 # console.selectors.runs_filtered for this sort only.
 RUN_SORTS = {
-    "-updated": ("-updated_at", "-id"),
-    "updated": ("updated_at", "id"),
+    "-updated": ("-changed_at", "-id"),
+    "updated": ("changed_at", "id"),
     "run": ("run_id",),
     "-records": ("-record_count", "-id"),
-    "status": ("status_rank", "-updated_at", "-id"),
+    "status": ("status_rank", "-changed_at", "-id"),
 }
 RUN_SORT_CHOICES = [
     ("-updated", "latest change first"),

@@ -189,6 +189,8 @@ def _next_step(m: _Markup, state: Any) -> None:
     key = str(state.state) if state is not None else ""
     if key == "resuming" or (key == "approved" and state.resume_from):
         m.add("from <strong>{}</strong>", state.resume_from or "")
+    elif state is not None and state.gate == "hold":
+        m.add("{}", state.remedy_text)  # the whole remedy, in order (journals/remedies.py)
     elif step := vocabulary.NEXT_STEPS.get(key):
         m.add("{}", _known(step))
     else:

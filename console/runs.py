@@ -21,6 +21,8 @@ from django.utils.safestring import SafeString
 from journals.models import Branch, JournalRecord, Phase, Run, Turn
 from journals.selectors import record_public
 from recovery.models import Assessment
+from recovery.repair.input import quarantined_turn_rows
+from recovery.repair.models import JournalRepair, repair_in_force
 from recovery.state import StateValue, state_of
 
 from . import forktree, states
@@ -183,6 +185,8 @@ class RunPage:
     source: str = ""
     turn_total: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    repair: JournalRepair | None = None  # the repair in force: the page names it
+    set_aside_turns: list[tuple[int, str]] = field(default_factory=list)  # (pk, turn id) it quarantined
 
 
 def _forks(run: Run) -> list[Fork]:
@@ -295,6 +299,7 @@ def run_page(run: Run, grid_page: int = 1) -> RunPage:
     fork_urls = {f.new_branch: f.url for f in forks}
     for lane in tree.lanes:
         lane.fork_url = fork_urls.get(lane.number)
+    repair = repair_in_force(run)
     return RunPage(
         run=run,
         branches=branches,
@@ -307,6 +312,8 @@ def run_page(run: Run, grid_page: int = 1) -> RunPage:
         grid=grid(run, grid_page),
         source=_source(run, first),
         turn_total=sum(counts.values()),
+        repair=repair,
+        set_aside_turns=quarantined_turn_rows(repair) if repair is not None else [],
     )
 
 

@@ -111,7 +111,7 @@ def runs_filtered(filters: dict[str, Any], *, scope: RunScope) -> QuerySet[Run]:
     if filters.get("reason"):
         runs = runs.filter(blocked_reason=filters["reason"])
     if filters.get("age"):
-        runs = runs.filter(age_q(filters["age"], "updated_at"))
+        runs = runs.filter(age_q(filters["age"], "changed_at"))
     if filters.get("status"):
         runs = runs.filter(run_status_q(filters["status"]))
     sort = RUN_SORTS.get(filters.get("sort") or "-updated", RUN_SORTS["-updated"])

@@ -17,9 +17,12 @@ from engine.canonical import STORAGE_CORRUPTION
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
 from journals.models import Branch, Checkpoint, JournalRecord, Turn
 from journals.selectors import record_public
+from recovery.findings.models import UNRESOLVED, Finding
+from recovery.findings.selectors import turn_findings_open, turn_findings_q
 from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.packages.models import JournalCorruption
 from recovery.recovery_audits.models import RecoveryAudit
+from recovery.repair.models import JournalRepair, repair_in_force
 from recovery.selectors import GateView, claim_current, gate_view
 from recovery.state import StateValue, approval_offer, state_of
 from trail.models import OperatorAction
@@ -99,6 +102,16 @@ class TurnPage:
     annotation: TurnAnnotation | None = None
     state: StateValue | None = None  # the effective state (recovery/state.py): what every part of the page says
     claim: TurnClaim | None = None
+    findings: list[Finding] = field(default_factory=list)  # unresolved (recovery.findings.selectors)
+    repair: JournalRepair | None = None  # the run's repair in force
+
+    @property
+    def words(self) -> str:
+        """What the state means for this turn, naming the repair that set it aside."""
+        if self.state is None:
+            return vocabulary.state_words(None)
+        number = self.repair.number if self.repair is not None else None
+        return vocabulary.state_words(str(self.state.state), self.state.reason, number)
 
     @property
     def approval_in_force(self) -> bool:
@@ -295,9 +308,19 @@ _HAS = {
 }
 
 
+# Beside the turn's own rows: its unresolved findings (its own and its run's integrity ones) and a repair
+# of its run, asked in the same query.
+_HAS_MORE = ("findings", "repair")
+
+
 def _has(row: TurnAssessment | None) -> dict[str, bool]:
     """What the row's query found; an unassessed turn (no row) asks every query instead."""
-    return {name: row is None or bool(getattr(row, f"has_{name}")) for name in _HAS}
+    return {name: row is None or bool(getattr(row, f"has_{name}")) for name in (*_HAS, *_HAS_MORE)}
+
+
+def _has_more(turn: Turn) -> dict[str, Exists]:
+    findings = Finding.objects.filter(turn_findings_q(turn_pk=turn.pk, run_pk=turn.run_id), state__in=UNRESOLVED)
+    return {"has_findings": Exists(findings), "has_repair": Exists(JournalRepair.objects.filter(run_id=turn.run_id))}
 
 
 def turn_page(turn: Turn) -> TurnPage:
@@ -308,6 +331,7 @@ def turn_page(turn: Turn) -> TurnPage:
         .select_related("assessment")
         .defer("assessment__output")  # every turn of the run: megabytes on a large run
         .annotate(**{f"has_{name}": Exists(model._default_manager.filter(turn=turn)) for name, model in _HAS.items()})
+        .annotate(**_has_more(turn))
         .order_by("-assessment_id")
     )
     wants_violations = _blocked_by_violation(turn)
@@ -365,4 +389,6 @@ def turn_page(turn: Turn) -> TurnPage:
         annotation=TurnAnnotation.objects.filter(turn=turn).first() if has["annotation"] else None,
         state=state_of(getattr(turn, "effective", None)),
         claim=view.claim if view is not None else claim_current(turn=turn),
+        findings=turn_findings_open(turn_pk=turn.pk, run_pk=turn.run_id) if has["findings"] else [],
+        repair=repair_in_force(turn.run_id) if has["repair"] else None,
     )

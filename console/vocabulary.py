@@ -34,6 +34,8 @@ REASONS: dict[str, str] = {
     "operator_blocked": "An operator blocked it: nothing resumes it until an operator approves it.",
     "recovery_attempts_exceeded": "Recovery was attempted again and again without progress: parked until an "
     "operator approves it.",
+    "recovery_diverged": "A recovery did otherwise than the gate planned (an action not planned, done twice, or "
+    "planned and not done): held until an operator looks at its recovery audit and approves it.",
 }
 
 # A glyph beside every decision so that colour is never the only signal.
@@ -92,21 +94,32 @@ STATES: dict[str, str] = {
     "unassessed": "Not yet assessed.",
 }
 
-# The next step a list shows beside each state.
+# A held state whose reason changes what it means: (state, reason) -> words. "{repair}" is the repair's
+# number when the page knows it.
+REASON_STATES: dict[tuple[str, str], str] = {
+    ("held_journal", "repair_quarantined"): "Set aside by repair #{repair}: the repair kept this turn's records "
+    "out of the accepted journal, so the turn is held until the runtime re-sends them (a supersede repair). "
+    "No approval lifts it.",
+    ("held_review", "recovery_diverged"): "A recovery did otherwise than the gate planned: held until an "
+    "operator looks at its recovery audit and approves it.",
+}
+
+# The next step a list shows beside a state the gate lets go on. A held state shows its whole remedy instead
+# (journals/remedies.py, the one table of what lifts each hold).
 NEXT_STEPS: dict[str, str] = {
     "resuming": "resume",
     "finalizing": "write terminal",
     "approved": "goes on",
-    "held_effect": "give evidence",
-    "held_review": "review",
-    "held_journal": "repair the journal",
-    "held_integrity": "resolve the finding",
-    "blocked_operator": "an operator holds it",
-    "parked": "review the crash loop",
 }
 
 
-def state_words(state: str | None) -> str:
+def state_words(state: str | None, reason: str | None = None, repair: int | None = None) -> str:
+    """What a turn's state means; its reason's own words where the reason changes the meaning."""
+    special = REASON_STATES.get((state or "", reason or ""))
+    if special is not None:
+        if repair is None:
+            return special.replace("repair #{repair}", "a journal repair")
+        return special.replace("{repair}", str(repair))
     return STATES.get(state or "unassessed", state or "")
 
 
@@ -155,6 +168,7 @@ SHORT_REASONS: dict[str, str] = {
     "operator_blocked": "held by an operator",
     "recovery_attempts_exceeded": "too many recovery attempts",
     "repair_quarantined": "set aside by a journal repair",
+    "recovery_diverged": "recovery did otherwise than planned",
 }
 
 # Every kind of the operator trail (trail.models.OPERATOR_ACTION_KINDS): what the person or token did.

@@ -86,7 +86,7 @@ class RunOrderingFilter(django_filters.OrderingFilter):
         ordering = [self.get_ordering_value(param) for param in value]
         if any(field.lstrip("-") == "status_rank" for field in ordering):
             qs = qs.annotate(status_rank=run_status_rank())
-        return qs.order_by(*ordering, "-updated_at", "-id")
+        return qs.order_by(*ordering, "-changed_at", "-id")
 
 
 class RunStatusFilter(django_filters.ChoiceFilter):
@@ -101,7 +101,7 @@ class RunStatusFilter(django_filters.ChoiceFilter):
 class RunFilter(ShallowFilterSet):
     status = RunStatusFilter(choices=RunStatus.choices, help_text="The run's status (docs/state.md, a run's status).")
     ordering = RunOrderingFilter(
-        fields=(("status_rank", "status"), ("updated_at", "updated"), ("run_id", "run"), ("record_count", "records")),
+        fields=(("status_rank", "status"), ("changed_at", "updated"), ("run_id", "run"), ("record_count", "records")),
         help_text="Sort by status (blocked first), updated, run or records; a leading - reverses it.",
     )
 

@@ -478,7 +478,7 @@ def project(
     _chain(run, new)
     touched = _advance_branches(run, branches, new, beyond)
     turns = _planned_turns(new, first_seq)
-    run.updated_at = now
+    run.updated_at = run.changed_at = now
     return Projected(touched, turns)
 
 

@@ -130,7 +130,9 @@ def run_status_rank() -> Case:
 class Run(models.Model):
     run_id = models.CharField(max_length=ID_MAX, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # its latest batch of records
+    # Its latest change: a record, or a person's act on it or one of its turns (journals/changes.py).
+    changed_at = models.DateTimeField(default=timezone.now, db_index=True)
     # The committed prefix's identity: how many records, the last seq, and a running digest over the
     # record digests in seq order (sha256(previous prefix digest + record digest)).
     record_count = models.BigIntegerField(default=0)
@@ -285,7 +287,7 @@ class TurnState(models.TextChoices):
 
 GATE_STATES = ("proceed", "hold", "done")
 # The effective state's columns every turn row of the API carries (journals.serializers.state_row).
-STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at")
+STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "needs_evidence")
 
 
 class TurnEffective(models.Model):

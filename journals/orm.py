@@ -194,7 +194,7 @@ def _write_projection(run: Run, branches: list[Branch], turns: list[PlannedTurn]
             ],
             ignore_conflicts=True,
         )
-    run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at"])
+    run.save(update_fields=["record_count", "last_seq", "prefix_digest", "updated_at", "changed_at"])
 
 
 def turn_lookup(*, run_id: str, turn_id: str, timeline: bool = False) -> Turn | None:

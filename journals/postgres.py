@@ -401,7 +401,8 @@ def _write_projection_pg(params: dict[str, Any]) -> bool:
                     committed_lsn = EXCLUDED.committed_lsn, record_count = EXCLUDED.record_count
             ), flag AS ({flag_sql})
             UPDATE {Run._meta.db_table} SET record_count = %(count)s, last_seq = %(seq)s,
-                prefix_digest = %(digest)s, updated_at = %(updated)s
+                prefix_digest = %(digest)s, updated_at = %(updated)s,
+                changed_at = GREATEST(changed_at, %(updated)s)
             WHERE id = %(run)s
             RETURNING (SELECT count(*) FROM flag)
             """,

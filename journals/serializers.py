@@ -24,6 +24,7 @@ from journals.models import (
     Turn,
     TurnState,
 )
+from journals.remedies import remedy_steps
 
 
 class IngestBranchSerializer(serializers.Serializer[Any]):
@@ -171,6 +172,10 @@ class TurnStateSerializer(serializers.Serializer[Any]):
     resume_from = serializers.CharField(allow_null=True)
     operator = serializers.CharField(allow_null=True, help_text="Who decided on top of the engine, if anyone.")
     decided_at = serializers.DateTimeField(allow_null=True)
+    remedy = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What lifts the hold, step by step, in order (journals/remedies.py); empty when not held.",
+    )
 
     # None renders as null (a turn not yet assessed); the stubs only allow a dict.
     def to_representation(self, effective: Any) -> dict[str, Any] | None:  # type: ignore[override]
@@ -191,7 +196,17 @@ def state_row(row: Mapping[str, Any], prefix: str = "effective_") -> dict[str, A
         "resume_from": row[prefix + "resume_from"],
         "operator": row[prefix + "actor_name"] or None,
         "decided_at": iso(row[prefix + "decided_at"]),
+        "remedy": _remedy(state, row[prefix + "gate"], row[prefix + "reason"], row[prefix + "needs_evidence"]),
     }
+
+
+def _remedy(state: str, gate: str, reason: str | None, needs: Any) -> list[str]:
+    if gate != "hold":
+        return []
+    if isinstance(needs, str):  # a raw cursor's JSON column arrives as its text
+        needs = orjson.loads(needs)
+    intents = [str(i) for i in needs] if isinstance(needs, list) else []
+    return remedy_steps(state=state, reason=reason, needs_evidence=intents)
 
 
 def _state_of(turn: Turn) -> dict[str, Any] | None:

@@ -29,7 +29,6 @@ from django.core.mail import EmailMessage, get_connection
 from django.core.validators import validate_email
 from django.urls import reverse
 
-from journals.models import TurnState
 from kernel.errors import ServiceError
 from recovery.state import StateValue
 
@@ -115,27 +114,9 @@ def waited_words(seconds: int) -> str:
     return " ".join(p for p in parts if p)
 
 
-def reason_words(reason: str | None) -> str:
-    return (reason or "no reason given").replace("_", " ")
-
-
 def needs_words(value: StateValue) -> str:
-    """What the held turn needs from a person, in words."""
-    if value.needs_evidence:
-        intents = ", ".join(value.needs_evidence)
-        return f"evidence (happened or not happened) for intent {intents}"
-    state = value.state
-    if state == TurnState.HELD_REVIEW:
-        return f"a review, then an approval or a block ({reason_words(value.reason)})"
-    if state == TurnState.HELD_JOURNAL:
-        return f"a repair of the journal ({reason_words(value.reason)})"
-    if state == TurnState.HELD_INTEGRITY:
-        return f"a finding resolved: stored records changed ({reason_words(value.reason)})"
-    if state == TurnState.PARKED:
-        return "a look at why recovery keeps failing, then an approval"
-    if state == TurnState.BLOCKED_OPERATOR:
-        return "an operator's approval (an operator blocked it)"
-    return "nothing more"
+    """What lifts the hold, every step in order: the remedy the pages and the API name (journals/remedies.py)."""
+    return value.remedy_text or "nothing more"
 
 
 def turn_link(turn_pk: int) -> str:
@@ -156,7 +137,7 @@ def _hold_lines(facts: HoldFacts, event: str, threshold_minutes: int) -> tuple[s
     waited = f"It has waited {waited_words(facts.waited_seconds)}."
     if event == "notice.escalate":
         waited += f" That is past this rule's {threshold_minutes} min."
-    return subject, [f"{subject}.", waited, f"It needs {facts.needs}.", f"Open the turn: {facts.link}"]
+    return subject, [f"{subject}.", waited, f"To lift the hold: {facts.needs}.", f"Open the turn: {facts.link}"]
 
 
 def hold_body(*, kind: str, event: str, facts: HoldFacts, team: str, rule: str, threshold_minutes: int) -> str:
@@ -202,7 +183,7 @@ def digest_body(*, kind: str, rule: str, day: str, holds: Sequence[HoldFacts]) -
     for facts in holds:
         lines.append(
             f"- turn {facts.turn} of run {facts.run}: {facts.label}, waited {waited_words(facts.waited_seconds)}, "
-            f"needs {facts.needs}: {facts.link}"
+            f"to lift the hold: {facts.needs}: {facts.link}"
         )
     if kind == "email":
         return _dumps({"subject": subject, "text": "\n".join(lines) + "\n"})

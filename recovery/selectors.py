@@ -157,7 +157,12 @@ def gate_view(
     # An unresolved integrity finding of the chain verification (stored records no longer match what was
     # ingested) holds every unfinished turn of the run until a person resolves it; no approval covers it.
     inputs = state_inputs_gather(
-        run_id=turn.run_id, turn_pks=[turn.pk], intents=intents, read_decisions=not no_decisions, engine=engine
+        run_id=turn.run_id,
+        turn_pks=[turn.pk],
+        intents=intents,
+        read_decisions=not no_decisions,
+        engine=engine,
+        read_divergences=not no_audits,
     )
     operator = inputs.operator_of.get(turn.pk)
     value = turn_state_decide(
@@ -167,6 +172,7 @@ def gate_view(
         facts=lambda: turn_facts(assessment, turn.turn_id, violations),
         indeterminate=inputs.unknown.get(turn.pk, ()),
         integrity=inputs.integrity,
+        diverged=inputs.diverged.get(turn.pk, ()),
     )
     return GateView(
         turn=turn,

@@ -23,6 +23,7 @@ from engine.canonical import canonical_bytes
 from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from journals.actors import Actor, person_of
+from journals.changes import turn_change_mark
 from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, turns_project
 from journals.storable import storable
@@ -412,6 +413,7 @@ def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str
             engine_reason_line=row.reason_line,
             engine_facts=turn_facts(current.assessment, locked.turn_id),
         )
+        turn_change_mark(turn_pk=locked.pk, run_pk=locked.run_id)
         turn_states_refresh(run=locked.run, turn_pks=[locked.pk], assessment=current.assessment)
         after = gate_view(turn=locked, assessment=current.assessment)
         operator_action_record(
@@ -444,6 +446,7 @@ def turn_block(*, turn: Turn, actor: Actor, reason: str) -> GateView:
             engine_reason=before.row.reason,
             engine_reason_line=before.row.reason_line,
         )
+        turn_change_mark(turn_pk=locked.pk, run_pk=locked.run_id)
         turn_states_refresh(run=locked.run, turn_pks=[locked.pk], assessment=before.assessment)
         after = gate_view(turn=locked, assessment=before.assessment)
         operator_action_record(
@@ -512,6 +515,7 @@ def turn_park(*, turn: Turn, view: GateView) -> GateDecision:
         engine_reason=view.row.reason,
         engine_reason_line=view.row.reason_line,
     )
+    turn_change_mark(turn_pk=turn.pk, run_pk=turn.run_id)
     turn_states_refresh(run=turn.run, turn_pks=[turn.pk], assessment=view.assessment)
     operator_action_record(
         actor=None,

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL, Code
@@ -39,14 +39,19 @@ from journals.models import (
     TurnEffective,
     TurnState,
 )
+from journals.remedies import remedy_steps, remedy_text
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
+from recovery.recovery_audits.models import RecoveryDivergence
 from recovery.repair.models import REPAIR_QUARANTINED
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
 OPERATOR_BLOCKED = "operator_blocked"
 RECOVERY_ATTEMPTS_EXCEEDED = "recovery_attempts_exceeded"
+# A recovery did otherwise than the gate planned (an unplanned action, a repeated one, a planned one missing):
+# held for review until an operator approves the turn after it.
+RECOVERY_DIVERGED = "recovery_diverged"
 RUN_LEVEL_CODES = frozenset(str(code) for code in RUN_LEVEL)
 # Holds no approval lifts: a fault of the journal, and records a repair set aside (re-sent records decide).
 UNAPPROVABLE_REASONS = RUN_LEVEL_CODES | {REPAIR_QUARANTINED}
@@ -107,6 +112,17 @@ class StateValue:
     def waiting(self) -> bool:
         return self.state in WAITING
 
+    @property
+    def remedy(self) -> list[str]:
+        """What lifts the hold, step by step (journals.remedies: the one table); empty when not held."""
+        if self.gate != HOLD:
+            return []
+        return remedy_steps(state=str(self.state), reason=self.reason, needs_evidence=self.needs_evidence)
+
+    @property
+    def remedy_text(self) -> str:
+        return remedy_text(self.remedy)
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape every API answer carries as ``state`` (and OperatorAction before/after)."""
         return {
@@ -121,6 +137,7 @@ class StateValue:
             "note": self.note or None,
             "needs_evidence": list(self.needs_evidence),
             "since": self.since.isoformat() if self.since else None,
+            "remedy": self.remedy,
         }
 
 
@@ -194,11 +211,13 @@ def turn_state_compute(
     covered: bool,
     indeterminate: Sequence[str],
     integrity: str | None,
+    diverged: Sequence[str] = (),
 ) -> StateValue:
     """The effective state of one turn. ``covered``: the operator decision in force is an approval of the
     engine's current blocking facts (same reason, same violations: ``covers``).
     ``indeterminate``: the turn's live intents whose outcome is unknown. ``integrity``: the kind of an
-    unresolved finding that holds the whole run."""
+    unresolved finding that holds the whole run. ``diverged``: the divergences of its recoveries no
+    approval came after (recovery/recovery_audits)."""
     who: dict[str, Any] = {}
     if operator is not None:
         who = {"actor_name": operator.actor_name, "decided_at": operator.created_at, "note": operator.reason}
@@ -220,7 +239,12 @@ def turn_state_compute(
         # approval said: nobody knows whether the effect happened, so nothing goes on without a finding.
         reason = engine.reason or "effect_indeterminate"
         value = StateValue(TurnState.HELD_EFFECT, HOLD, Decision.BLOCKED, reason, None, **base)
-    elif engine.decision == Decision.BLOCKED and covered:
+    elif engine.decision == Decision.BLOCKED and not covered:
+        value = StateValue(TurnState.HELD_REVIEW, HOLD, Decision.BLOCKED, engine.reason, None, **base)
+    elif diverged:
+        # A recovery did otherwise than planned: what it did (or skipped) may matter, so a person looks first.
+        value = StateValue(TurnState.HELD_REVIEW, HOLD, Decision.BLOCKED, RECOVERY_DIVERGED, None, **base)
+    elif engine.decision == Decision.BLOCKED:
         # The approved fact stays visible as the reason; the turn goes on after its committed phases.
         if engine.completed >= len(plan):
             value = StateValue(
@@ -236,8 +260,6 @@ def turn_state_compute(
                 approved=True,
                 **base,
             )
-    elif engine.decision == Decision.BLOCKED:
-        value = StateValue(TurnState.HELD_REVIEW, HOLD, Decision.BLOCKED, engine.reason, None, **base)
     else:
         approved = operator is not None and operator.kind == "approve"
         state = (
@@ -282,12 +304,13 @@ def turn_facts(assessment: Assessment, turn_id: str, violations: list[Any] | Non
 @dataclass(frozen=True)
 class StateInputs:
     """What a turn's effective state reads besides the engine's row, for one turn or many: the operator
-    decision in force (the latest of any kind), the live intents whose outcome nobody knows, and the run's
-    integrity hold."""
+    decision in force (the latest of any kind), the live intents whose outcome nobody knows, the run's
+    integrity hold, and the divergences of recoveries that no approval came after."""
 
     operator_of: Mapping[int, GateDecision]
     unknown: Mapping[int, Sequence[str]]
     integrity: str | None
+    diverged: Mapping[int, Sequence[str]] = field(default_factory=dict)
 
 
 def state_inputs_gather(
@@ -297,11 +320,13 @@ def state_inputs_gather(
     intents: Sequence[Intent] | None = None,
     read_decisions: bool = True,
     engine: EngineRow | None = None,
+    read_divergences: bool = True,
 ) -> StateInputs:
     """The inputs of the run's turns (all of them, or ``turn_pks``), each read in one query. A caller that
-    already holds the turns' intents passes them; one that knows the turn has no operator decision says so.
+    already holds the turns' intents passes them; one that knows the turn has no operator decision (or no
+    recovery audit) says so.
     For one turn whose engine row is given, a done turn (finished, and no block over it) skips the integrity
-    read: no integrity hold reaches a finished turn."""
+    and divergence reads: no such hold reaches a finished turn."""
     operator_of: dict[int, GateDecision] = {}
     if read_decisions:
         decisions = GateDecision.objects.filter(run_id=run_id)
@@ -325,7 +350,31 @@ def state_inputs_gather(
         finished = engine.decision in (Decision.COMPLETE, Decision.DISCARDED)
         done = finished and (operator is None or operator.kind == "approve")
     integrity = None if done else run_integrity_hold(run_id=run_id)
-    return StateInputs(operator_of=operator_of, unknown=unknown, integrity=integrity)
+    # A done turn is past every hold a recovery's divergence could bring: nothing resumes it.
+    diverged = recovery_divergences_open(run_id=run_id, turn_pks=turn_pks) if read_divergences and not done else {}
+    return StateInputs(operator_of=operator_of, unknown=unknown, integrity=integrity, diverged=diverged)
+
+
+def recovery_divergences_open(*, run_id: int, turn_pks: Sequence[int] | None = None) -> dict[int, list[str]]:
+    """Per turn, the codes of its recoveries' divergences recorded after its latest approval (one query): an
+    approval after them is the operator's word that what the recovery did otherwise is understood."""
+    approved_at = (
+        GateDecision.objects.filter(turn_id=OuterRef("audit__turn_id"), kind="approve")
+        .order_by("-id")
+        .values("created_at")[:1]
+    )
+    rows = RecoveryDivergence.objects.filter(audit__run_id=run_id)
+    if turn_pks is not None:
+        rows = rows.filter(audit__turn_id__in=list(turn_pks))
+    open_rows = rows.annotate(approved_at=Subquery(approved_at)).filter(
+        Q(approved_at__isnull=True) | Q(created_at__gt=F("approved_at"))
+    )
+    found: dict[int, list[str]] = {}
+    for turn_pk, code in open_rows.order_by("audit__turn_id", "id").values_list("audit__turn_id", "code"):
+        codes = found.setdefault(turn_pk, [])
+        if code not in codes:
+            codes.append(code)
+    return found
 
 
 def turn_facts_of(violations: Iterable[Any], turn_id: str) -> list[list[Any]]:
@@ -354,10 +403,11 @@ def turn_state_decide(
     facts: Callable[[], list[list[Any]]],
     indeterminate: Sequence[str],
     integrity: str | None,
+    diverged: Sequence[str] = (),
 ) -> StateValue:
     """The effective state of one turn from the inputs the gate (one turn) and the writer (many) gather:
     its plan, the engine's row, the operator decision in force, its blocking facts, its live intents of
-    unknown outcome and the run's integrity hold."""
+    unknown outcome, the run's integrity hold and its recoveries' divergences no approval came after."""
     return turn_state_compute(
         plan=list(plan) if isinstance(plan, list) else [],
         engine=engine,
@@ -365,6 +415,7 @@ def turn_state_decide(
         covered=covers(operator, engine, facts),
         indeterminate=indeterminate,
         integrity=integrity,
+        diverged=diverged,
     )
 
 
@@ -388,7 +439,8 @@ def turn_states_refresh(
 ) -> dict[int, StateValue]:
     """Recompute and store the effective state of the run's turns (all of them, or ``turn_pks``) under
     ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
-    row keeps its ``since`` while its state and reason stay the same. Returns turn pk -> state."""
+    row keeps its ``since`` while its state and reason stay the same, and while the turn stays held (a
+    hold's start is kept when its reason changes). Returns turn pk -> state."""
     assessment = assessment or _projected_assessment(run)
     if assessment is None:
         return {}
@@ -438,6 +490,7 @@ def turn_states_refresh(
             facts=partial(turn_facts_of, violations or [], turn_id),
             indeterminate=unknown.get(pk, ()),
             integrity=integrity,
+            diverged=inputs.diverged.get(pk, ()),
         )
         fields = _fields(value)
         row = existing.get(pk)
@@ -455,7 +508,8 @@ def turn_states_refresh(
         if any(getattr(row, k) != v for k, v in fields.items()):
             for k, v in fields.items():
                 setattr(row, k, v)
-            if not same_state:
+            if not same_state and not (held_before and value.gate == HOLD):
+                # A hold that only changes its reason or state keeps its start: the wait is the whole hold.
                 row.since = now
             row.updated_at = now
             update.append(row)
@@ -624,6 +678,7 @@ FILTER_CHOICES: dict[str, list[tuple[str, str]]] = {
             (EFFECT_INDETERMINATE, "effect indeterminate"),
             (OPERATOR_BLOCKED, "operator blocked"),
             (RECOVERY_ATTEMPTS_EXCEEDED, "recovery attempts exceeded"),
+            (RECOVERY_DIVERGED, "recovery diverged"),
             (REPAIR_QUARANTINED, "repair quarantined"),
         ]
     ),

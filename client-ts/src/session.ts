@@ -443,7 +443,9 @@ export class TurnSession {
     try {
       if (this.keeper !== null) {
         await this.gate.ship(this.journal);
-        if (this.audit !== null) {
+        // Closed only once the turn is done: the server holds a turn whose closed audit skipped a planned
+        // action. A session that leaves earlier leaves its recovery open, as a crash does.
+        if (this.audit !== null && this.done) {
           await this.gate.closeRecovery(this.audit, "resumed by loopx-client's turn session");
           this.audit = null;
         }

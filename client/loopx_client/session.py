@@ -451,7 +451,10 @@ class TurnSession:
         try:
             if self.keeper is not None:
                 self.gate.ship(self.journal)
-                if self.audit is not None:
+                # Closed only once the turn is done: the server reads every planned action never reported as
+                # skipped and holds the turn for review. A session that leaves earlier (a LangGraph interrupt
+                # waiting for a person) leaves its recovery open, as a crash does.
+                if self.audit is not None and self.done:
                     self.gate.close_recovery(self.audit, note="resumed by loopx_client's turn session")
                     self.audit = None
         except BaseException:

@@ -65,7 +65,9 @@ def state_name(key: str | None) -> str:
 
 @register.filter
 def state_words(state: Any) -> str:
-    return vocabulary.state_words(str(state.state) if state is not None else None)
+    if state is None:
+        return vocabulary.state_words(None)
+    return vocabulary.state_words(str(state.state), state.reason)
 
 
 @register.filter

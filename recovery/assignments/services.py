@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from journals import access
 from journals.actors import Actor, person_of
+from journals.changes import turn_change_mark
 from journals.models import Turn, TurnEffective
 from kernel.errors import ServiceError
 from recovery.assignments.models import TurnAssignment
@@ -82,6 +83,7 @@ def turn_assign(*, turn: Turn, actor: Actor, assignee: Any, reason: str | None =
             current = TurnAssignment(turn=locked)
         current.assignee, current.assigned_by, current.assigned_at = assignee, person, timezone.now()
         current.save()
+        turn_change_mark(turn_pk=locked.pk, run_pk=locked.run_id, at=current.assigned_at)
         operator_action_record(
             actor=actor,
             kind="turn_assign",
@@ -103,6 +105,7 @@ def turn_unassign(*, turn: Turn, actor: Actor, reason: str | None = None) -> Non
             return
         before = _picture(current)
         current.delete()
+        turn_change_mark(turn_pk=locked.pk, run_pk=locked.run_id)
         operator_action_record(
             actor=actor,
             kind="turn_unassign",

@@ -25,6 +25,7 @@ from recovery.recovery_audits.models import (
 )
 from recovery.selectors import DONE, HOLD
 from recovery.services import GateError, claim_require, gate_locked, turn_park
+from recovery.state import turn_states_refresh
 
 
 def recovery_audit_open(*, turn: Turn, fencing_token: int) -> RecoveryAudit:
@@ -113,6 +114,9 @@ def recovery_audit_action_report(
         else:
             return action
         RecoveryDivergence.objects.create(audit=audit, code=code, kind=kind, target=target, action=action, detail=text)
+        # The turn is held for review at once (recovery/state.py): the gate stops the next step of a recovery
+        # that already did otherwise than planned.
+        turn_states_refresh(run=audit.run, turn_pks=[audit.turn_id])
         return action
 
 
@@ -136,6 +140,9 @@ def recovery_audit_close(*, audit: RecoveryAudit, fencing_token: int, note: str 
                 for a in missing
             ]
         )
-        return RecoveryAuditClosure.objects.create(
+        closure = RecoveryAuditClosure.objects.create(
             audit=audit, note=storable(note), divergence_count=audit.divergences.count()
         )
+        if missing:
+            turn_states_refresh(run=audit.run, turn_pks=[audit.turn_id])  # a skipped step holds the turn
+        return closure

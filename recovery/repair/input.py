@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from engine.types import Assessment as EngineAssessment
 from engine.types import Decision, TurnDecision
-from journals.models import JournalRecord
+from journals.models import JournalRecord, Turn
 from journals.storable import storable
 from recovery.repair.models import ACCEPT_PREFIX, REPAIR_QUARANTINED, JournalRepair
 
@@ -57,18 +57,24 @@ def repaired_lines(run_pk: int, last_seq: int, tail: Iterable[bytes], repair: Jo
     yield from tail
 
 
+def quarantined_records(repair: JournalRepair) -> QuerySet[JournalRecord]:
+    """The records an accepted prefix quarantined that name a turn (none for a supersede)."""
+    if repair.kind != ACCEPT_PREFIX:
+        return JournalRecord.objects.none()
+    return JournalRecord.objects.filter(
+        run_id=repair.run_id, seq__gt=repair.through_seq, seq__lte=repair.at_seq, turn__isnull=False
+    )
+
+
+def quarantined_turn_rows(repair: JournalRepair, limit: int = 50) -> list[tuple[int, str]]:
+    """(pk, turn id) of the turns the repair set aside, in journal order, at most ``limit`` (one query)."""
+    turns = Turn.objects.filter(run_id=repair.run_id, turn_id__in=quarantined_records(repair).values("turn"))
+    return list(turns.order_by("first_seq", "id").values_list("pk", "turn_id")[:limit])
+
+
 def quarantined_turns(repair: JournalRepair) -> list[str]:
     """The turns with a record in the quarantined part of an accepted prefix (none for a supersede)."""
-    if repair.kind != ACCEPT_PREFIX:
-        return []
-    turns = (
-        JournalRecord.objects.filter(
-            run_id=repair.run_id, seq__gt=repair.through_seq, seq__lte=repair.at_seq, turn__isnull=False
-        )
-        .order_by()
-        .values_list("turn", flat=True)
-        .distinct()
-    )
+    turns = quarantined_records(repair).order_by().values_list("turn", flat=True).distinct()
     return sorted(cast("QuerySet[JournalRecord, str]", turns))  # turn__isnull=False: no None among them
 
 

@@ -24,6 +24,7 @@ from django.db import transaction
 from engine.canonical import canonical_bytes
 from engine.types import Assessment as EngineAssessment
 from journals.actors import Actor, person_of
+from journals.changes import run_change_mark
 from journals.models import JournalRecord, Run
 from kernel.errors import ServiceError
 from recovery.findings.services import findings_resolve_by_repair
@@ -192,6 +193,7 @@ def journal_repair_apply(
         repair.actor = person_of(actor)
         repair.preview_digest = seen.digest
         repair.save()
+        run_change_mark(run_pk=locked.pk, at=repair.created_at)  # the run's row is locked already
         resolved = findings_resolve_by_repair(run=locked, repair=repair, actor=actor)
         operator_action_record(
             actor=actor,

@@ -156,8 +156,16 @@ def test_recovery_audits_and_their_refusals(tmp_path, gate, server, monkeypatch)
         assert closed["closed"] and closed["actual"][0]["target"] == "envelope"
         with pytest.raises(errors.AuditClosed):
             gate.close_recovery(audit)
-        for _ in range(4):  # five recoveries without progress in all: the next is refused and parks the turn
-            gate.close_recovery(gate.open_recovery(claim))
+        # The rest of its plan was never done: the gate holds the turn for review until an operator approves.
+        assert gate.decision("audit-1", "t1").reason == "recovery_diverged"
+        with pytest.raises(errors.TurnBlocked):
+            gate.open_recovery(claim)
+        operator_approves(server, "audit-1", "t1", {}, actor="olivia", reason="read the recovery audit")
+        for _ in range(5):  # five recoveries after the approval, each as planned, without progress: the next parks
+            again = gate.open_recovery(claim)
+            for item in again.planned:
+                gate.report(again, item["kind"], item["target"])
+            gate.close_recovery(again)
         with pytest.raises(errors.RecoveryAttemptsExceeded):
             gate.open_recovery(claim)
         assert gate.decision("audit-1", "t1").reason == "recovery_attempts_exceeded"

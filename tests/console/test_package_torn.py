@@ -132,8 +132,10 @@ def test_the_turn_page_names_the_kept_lines_as_the_cause(op_pages, imported):
     url = reverse("console:turn", args=[turn.pk])
     with CaptureQueriesContext(connection) as ctx:
         page = op_pages.get(url).content.decode()
-    # The quiet page, its assessment's violations (the reason is one) and the kept lines: nothing per line.
-    assert len(ctx.captured_queries) == QUIET_TURN_PAGE_QUERIES + 1
+    # The quiet page, its assessment's violations (the reason is one), the kept lines and the open findings
+    # (the kept lines' findings hold the whole run): nothing per line.
+    assert len(ctx.captured_queries) == QUIET_TURN_PAGE_QUERIES + 2
+    assert 'id="turn-findings"' in page
     _no_torn_bytes(page)
     block = page[page.index('id="blocking-reason"') : page.index('id="decide"')]
     assert "The engine blocks it: damaged journal line" in block

@@ -49,8 +49,9 @@ COUNTING = 3
 QUIET_TURN_PAGE_QUERIES = 16  # the turn's records for the timeline, its reviewer, whom it may go to
 TURN_PAGE_QUERIES = 18  # + the decision in force and the history
 # Approved and resumed: no blocking record; + attempts, the audits with their actions and divergences (3),
-# evidence, the annotation, and the assessment's violations (the gate checks the approval against them).
-BUSY_TURN_PAGE_QUERIES = 24
+# the divergences no approval came after (the state rule holds the turn on them), evidence, the annotation,
+# and the assessment's violations (the gate checks the approval against them).
+BUSY_TURN_PAGE_QUERIES = 25
 
 
 def _rows(n: int, operator) -> None:

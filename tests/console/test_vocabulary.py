@@ -18,16 +18,17 @@ from recovery.findings.models import FINDING_KINDS
 from recovery.recovery_audits.models import DIVERGENCE_CODES
 from recovery.repair.models import REPAIR_KINDS, REPAIR_QUARANTINED
 from recovery.services import turn_approve, turn_block
-from recovery.state import FILTER_CHOICES, OPERATOR_BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED
+from recovery.state import FILTER_CHOICES, OPERATOR_BLOCKED, RECOVERY_ATTEMPTS_EXCEEDED, RECOVERY_DIVERGED
 from trail.models import OPERATOR_ACTION_KINDS, OperatorAction
 
 # Every reason a turn can be held for: the engine's violations, its one reason that is not a violation,
-# the gate's own, and a journal repair's.
+# the gate's own (a crash loop, a recovery that did otherwise than planned), and a journal repair's.
 REASONS = [
     *(str(c) for c in Code),
     EFFECT_INDETERMINATE,
     OPERATOR_BLOCKED,
     RECOVERY_ATTEMPTS_EXCEEDED,
+    RECOVERY_DIVERGED,
     REPAIR_QUARANTINED,
 ]
 

@@ -100,7 +100,8 @@ def test_a_held_unsafe_effect_pages_after_its_threshold_and_resolves_on_approval
         {
             "text": "LoopX: turn t-charge of run red-pay-1 is held: effect unconfirmed.\n"
             "It has waited less than a minute.\n"
-            "It needs evidence (happened or not happened) for intent charge-card.\n"
+            "To lift the hold: record what happened to intent charge-card (evidence: happened or not happened), "
+            "then approve the turn.\n"
             f"Open the turn: {link}"
         }
     ]
@@ -139,7 +140,8 @@ def test_a_held_unsafe_effect_pages_after_its_threshold_and_resolves_on_approval
                     "turn": "t-charge",
                     "state": "held: effect unconfirmed",
                     "waited": "16 min",
-                    "needs": "evidence (happened or not happened) for intent charge-card",
+                    "needs": "record what happened to intent charge-card (evidence: happened or not happened), "
+                    "then approve the turn",
                     "rule": "unsafe effect unconfirmed",
                 },
             },
@@ -207,8 +209,8 @@ def test_a_review_hold_goes_into_the_daily_digest_and_blue_hears_nothing(
             ["red-oncall@example.test"],
             f"LoopX daily digest, {day}: 1 held turn (reviews)",
             f"LoopX daily digest, {day}: 1 held turn (reviews).\n"
-            f"- turn t-skip of run red-pay-2: held for review, waited {waited_words}, needs a review, then an "
-            f"approval or a block (phase prefix violation): {PUBLIC}/turns/{skip.pk}/\n",
+            f"- turn t-skip of run red-pay-2: held for review, waited {waited_words}, to lift the hold: review what "
+            f"the engine found, then approve the turn or block it: {PUBLIC}/turns/{skip.pk}/\n",
         )
     ]
     digest = WebhookDelivery.objects.get(event="notice.digest")
