@@ -5,6 +5,7 @@ person's reason kept. The row forms and the admin's block carry theirs too."""
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -29,6 +30,15 @@ def _versions(html: str) -> list[str]:
 
 def _current(turn) -> str:
     return state_version(state_of(TurnEffective.objects.filter(turn=turn).first()))
+
+
+def _decided_after(client, turn, moved, *, action: str, reason: str) -> str:
+    """A decision sent from a page drawn before ``moved`` changed the turn: its 409 page."""
+    seen = _current(turn)
+    moved()
+    response = client.post(reverse(f"console:{action}", args=[turn.pk]), {"reason": reason, "state_version": seen})
+    assert response.status_code == 409
+    return response.content.decode()
 
 
 def test_the_decide_forms_carry_the_version_of_the_state_the_page_shows(op_pages, pay):
@@ -66,22 +76,17 @@ def test_an_approval_from_a_page_that_missed_a_block_is_refused_with_the_reason_
 
 def test_a_refused_approval_keeps_the_reason_when_the_turn_can_no_longer_be_approved(op_pages, pay, admin_user):
     turn = pay.turns["t-skip"]
-    seen = _current(turn)
-    turn_approve(turn=turn, actor=admin_user, reason="approved by someone else")
-    response = op_pages.post(reverse("console:approve", args=[turn.pk]), {"reason": "mine", "state_version": seen})
-    assert response.status_code == 409
-    html = response.content.decode()
+    moved = partial(turn_approve, turn=turn, actor=admin_user, reason="approved by someone else")
+    html = _decided_after(op_pages, turn, moved, action="approve", reason="mine")
     assert "approved by ada-admin" in html and 'id="approve-form"' not in html
     assert 'id="approve-kept-reason" rows="2" readonly>mine</textarea>' in html
 
 
 def test_a_stale_block_is_refused_with_its_reason_kept(op_pages, pay, admin_user):
     turn = pay.turns["t-resume"]
-    seen = _current(turn)
-    turn_block(turn=turn, actor=admin_user, reason="first")
-    response = op_pages.post(reverse("console:block", args=[turn.pk]), {"reason": "mine too", "state_version": seen})
-    assert response.status_code == 409
-    block = response.content.decode().split('id="block-form"')[1].split("</form>")[0]
+    moved = partial(turn_block, turn=turn, actor=admin_user, reason="first")
+    block = _decided_after(op_pages, turn, moved, action="block", reason="mine too").split('id="block-form"')[1]
+    block = block.split("</form>")[0]
     assert ">mine too</textarea>" in block
     assert GateDecision.objects.filter(turn=turn).count() == 1
 

@@ -7,7 +7,10 @@ no evidence, no trail row. Every page, the API and the admin compute the version
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connections
 
 from journals.models import Turn, TurnEffective
 from recovery.models import GateDecision, OperatorEvidence
@@ -109,3 +112,44 @@ def test_a_decision_made_on_a_turn_not_yet_assessed_is_refused_once_it_is(operat
     with pytest.raises(StateChanged) as refused:
         turn_approve(turn=turn, actor=operator, reason="looks fine", seen=state_version(None))
     assert "now held for review" in refused.value.detail
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_of_decisions_racing_on_the_same_version_exactly_one_is_made(operator, admin_user):
+    """The version is compared under the turn's lock: of three people deciding at once on what they all saw,
+    over real connections, one decides and the others are told the turn moved."""
+    turn = payments_run("race-run").turns["t-resume"]
+    people = [operator, admin_user, operator]
+    for round_no in range(8):
+        made, refused, errors = _race(turn, people, seen=_seen(turn), why=f"round {round_no}")
+        assert not errors, errors
+        assert (len(made), len(refused)) == (1, len(people) - 1), round_no
+    assert GateDecision.objects.filter(turn=turn).count() == 8
+
+
+def _race(turn: Turn, people: list, *, seen: str, why: str) -> tuple[list[int], list[int], list[BaseException]]:
+    """Each person blocks the turn on ``seen`` in a thread of their own, released together by a barrier."""
+    barrier = threading.Barrier(len(people))
+    made: list[int] = []
+    refused: list[int] = []
+    errors: list[BaseException] = []
+
+    def decide(i: int) -> None:
+        try:
+            barrier.wait()
+            turn_block(turn=turn, actor=people[i], reason=f"{why}, person {i}", seen=seen)
+            made.append(i)
+        except StateChanged:
+            refused.append(i)
+        except BaseException as exc:  # a thread's failure must fail the test
+            errors.append(exc)
+        finally:
+            connections.close_all()  # each thread has its own connection
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(len(people))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return made, refused, errors
