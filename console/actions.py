@@ -21,6 +21,7 @@ from journals.selectors import turn_with_timeline
 from kernel.errors import ServiceError
 from recovery import services
 from recovery.assignments import services as assignment
+from recovery.imports.selectors import SourceWords
 from recovery.state import StateChanged, state_of
 
 from . import selectors
@@ -65,9 +66,13 @@ def _rerender(
     seen = posted.cleaned_data.get("state_version") if posted is not None else None
     if isinstance(error, StateChanged):
         seen = None  # the page shows the state it moved to: the forms carry that one
-    context = {
-        **turn_context(request, page, seen=seen or None),
-        "approve_form": approve or ApproveForm(indeterminate=page.indeterminate),
+    context = turn_context(request, page, seen=seen or None)
+    words = context["words"]
+    names = words.intent_labels() if isinstance(words, SourceWords) else {}
+    if approve is not None:
+        approve.name_intents(names)
+    context |= {
+        "approve_form": approve or ApproveForm(indeterminate=page.indeterminate, names=names),
         "block_form": block or DecisionForm(),
         "nav": "turns",
         "back": reverse("console:turns"),

@@ -158,7 +158,15 @@ class DecisionForm(ReasonForm):
 class ApproveForm(DecisionForm):
     """An approval; one evidence field per indeterminate intent (named ``evidence__<intent id>``)."""
 
-    def __init__(self, *args: Any, indeterminate: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        indeterminate: list[str] | None = None,
+        names: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``names``: an imported run's intents in its source's words (``ChargeCard (activity:1)``), for the
+        questions' labels; the fields stay keyed by position and the intents by their ids."""
         super().__init__(*args, **kwargs)
         self.indeterminate = list(indeterminate or [])
         for index, intent in enumerate(self.indeterminate):
@@ -168,6 +176,14 @@ class ApproveForm(DecisionForm):
                 label=intent,
                 help_text="Required: an unsafe effect with no readback cannot be approved without your finding.",
             )
+        self.name_intents(names or {})
+
+    def name_intents(self, names: dict[str, str]) -> None:
+        """Ask about each intent by its name in the source's words, where ``names`` has one."""
+        for index, intent in enumerate(self.indeterminate):
+            label = names.get(intent, intent)
+            self.fields[f"evidence_{index}"].label = label
+            self[f"evidence_{index}"].label = label  # a bound form has made its fields already
 
     def evidence(self) -> dict[str, str]:
         return {intent: self.cleaned_data[f"evidence_{i}"] for i, intent in enumerate(self.indeterminate)}

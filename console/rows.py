@@ -316,9 +316,12 @@ def record_items(rows: list[Any], turn_pks: dict[str, int]) -> SafeString:
     return m.html()
 
 
-def queue_rows(queue: list[Any]) -> SafeString:
-    """The held queue's rows (overview and its live refresh), built the same way: longest held first."""
+def queue_rows(queue: list[Any], *, admin: bool = False) -> SafeString:
+    """The held queue's rows (overview and its live refresh), built the same way: longest held first. For an
+    admin each row ends with the turn's change page in the admin (its annotations and block), one click from
+    the queue; nobody else is shown that column."""
     turn_url = html_url_former("console:turn")
+    admin_url = html_url_former("admin:journals_turn_change") if admin else None
     m = _Markup()
     for i, t in enumerate(queue):
         state = _state(t)
@@ -337,6 +340,12 @@ def queue_rows(queue: list[Any]) -> SafeString:
         _next_step(m, state)
         m.add("</td><td>")
         _assignee(m, t)
+        if admin_url is not None:
+            m.add(
+                '</td><td><a href="{}" aria-label="Edit turn {} in the admin">Edit in admin</a>',
+                admin_url(object_id=t.pk),
+                short(t.turn_id, 32),
+            )
         m.add("</td></tr>")
     return m.html()
 
@@ -344,18 +353,23 @@ def queue_rows(queue: list[Any]) -> SafeString:
 _MARKS = {"committed": "✓", "resume": "▶", "blocked": "✖", "missing": "·"}
 
 
-def grid_rows(rows: list[Any]) -> SafeString:
+def grid_rows(rows: list[Any], *, names: dict[str, str] | None = None) -> SafeString:
     """A run's grid of turns by phase (console.runs.GridRow): the turn, its state and a cell a phase, each
-    cell's words as its title and label."""
+    cell's words as its title and label. ``names``: an imported run's turns in its source's words, shown
+    under the turn's id."""
     turn_url = html_url_former("console:turn")
     m = _Markup()
     for i, r in enumerate(rows):
         m.add("\n" if i else "")
         m.add(
-            '<tr><th scope="row" class="sticky"><a href="{}">{}</a></th>\n        <td>',
+            '<tr><th scope="row" class="sticky"><a href="{}">{}</a>',
             turn_url(pk=r.turn.pk),
             short(r.turn.turn_id, 28),
         )
+        name = (names or {}).get(r.turn.turn_id)
+        if name:
+            m.add(' <span class="small muted turn-name">{}</span>', short(name, 28))
+        m.add("</th>\n        <td>")
         _state_badge(m, r.shown)
         m.add("</td>\n        ")
         for c in r.cells:

@@ -160,11 +160,13 @@ class Grid:
     phases: list[str]
     rows: list[GridRow]
     page: Page
+    # An imported run's turns in its source's words (recovery.imports.selectors.source_words), by turn id.
+    names: dict[str, str] = field(default_factory=dict)
 
     @property
     def rows_html(self) -> SafeString:
         """The grid's rows: the turn, its state and a cell a phase (console.rows)."""
-        return grid_rows(self.rows)
+        return grid_rows(self.rows, names=self.names)
 
 
 @dataclass

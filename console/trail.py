@@ -24,6 +24,7 @@ from trail.models import OPERATOR_ACTION_KINDS
 from . import selectors
 from .context import page_number, role_context
 from .permissions import operator_required, viewer_required
+from .pictures import repair_picture
 
 CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
 
@@ -103,6 +104,7 @@ def run_repair(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         "console/run_repair.html",
         {"run": run, "form": form, "preview": preview, "error": error, "repairs": repairs_list(run=run),
+         "picture": repair_picture(run=run, repair=preview["repair"]) if preview else None,
          "nav": "runs", **role_context(request)},
         status=status,
     )

@@ -16,6 +16,7 @@ import re
 from django.http import HttpRequest
 from django.urls import reverse
 
+from recovery.imports.selectors import source_words
 from recovery.state import DONE, state_change_words, state_version
 
 from .context import review_context, role_context
@@ -41,6 +42,8 @@ def turn_context(request: HttpRequest, page: TurnPage, *, seen: str | None = Non
     return {
         "p": page,
         "turn": page.turn,
+        # An imported run's own words for the turn and its intents (the header names the turn by them).
+        "words": source_words(run_id=page.turn.run.run_id, turn=page.turn),
         "timeline": turn_timeline(page),
         "state_version": seen,
         "changed": state_change_words(page.state) if seen != current else "",

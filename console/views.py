@@ -22,6 +22,7 @@ from journals import access
 from journals.doors import run_for_read, turn_for_read
 from journals.models import JournalRecord
 from recovery.assignments import services as assignment
+from recovery.imports.selectors import SourceWords, source_words
 
 from . import integrations, selectors
 from . import runs as runs_pages
@@ -38,6 +39,7 @@ from .forms import (
 from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
+from .pictures import held_age, run_timeline
 from .rows import queue_rows, record_items, turn_rows
 from .saved_views import saved_views_context
 from .turn_context import TURN_REGION, seen_on_page, turn_context
@@ -54,7 +56,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     ov = selectors.overview(scope=_scope(request))
     context = {
         "ov": ov,
-        "queue_html": queue_rows(ov.blocked_queue),
+        "age": held_age(scope=_scope(request)),
+        "queue_html": queue_rows(ov.blocked_queue, admin=access.can_administer(request.user)),
         "heartbeats": integrations.heartbeats(),
         "findings": integrations.open_findings(limit=8, scope=_scope(request)),
         "nav": "overview",
@@ -108,7 +111,8 @@ def inbox_count(request: HttpRequest) -> HttpResponse:
 def blocked_queue(request: HttpRequest) -> HttpResponse:
     """The live part of the overview, polled by htmx every few seconds; opened by itself, a page of its own."""
     queue = list(selectors.blocked_queue(15, scope=_scope(request)))
-    context = {"queue": queue, "queue_html": queue_rows(queue), "nav": "overview", **role_context(request)}
+    rows = queue_rows(queue, admin=access.can_administer(request.user))
+    context = {"queue": queue, "queue_html": rows, "nav": "overview", **role_context(request)}
     return render_live(request, "console/blocked_queue.html", "console/_blocked_queue.html", "blocked-queue", context)
 
 
@@ -128,7 +132,14 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = run_for_read(actor=request.user, pk=pk)
     page = runs_pages.run_page(run, page_number(request))
-    return render(request, "console/run_detail.html", {"p": page, "run": run, "nav": "runs", **role_context(request)})
+    timeline = run_timeline(run, total=page.turn_total)
+    shown = {r.turn.turn_id for r in page.grid.rows} | {b.turn.turn_id for b in timeline.bars}
+    words = source_words(run_id=run.run_id, turns=sorted(shown))
+    if words is not None:  # an imported run: its turns in its source's words
+        page.grid.names = {t: w.name for t, w in words.turns.items() if w.name}
+        timeline.name(page.grid.names)
+    context = {"p": page, "run": run, "words": words, "timeline": timeline, "nav": "runs", **role_context(request)}
+    return render(request, "console/run_detail.html", context)
 
 
 @viewer_required
@@ -158,8 +169,12 @@ def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
     polled = live_part(request, TURN_REGION)
     context = turn_context(request, page, seen=seen_on_page(request) if polled else None)
     if not polled:  # the poll never replaces the forms: a reason half written stays
+        words = context["words"]
         context |= {
-            "approve_form": ApproveForm(indeterminate=page.indeterminate),
+            "approve_form": ApproveForm(
+                indeterminate=page.indeterminate,
+                names=words.intent_labels() if isinstance(words, SourceWords) else None,
+            ),
             "block_form": DecisionForm(),
             "nav": "turns",
             "back": _safe_back(request),

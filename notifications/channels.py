@@ -139,8 +139,7 @@ def needs_words(value: StateValue) -> str:
 
 
 def turn_link(turn_pk: int) -> str:
-    base = str(getattr(settings, "LOOPX_PUBLIC_URL", "") or "http://127.0.0.1:8000").rstrip("/")
-    return base + reverse("console:turn", args=[turn_pk])
+    return str(settings.LOOPX_PUBLIC_URL).rstrip("/") + reverse("console:turn", args=[turn_pk])
 
 
 def _dumps(data: dict[str, Any]) -> str:

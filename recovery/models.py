@@ -29,6 +29,7 @@ from recovery.imports.models import (  # noqa: F401
     HistorySource,
     ImportedIntent,
     ImportedRun,
+    ImportedTurn,
 )
 from recovery.packages.models import PackageUpload  # noqa: F401
 from recovery.recovery_audits.models import (  # noqa: F401

@@ -14,7 +14,8 @@ one writer of every table here.
   the runs it stored. A newer map version never rewrites the records of a run: it is a new generation,
   stored as new runs (recovery/imports/services.py, "Re-assessment").
 - ``ImportedRun``: a run an import stored, under the run id it has in the store.
-- ``ImportedIntent``: which map entry decided each intent's class (append-only).
+- ``ImportedIntent``: which map entry decided each intent's class (append-only), and the source's ids of it.
+- ``ImportedTurn``: each turn's name in the source's words and the source's ids of it (append-only).
 """
 
 from __future__ import annotations
@@ -195,6 +196,9 @@ class ImportedRun(models.Model):
     run_base = models.CharField(max_length=ID_MAX, db_index=True)
     run_ident = models.CharField(max_length=ID_MAX, unique=True)
     records = models.BigIntegerField(default=0)
+    # The source's own ids of the run ({"workflow_id", "run_id", ...}: importers' ConvertedRun.origin),
+    # written with ``records`` once the run is stored; empty for an import stored before they were kept.
+    origin = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["run_ident"]
@@ -223,6 +227,10 @@ class ImportedIntent(AppendOnlyModel):
     # The name the map was asked about, when the journal record names it (a proposal pre-fills it).
     name = models.CharField(max_length=ID_MAX, null=True, blank=True)
     effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
+    # The source's ids of the records that dispatched and read it back ({"dispatched": ..., "observed": ...},
+    # each the record's ``source_event``: a Temporal or Step Functions event id, a LangGraph
+    # checkpoint/task, a DBOS workflow/function id).
+    original = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["imported_run", "intent"]
@@ -239,3 +247,21 @@ class ImportedIntent(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.intent}: {self.effect_class} ({self.decided})"
+
+
+class ImportedTurn(AppendOnlyModel):
+    """A turn of an imported run in its source's own words: the name the history gives it (the workflow
+    type, the Step Functions state, the LangGraph node that ran) and the source's ids of the records that
+    planned and ended it (``{"planned": ..., "ended": ...}``, each a record's ``source_event``)."""
+
+    imported_run = models.ForeignKey(ImportedRun, on_delete=models.PROTECT, related_name="turns")
+    turn = models.CharField(max_length=ID_MAX)
+    name = models.CharField(max_length=ID_MAX, blank=True, default="")
+    original = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["imported_run", "turn"]
+        constraints = [models.UniqueConstraint(fields=["imported_run", "turn"], name="importedturn_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.turn}: {self.name}"

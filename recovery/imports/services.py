@@ -65,6 +65,7 @@ from recovery.imports.models import (
     HistorySource,
     ImportedIntent,
     ImportedRun,
+    ImportedTurn,
 )
 from recovery.packages.services import ThrottledProgress, actor_principal, journal_ingest
 from recovery.publish import task_publish
@@ -507,8 +508,8 @@ def _ingest(
             for k in totals:
                 totals[k] += counts[k]
             row = by_ident[converted.run]
-            ImportedRun.objects.filter(pk=row.pk).update(records=converted.records)
-            _record_intents(row, converted.journal, converted.decided_by)
+            ImportedRun.objects.filter(pk=row.pk).update(records=converted.records, origin=dict(converted.origin))
+            _record_words(row, converted.journal, converted.decided_by)
         now = timezone.now()
         HistoryImport.objects.filter(pk=upload.pk, state=CONVERTING).update(
             state=IMPORTED,
@@ -521,41 +522,118 @@ def _ingest(
 
 # The fields in which an importer's intent_dispatched names what the map was asked about (Temporal's
 # activity type or Nexus operation, a LangGraph node, a Step Functions resource, a DBOS step), in the
-# order it asks.
+# order it asks; then the names of what a source's own rule classified (a child workflow's type).
 _NAME_FIELDS = ("activity_type", "operation", "node", "resource", "resource_type", "step")
+_RULE_NAME_FIELDS = ("workflow_type", "workflow_name")
+# A turn's lineage names it for these sources ("temporal:<workflow type>", "stepfunctions:<state name>",
+# "dbos:<workflow name>"); a LangGraph turn is named by the nodes that ran in it (its lineage is the thread).
+_NAMED_BY_LINEAGE = ("temporal:", "stepfunctions:", "dbos:")
 
 
-def _record_intents(row: ImportedRun, journal: bytes, decided_by: Mapping[str, str | None]) -> None:
-    """One ImportedIntent per dispatched intent of the journal: its class (as journaled) and what decided it.
-    An intent the converter classified without the map (a source's own rule) is absent from ``decided_by``."""
-    if row.intents.exists():  # a redelivery that got this far in an earlier, rolled-back try cannot be here
-        return
-    seen: dict[str, ImportedIntent] = {}
-    for line in journal.splitlines():
-        record = json.loads(line)
-        if record.get("kind") != "intent_dispatched" or not isinstance(record.get("intent"), str):
-            continue
-        intent = record["intent"]
-        if intent in seen:
-            continue
+def _short(value: object) -> str | None:
+    return value[:ID_MAX] if isinstance(value, str) and value else None
+
+
+def _source_id(record: Mapping[str, Any]) -> Any:
+    """A record's ``source_event`` as kept beside it: an id or a short string, never anything larger."""
+    value = record.get("source_event")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    return value if isinstance(value, int) else value[:ID_MAX]
+
+
+class _Words:
+    """What one pass over a converted journal gathers of its source's own words: each intent's class, what
+    decided it, its name and source ids; each turn's name and source ids."""
+
+    def __init__(self, decided_by: Mapping[str, str | None]) -> None:
+        self.decided_by = decided_by
+        self.intents: dict[str, dict[str, Any]] = {}
+        self.turns: dict[str, dict[str, Any]] = {}
+
+    def feed(self, record: Mapping[str, Any]) -> None:
+        turn, kind = record.get("turn"), record.get("kind")
+        if not isinstance(turn, str):
+            return
+        words = self.turns.setdefault(turn, {"name": None, "nodes": [], "source": None, "original": {}})
+        source = _source_id(record)
+        if kind == "turn_planned":
+            lineage = record.get("lineage")
+            if isinstance(lineage, str) and lineage.startswith(_NAMED_BY_LINEAGE):
+                words["name"] = lineage.split(":", 1)[1]
+            checkpoint_source, step = record.get("checkpoint_source"), record.get("step")
+            if isinstance(checkpoint_source, str) and isinstance(step, int):
+                words["source"] = f"{checkpoint_source} (step {step})"
+            words["original"].setdefault("planned", source)
+        words["original"]["last"] = source
+        intent = record.get("intent")
+        if not isinstance(intent, str):
+            return
+        if kind == "intent_dispatched":
+            self._dispatched(intent, record, words, source)
+        elif kind == "effect_observed" and intent in self.intents:
+            self.intents[intent]["original"]["observed"] = source
+
+    def _dispatched(self, intent: str, record: Mapping[str, Any], words: dict[str, Any], source: Any) -> None:
+        node = record.get("node")
+        if isinstance(node, str) and node and node not in words["nodes"]:
+            words["nodes"].append(node)
+        if intent in self.intents:
+            return
         effect_class = record.get("effect_class")
         if effect_class not in EFFECT_CLASSES:
             effect_class = EffectClass.UNSAFE
-        if intent not in decided_by:
+        if intent not in self.decided_by:
             decided, key = BY_RULE, None
         else:
-            key = decided_by[intent]
+            key = self.decided_by[intent]
             decided, key = (BY_DEFAULT, None) if key in (None, ANY_KEY) else (BY_ENTRY, key)
         name = next((record[f] for f in _NAME_FIELDS if isinstance(record.get(f), str) and record[f]), None)
-        seen[intent] = ImportedIntent(
+        if name is None and decided == BY_RULE:
+            name = next((record[f] for f in _RULE_NAME_FIELDS if isinstance(record.get(f), str) and record[f]), None)
+        self.intents[intent] = {
+            "decided": decided,
+            "key": _short(key),
+            "name": _short(name),
+            "effect_class": effect_class,
+            "original": {"dispatched": source},
+        }
+
+    def turn_name(self, words: Mapping[str, Any]) -> str:
+        if words["name"]:
+            return str(words["name"])[:ID_MAX]
+        if words["nodes"]:
+            return ", ".join(words["nodes"])[:ID_MAX]
+        return str(words["source"] or "")[:ID_MAX]
+
+
+def _record_words(row: ImportedRun, journal: bytes, decided_by: Mapping[str, str | None]) -> None:
+    """One ImportedIntent per dispatched intent of the journal (its class as journaled, what decided it, its
+    name and source ids) and one ImportedTurn per turn (its name in the source's words, its source ids). An
+    intent the converter classified without the map (a source's own rule) is absent from ``decided_by``."""
+    if row.intents.exists() or row.turns.exists():  # a redelivery cannot get here once this committed
+        return
+    words = _Words(decided_by)
+    for line in journal.splitlines():
+        record = json.loads(line)
+        if isinstance(record, dict):
+            words.feed(record)
+    ImportedIntent.objects.bulk_create(
+        ImportedIntent(
             imported_run=row,
             intent=intent[:ID_MAX],
-            decided=decided,
-            map_key=key[:ID_MAX] if key else None,
-            name=name[:ID_MAX] if name else None,
-            effect_class=effect_class,
+            decided=w["decided"],
+            map_key=w["key"],
+            name=w["name"],
+            effect_class=w["effect_class"],
+            original=w["original"],
         )
-    ImportedIntent.objects.bulk_create(list(seen.values()))
+        for intent, w in words.intents.items()
+    )
+    ImportedTurn.objects.bulk_create(
+        ImportedTurn(imported_run=row, turn=turn[:ID_MAX], name=words.turn_name(w), original=w["original"])
+        for turn, w in words.turns.items()
+    )
 
 
 # --- Re-assessment ------------------------------------------------------------------------------------

@@ -108,10 +108,10 @@ def _escaped_only(html: str, *values: str) -> None:
 
 
 def _no_injected_markup(page: Page, html: str) -> None:
-    # The base page's two scripts (htmx and the live refresh, in the head), the overview's own charts; no
-    # element the values carry.
+    # The base page's two scripts (htmx and the live refresh, in the head), the overview's own charts and its
+    # held age; no element the values carry.
     assert page.tags.count("script") == 2 == html.count('<script src="/static/')
-    assert page.tags.count("svg") == html.count('<svg class="bars"')
+    assert page.tags.count("svg") == html.count('<svg class="bars"') + html.count('<svg class="heldage"')
     assert not {"img", "b", "i"} & set(page.tags)
 
 

@@ -159,7 +159,7 @@ def test_list_pages_cost_the_same_queries_for_3_rows_or_12(op_pages, operator, n
         assert len(ctx.captured_queries) == queries, [q["sql"] for q in ctx.captured_queries]
 
 
-def test_the_turn_pages_note_costs_one_query_for_other_runs_and_two_for_an_import(
+def test_the_turn_pages_note_costs_one_query_for_other_runs_and_three_for_an_import(
     operator, pay, eager_tasks, django_capture_on_commit_callbacks, django_assert_num_queries
 ):
     from recovery.imports.selectors import turn_import_note
@@ -170,7 +170,8 @@ def test_the_turn_pages_note_costs_one_query_for_other_runs_and_two_for_an_impor
     effect_map_create(name="orders", entries={"SendReceipt": "idempotent"}, actor=operator, reason="r")
     _imported_run(operator, django_capture_on_commit_callbacks)
     turn = Turn.objects.select_related("run").get(run__run_id=RUN, turn_id="workflow")
-    with django_assert_num_queries(2):
+    # The imported run with its import, source and map; the turn's own words; its intents' classes.
+    with django_assert_num_queries(3):
         note = turn_import_note(turn=turn)
         assert note is not None and [s.label for s in note.class_sources] == [
             "unsafe (not in the map)",

@@ -23,9 +23,10 @@ PARTS = {
 }
 # The turn page's poll: 3, the turn page's own reads (the turn with its phases and intents, its latest
 # assessment row, branches, the run's integrity finding, the worker's lease, checkpoints: 8), the reviewer
-# and whom it may go to (2), and the timeline's records (1): the whole page but its forms, in one answer.
-TURN_PART_QUERIES = 14
-DECIDED_TURN_PART_QUERIES = 16  # + the decision in force and the history, as on the page (test_queries)
+# and whom it may go to (2), whether the run was imported (1, its source's words) and the timeline's records
+# (1): the whole page but its forms, in one answer.
+TURN_PART_QUERIES = 15
+DECIDED_TURN_PART_QUERIES = 17  # + the decision in force and the history, as on the page (test_queries)
 
 
 def _poll(client, url: str, region: str):
@@ -105,7 +106,7 @@ def test_the_turn_page_polls_its_state_card(op_pages, operator, pay):
     assert 'data-state="resuming"' in part and "block-form" not in part and "approve-form" not in part
     # The header, the timeline and the history come with it, each swapped in place (out of band).
     for region in ("turn-head", "timeline", "history", "decide-changed"):
-        assert f'id="{region}"' in part.split(f'id="{region}"')[0] + f'id="{region}"', region
+        assert f'id="{region}"' in part, region
         assert 'hx-swap-oob="true"' in part.split(f'id="{region}"')[1].split(">")[0], region
     assert "No operator has acted on this turn." in part and 'id="turn-changed"' not in part
     turn_block(turn=turn, actor=operator, reason="hold for the vendor")

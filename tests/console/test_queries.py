@@ -29,8 +29,8 @@ LISTS = {
     # + capped count, rows, turn and state counts of the page, the person's saved views
     reverse("console:runs") + "?per_page=100": 8,
     # + latest turn change, latest state change, 3 counts (held by reason, by state, all turns), queue,
-    # actions, heartbeats, findings
-    reverse("console:overview"): 12,
+    # actions, heartbeats, findings, the held turns' times for the held age (console.pictures.held_age)
+    reverse("console:overview"): 13,
     reverse("console:blocked_queue"): 4,  # + queue
     reverse("console:findings") + "?state=all": 5,
 }

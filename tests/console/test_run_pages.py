@@ -112,11 +112,13 @@ def _run_of(records: int, run_id: str) -> Run:
 
 
 # Session, user and role (3), then: the run; the run page its branches, fork records, first and last record,
-# turn counts by state, latest assessment, the grid's capped count, its turns and their phases (9); the
+# turn counts by state, latest assessment, the grid's capped count, its turns and their phases, whether it was
+# imported (its source words: recovery.imports.selectors.source_words), and the timeline's held turns, latest
+# turns, their record spans and their dispatches and readbacks (console.pictures.run_timeline) (14); the
 # history its records, branches and the turns its page names (3), and a filtered history its capped count
 # (every record is counted by the run itself).
 QUERIES = {
-    "console:run": {"": 13, "?page=3": 13},
+    "console:run": {"": 18, "?page=3": 18},
     "console:records": {"": 7, "?page=3&kind=phase_committed": 8, "?turn=t-1&branch=0": 8, "?page=150": 7},
 }
 

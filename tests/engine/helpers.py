@@ -17,7 +17,19 @@ from typing import Any
 
 import orjson
 
-from engine import DEFAULT_PHASES, RUN_LEVEL, Assessment, Code, TurnDecision, assess
+from engine import (
+    DEFAULT_PHASES,
+    RUN_LEVEL,
+    SNAPSHOT_REASONS,
+    Assessment,
+    Code,
+    FoldSnapshot,
+    SnapshotUnusable,
+    TurnDecision,
+    assess,
+    assess_incremental,
+    snapshot_load,
+)
 from engine.canonical import canonical_bytes, digest
 from engine.writer import JournalWriter
 
@@ -180,6 +192,8 @@ def write_journal(path: Path, lines: Sequence[bytes], *, final_newline: bool = T
 
 
 __all__ = [
+    "assert_same",
+    "fold_in_batches",
     "PHASES",
     "PYTHON",
     "REPO_ROOT",
@@ -201,3 +215,42 @@ __all__ = [
     "write_journal",
     "writer",
 ]
+
+
+# -- incremental assessment ---------------------------------------------------------------------------------
+
+
+def assert_same(got: Assessment, lines: Sequence[bytes], **kwargs: Any) -> None:
+    """`got` is what the full fold of `lines` gives: the stable JSON byte for byte, and every field besides
+    (violations with their lines and details, branches, checkpoints, each turn's phases and reason line)."""
+    full = assess(list(lines), **kwargs)
+    assert canonical_bytes(got.to_dict()) == canonical_bytes(full.to_dict())
+    assert got == full
+
+
+def fold_in_batches(
+    lines: Sequence[bytes], cuts: Sequence[int], *, round_trip: bool, **kwargs: Any
+) -> tuple[list[str], FoldSnapshot]:
+    """Fold the journal batch by batch as a caller would (`assess_incremental`, cut before each of `cuts`), each
+    snapshot fed to the next batch as it is or read back from its bytes (`round_trip`), checking the result
+    after every batch against the full fold of the prefix. Returns the reasons of the refusals met, each
+    followed by the caller's fallback (a fold from the start)."""
+    refusals: list[str] = []
+    snapshot: FoldSnapshot | None = None
+    done = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        batch, prefix = lines[done:end], lines[:end]
+        try:
+            result, after = assess_incremental(snapshot, list(batch), **kwargs)
+        except SnapshotUnusable as exc:
+            assert exc.reason in SNAPSHOT_REASONS
+            refusals.append(exc.reason)
+            result, after = assess_incremental(None, list(prefix), **kwargs)  # the caller's fallback
+        assert_same(result, prefix, **kwargs)
+        assert after.lines == end
+        assert after.digest == hashlib.sha256(after.data).hexdigest()
+        snapshot = snapshot_load(after.data) if round_trip else after
+        assert snapshot == after
+        done = end
+    assert snapshot is not None
+    return refusals, snapshot

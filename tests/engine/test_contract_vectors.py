@@ -19,6 +19,7 @@ import pytest
 
 from engine import assess, canonical_bytes, digest, parse_line
 from tests import contract_vectors
+from tests.engine.helpers import fold_in_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS: dict[str, Any] = json.loads(contract_vectors.PATH.read_text(encoding="ascii"))
@@ -172,3 +173,21 @@ def test_the_worked_example_of_docs_contract_md_is_right():
     result = assess(lines)
     assert result.violations == ()
     assert [(t.decision.value, t.resume_from) for t in result.turns] == [("resume", "envelope")]
+
+
+def _incremental_everywhere(lines: list[bytes]) -> None:
+    """The journal assessed incrementally gives what the full fold gives: resumed from a snapshot cut at every
+    line (read back from its bytes), and fed line by line, each prefix equal to its own full fold. The chained
+    journal forks back behind some cuts: those batches are refused and folded from the start."""
+    for cut in range(len(lines) + 1):
+        assert set(fold_in_batches(lines, [cut], round_trip=True)[0]) <= {"fork_into_past"}
+    assert set(fold_in_batches(lines, range(len(lines)), round_trip=False)[0]) <= {"fork_into_past"}
+
+
+def test_every_vector_assessed_incrementally_gives_the_same_result():
+    _incremental_everywhere([r["line"].encode("utf-8") for r in CHAIN["records"]])
+    good = canonical_bytes(json.loads(_case("turn_planned_default_phases")["json"]))
+    for case in INVALID:
+        _incremental_everywhere([good, bytes.fromhex(case["hex"]), good])
+    for case in CASES:
+        _incremental_everywhere([case["json"].encode("utf-8"), good])

@@ -181,7 +181,10 @@ def test_the_editor_text_and_a_saved_version_give_back_the_same_classes(entries,
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("table", ["recovery_effectmapversion", "recovery_historysource", "recovery_importedintent"])
+@pytest.mark.parametrize(
+    "table",
+    ["recovery_effectmapversion", "recovery_historysource", "recovery_importedintent", "recovery_importedturn"],
+)
 def test_postgresql_refuses_to_rewrite_a_map_version_a_history_or_an_intents_class_source(operator, table):
     from django.db import IntegrityError, connection, transaction
 

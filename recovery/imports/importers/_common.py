@@ -93,6 +93,9 @@ class ConvertedRun:
     journal: bytes
     records: int
     decided_by: Mapping[str, str | None]  # intent id -> the map key that set its class (None: not in the map)
+    # The source's own ids of the run, by name (a Temporal workflow id and run id, a LangGraph thread id):
+    # kept beside the journal by the import, never written into it (docs/imports.md, "Source words").
+    origin: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ class Journal:
     Records are canonical bytes of values that hold no float (ids, names, words, digests), so orjson's
     sorted output is the contract's canonical form and the line's sha256 is the record's digest."""
 
-    __slots__ = ("run", "lines", "branch", "highest", "next_lsn", "last_digest", "decided_by")
+    __slots__ = ("run", "lines", "branch", "highest", "next_lsn", "last_digest", "decided_by", "origin")
 
     def __init__(self, run: str) -> None:
         self.run = run
@@ -127,6 +130,7 @@ class Journal:
         self.next_lsn: dict[int, int] = {0: 0}
         self.last_digest: dict[int, str | None] = {0: None}
         self.decided_by: dict[str, str | None] = {}
+        self.origin: dict[str, str] = {}
 
     def add(self, kind: str, at: str | None, source_event: Any, fields: dict[str, Any]) -> int:
         """Append one record on the live branch; returns its lsn."""
@@ -166,7 +170,9 @@ class Journal:
         return b"\n".join(self.lines) + b"\n" if self.lines else b""
 
     def result(self) -> ConvertedRun:
-        return ConvertedRun(run=self.run, journal=self.data(), records=len(self.lines), decided_by=self.decided_by)
+        return ConvertedRun(
+            run=self.run, journal=self.data(), records=len(self.lines), decided_by=self.decided_by, origin=self.origin
+        )
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

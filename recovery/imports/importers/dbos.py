@@ -202,6 +202,7 @@ def _workflow_journal(
 ) -> Journal:
     j = Journal(run)
     src = workflow.uuid
+    j.origin.update({"workflow_uuid": workflow.uuid, "workflow_name": workflow.name})
     planned: dict[str, Any] = {"turn": TURN, "lineage": "dbos:" + workflow.name, "phases": PHASES}
     if workflow.recovery_attempts is not None:
         planned["recovery_attempts"] = workflow.recovery_attempts

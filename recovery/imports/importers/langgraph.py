@@ -355,6 +355,9 @@ def convert(
                 if str(channel) in PAUSE_CHANNELS:
                     skipped[str(channel)] = skipped.get(str(channel), 0) + 1
             state = _Run(run, lineage, effects, writes)
+            state.j.origin["thread_id"] = thread_s
+            if ns_s:
+                state.j.origin["checkpoint_ns"] = ns_s
             meta = "metadata" if has_metadata else "NULL"
             for row in conn.execute(
                 f"SELECT checkpoint_id, parent_checkpoint_id, type, checkpoint, {meta} FROM checkpoints "

@@ -361,11 +361,29 @@ class _Converter:
         self.observe(state, intent, _READBACK[kind], at, eid)
 
 
+def _origin(started: dict[str, Any]) -> dict[str, str]:
+    """What the started event names of the execution: the state machine's version or alias ARN when it ran
+    one. The history never names the execution's own ARN (the command was given it, the file does not
+    hold it)."""
+    details = started.get("executionStartedEventDetails")
+    found: dict[str, str] = {}
+    if isinstance(details, dict):
+        for key, name in (
+            ("stateMachineVersionArn", "state_machine_version_arn"),
+            ("stateMachineAliasArn", "state_machine_alias_arn"),
+        ):
+            value = details.get(key)
+            if isinstance(value, str) and value:
+                found[name] = value
+    return found
+
+
 def convert(
     data: bytes, *, effects: ClassMap, run: str | None, file_sha: str, progress: Progress | None
 ) -> tuple[Journal, dict[str, int], int]:
     by_id = _events_by_id(data)
     converter = _Converter(by_id, effects, run or "stepfunctions-" + file_sha[:16])
+    converter.j.origin.update(_origin(by_id[1]))
     total = len(by_id)
     for eid in range(1, total + 1):
         converter.feed(eid)

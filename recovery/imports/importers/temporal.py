@@ -253,6 +253,22 @@ def _local_activity_type(attrs: dict[str, Any]) -> str | None:
     return None
 
 
+def _origin(attrs: dict[str, Any], workflow_type: str) -> dict[str, str]:
+    """The execution's own ids as its started event names them: the workflow id (servers that write it
+    there), the run id, the task queue. Ids and names only, never a payload."""
+    found = {"workflow_type": workflow_type}
+    for key, name in (("workflowId", "workflow_id"), ("originalExecutionRunId", "run_id")):
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            found[name] = value
+    if "run_id" not in found and isinstance(attrs.get("firstExecutionRunId"), str) and attrs["firstExecutionRunId"]:
+        found["run_id"] = attrs["firstExecutionRunId"]
+    queue = _name_of(attrs.get("taskQueue"))
+    if queue is not None:
+        found["task_queue"] = queue
+    return found
+
+
 class _Mapper:
     """docs/imports.md's table, one event at a time, into a Journal."""
 
@@ -343,6 +359,7 @@ class _Mapper:
         if workflow_type is None:
             raise refuse("event 1: WorkflowExecutionStarted names no workflowType")
         j = self.journal = Journal(self._run_name(attrs))
+        j.origin.update(_origin(attrs, workflow_type))
         j.add("turn_planned", at, eid, {"turn": TURN, "lineage": "temporal:" + workflow_type, "phases": PHASES})
         j.add("phase_committed", at, eid, {"turn": TURN, "phase": "start"})
 
