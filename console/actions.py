@@ -21,14 +21,15 @@ from journals.selectors import turn_with_timeline
 from kernel.errors import ServiceError
 from recovery import services
 from recovery.assignments import services as assignment
-from recovery.imports.selectors import source_words
-from recovery.state import state_of
+from recovery.imports.selectors import SourceWords
+from recovery.state import StateChanged, state_of
 
 from . import selectors
-from .context import review_context, role_context
-from .forms import BULK_ACTIONS, ApproveForm, BulkForm, ReasonForm, TurnFilterForm
+from .context import role_context
+from .forms import BULK_ACTIONS, ApproveForm, BulkForm, DecisionForm, TurnFilterForm
+from .live import render_live
 from .permissions import operator_required
-from .timeline import turn_timeline
+from .turn_context import TURN_REGION, turn_context
 from .turn_detail import turn_page
 
 
@@ -53,29 +54,33 @@ def _rerender(
     turn: Turn,
     *,
     approve: ApproveForm | None = None,
-    block: ReasonForm | None = None,
+    block: DecisionForm | None = None,
     status: int = 400,
-    error: str | None = None,
+    error: ServiceError | None = None,
 ) -> HttpResponse:
+    """The turn page again, with the refusal and what the person typed. Its forms carry the version the
+    person decided on, except after `state_changed`: the page now shows (and names) the state it moved to,
+    and a decision sent from it is made on that one."""
     page = turn_page(turn_with_timeline(turn=turn))  # read again: the decision may have moved it
-    words = source_words(run_id=page.turn.run.run_id, turn=page.turn)
-    names = words.intent_labels() if words is not None else {}
+    posted = approve or block
+    seen = posted.cleaned_data.get("state_version") if posted is not None else None
+    if isinstance(error, StateChanged):
+        seen = None  # the page shows the state it moved to: the forms carry that one
+    context = turn_context(request, page, seen=seen or None)
+    words = context["words"]
+    names = words.intent_labels() if isinstance(words, SourceWords) else {}
     if approve is not None:
         approve.name_intents(names)
-    context = {
-        "p": page,
-        "words": words,
-        "timeline": turn_timeline(page),
-        "turn": page.turn,
+    context |= {
         "approve_form": approve or ApproveForm(indeterminate=page.indeterminate, names=names),
-        "block_form": block or ReasonForm(),
+        "block_form": block or DecisionForm(),
         "nav": "turns",
         "back": reverse("console:turns"),
-        "decision_error": error,
-        **review_context(request, page.turn),
-        **role_context(request),
+        "decision_error": error.detail if error is not None else None,
     }
-    return render(request, "console/turn_detail.html", context, status=status)
+    response = render_live(request, "console/turn_detail.html", "console/_turn_live.html", TURN_REGION, context)
+    response.status_code = status
+    return response
 
 
 @operator_required
@@ -87,10 +92,14 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
         return _rerender(request, turn, approve=form)
     try:
         services.turn_approve(
-            turn=turn, actor=request.user, reason=form.cleaned_data["reason"], evidence=form.evidence() or None
+            turn=turn,
+            actor=request.user,
+            reason=form.cleaned_data["reason"],
+            evidence=form.evidence() or None,
+            seen=form.seen(),
         )
     except ServiceError as err:
-        return _rerender(request, turn, approve=form, status=err.status, error=err.detail)
+        return _rerender(request, turn, approve=form, status=err.status, error=err)
     messages.success(request, f"Approved turn {turn.turn_id}.")
     return HttpResponseRedirect(_next_url(request, turn))
 
@@ -99,13 +108,13 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def block(request: HttpRequest, pk: int) -> HttpResponse:
     turn = turn_for_write(actor=request.user, pk=pk)
-    form = ReasonForm(request.POST)
+    form = DecisionForm(request.POST)
     if not form.is_valid():
         return _rerender(request, turn, block=form)
     try:
-        services.turn_block(turn=turn, actor=request.user, reason=form.cleaned_data["reason"])
+        services.turn_block(turn=turn, actor=request.user, reason=form.cleaned_data["reason"], seen=form.seen())
     except ServiceError as err:
-        return _rerender(request, turn, block=form, status=err.status, error=err.detail)
+        return _rerender(request, turn, block=form, status=err.status, error=err)
     messages.success(request, f"Blocked turn {turn.turn_id}.")
     return HttpResponseRedirect(_next_url(request, turn))
 
@@ -183,7 +192,7 @@ def assign(request: HttpRequest, pk: int) -> HttpResponse:
         why = request.POST.get("reason")
         done = assignment.turn_assign(turn=turn, actor=request.user, assignee=assignee, reason=why)
     except ServiceError as err:
-        return _rerender(request, turn, status=err.status, error=err.detail)
+        return _rerender(request, turn, status=err.status, error=err)
     messages.success(request, f"Turn {turn.turn_id} is assigned to {done.assignee.get_username()}.")
     return HttpResponseRedirect(_next_url(request, turn))
 
@@ -195,6 +204,6 @@ def unassign(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         assignment.turn_unassign(turn=turn, actor=request.user, reason=request.POST.get("reason"))
     except ServiceError as err:
-        return _rerender(request, turn, status=err.status, error=err.detail)
+        return _rerender(request, turn, status=err.status, error=err)
     messages.success(request, f"Turn {turn.turn_id} has no reviewer now.")
     return HttpResponseRedirect(_next_url(request, turn))

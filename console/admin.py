@@ -17,7 +17,7 @@ from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.auth.models import Group, User
 from django.db import transaction
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, IntervalSchedule, PeriodicTask, SolarSchedule
@@ -26,7 +26,7 @@ from journals.models import TURN_ASSESSED_FIELDS, JournalRecord, Turn, TurnEffec
 from journals.selectors import record_public
 from kernel.errors import ServiceError
 from recovery.services import turn_block
-from recovery.state import DONE
+from recovery.state import DONE, state_of, state_version
 from teams.models import Team
 from trail.admin_mixin import AuditedAdminMixin
 from trail.models import OperatorAction
@@ -82,6 +82,8 @@ class TurnEditForm(forms.ModelForm[Turn]):
         max_length=4000,
         help_text="Why you change this: recorded with the diff in the turn's history.",
     )
+    # The version of the turn's state this page showed: a block made on a state the turn has left is refused.
+    state_version = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
 
     class Meta:
         model = Turn
@@ -92,6 +94,13 @@ class TurnEditForm(forms.ModelForm[Turn]):
         annotation = TurnAnnotation.objects.filter(turn=self.instance).first() if self.instance.pk else None
         for name in EDITABLE:
             self.fields[name].initial = getattr(annotation, name, "") if annotation else ""
+        if self.instance.pk:
+            effective = TurnEffective.objects.filter(turn=self.instance).first()
+            self.fields["state_version"].initial = state_version(state_of(effective))
+
+
+# Marks a request whose change the services refused: no "changed successfully", no admin log entry.
+_REFUSED = "loopx_admin_refused"
 
 
 @admin.register(Turn)
@@ -107,7 +116,7 @@ class TurnAdmin(admin.ModelAdmin[Turn]):
     fieldsets = (
         ("The engine's view (from the journal; never edited)", {"fields": readonly_fields[:-1]}),
         ("Operator's annotations", {"fields": (*EDITABLE, "change_reason")}),
-        ("Operator's decision", {"fields": ("state", "block_turn")}),
+        ("Operator's decision", {"fields": ("state", "block_turn", "state_version")}),
     )
 
     @admin.display(description="state", ordering="effective__state")
@@ -135,15 +144,29 @@ class TurnAdmin(admin.ModelAdmin[Turn]):
 
     def save_model(self, request: HttpRequest, obj: Turn, form: forms.ModelForm[Turn], change: bool) -> None:
         """Never save the Turn row itself: the annotations and a block go through the services, each
-        recorded as an OperatorAction (the annotations with their diff)."""
+        recorded as an OperatorAction (the annotations with their diff). Both or neither: a block refused
+        (the turn moved since this page showed it, ...) leaves the annotations unsaved too."""
         changes = {name: form.cleaned_data.get(name) or "" for name in EDITABLE}
+        block = (form.cleaned_data.get("block_turn") or "").strip()
+        seen = form.cleaned_data.get("state_version") or None
         try:
-            turn_annotate(turn=obj, actor=request.user, changes=changes, reason=form.cleaned_data["change_reason"])
-            block = (form.cleaned_data.get("block_turn") or "").strip()
-            if block:
-                turn_block(turn=obj, actor=request.user, reason=block)
+            with transaction.atomic():
+                if block:
+                    turn_block(turn=obj, actor=request.user, reason=block, seen=seen)
+                turn_annotate(turn=obj, actor=request.user, changes=changes, reason=form.cleaned_data["change_reason"])
         except ServiceError as err:
+            setattr(request, _REFUSED, True)
             messages.error(request, f"Not saved: {err.detail}")
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if getattr(request, _REFUSED, False):
+            return None  # nothing was changed: the admin's own history says nothing either
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Turn) -> HttpResponse:
+        if getattr(request, _REFUSED, False):
+            return HttpResponseRedirect(request.path)  # the page again, with the refusal and the turn as it is now
+        return super().response_change(request, obj)
 
     def save_related(self, request: HttpRequest, form: forms.ModelForm[Turn], formsets: Any, change: bool) -> None:
         return None  # nothing related is edited here

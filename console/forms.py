@@ -153,7 +153,18 @@ class ReasonForm(forms.Form):
 EVIDENCE_CHOICES = [("happened", "it happened"), ("not_happened", "it did not happen")]
 
 
-class ApproveForm(ReasonForm):
+class DecisionForm(ReasonForm):
+    """A decision on one turn: its reason, and the version of the turn's state the page showed
+    (recovery.state.state_version), which the service compares with the current one."""
+
+    state_version = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
+
+    def seen(self) -> str | None:
+        """The version the person decided on; None from a form that carried none."""
+        return self.cleaned_data.get("state_version") or None
+
+
+class ApproveForm(DecisionForm):
     """An approval; one evidence field per indeterminate intent (named ``evidence__<intent id>``)."""
 
     def __init__(

@@ -25,7 +25,7 @@ from django.utils.timesince import timesince
 
 from journals.models import RunStatus, TurnState
 from recovery.assignments.services import assigned_to
-from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, state_of
+from recovery.state import OFFER_APPROVE, OFFER_WITH_EVIDENCE, approval_offer, state_of, state_version
 
 from . import vocabulary
 from .links import HtmlUrlFormer, html_url_former
@@ -278,11 +278,13 @@ def _decide(m: _Markup, t: Any, state: Any, form: _DecideForm) -> None:
         '<details class="rowdecide"><summary>Decide<span class="visually-hidden"> on {}</span></summary>'
         '<form method="post" action="{}" class="rowform">'
         '<input type="hidden" name="csrfmiddlewaretoken" value="{}"><input type="hidden" name="next" value="{}">'
-        '<label for="reason-',
+        # The version of the state this row shows: the decision is refused if the turn moved since.
+        '<input type="hidden" name="state_version" value="{}"><label for="reason-',
         t.turn_id,
         form.block(pk=pk),
         form.csrf_token,
         form.next,
+        state_version(state),
     )
     m.number(pk)
     m.add('">Reason</label><input type="text" id="reason-')

@@ -22,27 +22,31 @@ from journals import access
 from journals.doors import run_for_read, turn_for_read
 from journals.models import JournalRecord
 from recovery.assignments import services as assignment
-from recovery.imports.selectors import source_words
-from recovery.state import DONE
+from recovery.imports.selectors import SourceWords, source_words
 
 from . import integrations, selectors
 from . import runs as runs_pages
-from .context import page_number, review_context, role_context
-from .forms import COMMON_ZONES, ApproveForm, ReasonForm, RecordFilterForm, RunFilterForm, TimezoneForm, TurnFilterForm
+from .context import page_number, role_context
+from .forms import (
+    COMMON_ZONES,
+    ApproveForm,
+    DecisionForm,
+    RecordFilterForm,
+    RunFilterForm,
+    TimezoneForm,
+    TurnFilterForm,
+)
 from .live import live_part, render_live
 from .middleware import SESSION_KEY, zone_or_none
 from .permissions import viewer_required
 from .pictures import held_age, run_timeline
 from .rows import queue_rows, record_items, turn_rows
 from .saved_views import saved_views_context
-from .timeline import turn_timeline
+from .turn_context import TURN_REGION, seen_on_page, turn_context
 from .turn_detail import turn_page
 
-TURN_REGION = "turn-live"
 RUN_REGION = "run-live"
 OVERVIEW_REGION = "overview-live"
-FINISHED = "This turn is finished, so its state is not refreshed."
-
 
 def _scope(request: HttpRequest) -> access.RunScope:
     """The runs the signed-in person sees and acts on (journals.access decides)."""
@@ -170,27 +174,20 @@ def run_record(request: HttpRequest, pk: int, branch: int, lsn: int) -> HttpResp
 def turn_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The door checks the reader's scope before the page is built: another team's turn is a missing one.
     page = turn_page(turn_for_read(actor=request.user, pk=pk, timeline=True))
-    context: dict[str, object] = {
-        "p": page,
-        "turn": page.turn,
-        # A finished turn's state is not polled: nothing a person or the gate does moves it on.
-        "live_off": FINISHED if page.state and page.state.gate == DONE else "",
-        **review_context(request, page.turn),
-        **role_context(request),
-    }
-    if not live_part(request, TURN_REGION):  # the live part is the state card alone
-        words = source_words(run_id=page.turn.run.run_id, turn=page.turn)
+    polled = live_part(request, TURN_REGION)
+    context = turn_context(request, page, seen=seen_on_page(request) if polled else None)
+    if not polled:  # the poll never replaces the forms: a reason half written stays
+        words = context["words"]
         context |= {
-            "words": words,
-            "timeline": turn_timeline(page),
             "approve_form": ApproveForm(
-                indeterminate=page.indeterminate, names=words.intent_labels() if words is not None else None
+                indeterminate=page.indeterminate,
+                names=words.intent_labels() if isinstance(words, SourceWords) else None,
             ),
-            "block_form": ReasonForm(),
+            "block_form": DecisionForm(),
             "nav": "turns",
             "back": _safe_back(request),
         }
-    return render_live(request, "console/turn_detail.html", "console/_turn_state.html", TURN_REGION, context)
+    return render_live(request, "console/turn_detail.html", "console/_turn_live.html", TURN_REGION, context)
 
 
 def _safe_back(request: HttpRequest) -> str:

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnClaim
 from recovery.selectors import GateView
 from recovery.services import BULK_ACTIONS
-from recovery.state import FILTER_CHOICES, FILTER_NAMES
+from recovery.state import FILTER_CHOICES, FILTER_NAMES, state_version
 
 
 class AssessmentSummarySerializer(serializers.ModelSerializer[Assessment]):
@@ -114,6 +114,12 @@ class GateSerializer(serializers.Serializer[Any]):
     effective = serializers.JSONField(
         allow_null=True, help_text="The turn's effective state, as every page shows it (docs/state.md)."
     )
+    state_version = serializers.CharField(
+        help_text=(
+            "The version of `effective` (docs/state.md): also the answer's `ETag`. Send it back as `If-Match` "
+            "with an approval or a block to have it refused (409 `state_changed`) if the turn moved since."
+        )
+    )
     engine = GateEngineSerializer()
     operator = GateOperatorSerializer(allow_null=True)
     claim = GateClaimSerializer(allow_null=True)
@@ -135,6 +141,7 @@ class GateSerializer(serializers.Serializer[Any]):
             "resume_from": view.resume_from,
             "approved": view.approved,
             "effective": view.value.as_dict() if view.value is not None else None,
+            "state_version": state_version(view.value),
             "engine": {
                 "decision": row.decision,
                 "reason": row.reason,

@@ -42,7 +42,14 @@ from recovery.selectors import (
     evidence_in_force,
     gate_view,
 )
-from recovery.state import EngineRow, approval_refusal, engine_row, turn_facts, turn_states_refresh
+from recovery.state import (
+    EngineRow,
+    approval_refusal,
+    engine_row,
+    state_seen_check,
+    turn_facts,
+    turn_states_refresh,
+)
 from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
@@ -357,18 +364,32 @@ def _refuse_while_claimed(turn: Turn) -> None:
         )
 
 
-def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str, str] | None = None) -> GateView:
+def turn_approve(
+    *,
+    turn: Turn,
+    actor: Actor,
+    reason: str,
+    evidence: Mapping[str, str] | None = None,
+    seen: str | None = None,
+) -> GateView:
     """An operator lets a held turn proceed. For an indeterminate effect the operator's evidence
     (intent id -> happened / not_happened) is recorded and read by the engine. Refused, whatever the path
     (page, bulk, API, admin, task), for: a turn that is not held; a discarded turn; a run-level violation
     (those need a repaired journal, not a decision); an integrity hold (resolved through its finding); and
     any live intent whose outcome is still unknown once the evidence given is read, whatever the engine's
-    reason (nothing resumes over an effect nobody confirmed)."""
+    reason (nothing resumes over an effect nobody confirmed).
+
+    ``seen``: the version of the turn's state the person decided on (recovery.state.state_version). When
+    the turn has moved since (someone blocked it, new records came), 409 `state_changed` and nothing is
+    written: an approval never overrides what its author did not see."""
 
     reason = reason_clean(reason=reason)
     findings = dict(evidence or {})
     with transaction.atomic():
         first = assessment_refresh(run=turn.run)
+        # The intents as the person saw them: the evidence's own assessment settles them below, and the
+        # state the decision was made on is the one before the evidence.
+        intents_seen = list(Intent.objects.filter(turn=turn).order_by("position")) if findings else None
         if findings:
             # Evidence goes in, and the engine reads it, before the turn is locked (lock order: _lock_turn).
             known = dict(Intent.objects.filter(turn=turn).values_list("intent_id", "dispatches"))
@@ -392,7 +413,8 @@ def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str
                 )
         latest = assessment_refresh(run=turn.run) if findings else first
         locked = _lock_turn(turn)
-        before = gate_view(turn=locked, assessment=first)
+        before = gate_view(turn=locked, assessment=first, intents=intents_seen)
+        state_seen_check(value=before.value, seen=seen)
         if before.gate != HOLD:
             raise GateError(409, "nothing_to_approve", "the turn is not held: there is nothing to approve")
         current = gate_view(turn=locked, assessment=latest) if findings else before
@@ -428,12 +450,14 @@ def turn_approve(*, turn: Turn, actor: Actor, reason: str, evidence: Mapping[str
     return after
 
 
-def turn_block(*, turn: Turn, actor: Actor, reason: str) -> GateView:
-    """An operator holds a turn until someone approves it."""
+def turn_block(*, turn: Turn, actor: Actor, reason: str, seen: str | None = None) -> GateView:
+    """An operator holds a turn until someone approves it. ``seen``: as for ``turn_approve`` (a block made
+    on a state the turn has left is refused with 409 `state_changed`, nothing written)."""
 
     reason = reason_clean(reason=reason)
     with transaction.atomic():
         locked, before = gate_locked(turn=turn)
+        state_seen_check(value=before.value, seen=seen)
         GateDecision.objects.create(
             run=locked.run,
             turn=locked,

@@ -15,9 +15,11 @@ whatever an approval said, until an operator gives a finding for it (the engine 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -40,6 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
+from kernel.errors import ServiceError
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
@@ -651,6 +654,74 @@ def state_of(effective: TurnEffective | None) -> StateValue | None:
         needs_evidence=tuple(effective.needs_evidence or ()),
         since=effective.since,
     )
+
+
+# --- The version a person saw ------------------------------------------------------------------------
+
+# What a person sees of a turn's state: a decision made on a page, an API answer or the admin carries the
+# version of these, and the services refuse it when the turn has moved since (``state_version``).
+VERSIONED = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "note", "needs_evidence")
+STATE_CHANGED = "state_changed"
+# The one operator word for each state an operator (or the gate) put the turn in.
+_DECIDED_BY = {TurnState.BLOCKED_OPERATOR: "blocked", TurnState.APPROVED: "approved", TurnState.PARKED: "parked"}
+
+
+def state_version(value: StateValue | None) -> str:
+    """The version of a turn's effective state as a person sees it: a short digest of what the pages and
+    the API show (the state, the gate's answer, the reason, who decided, when and why, the intents that
+    need evidence). It changes exactly when one of those does; a turn not yet assessed has a version too.
+    ``since`` is left out: it moves only with the state and reason."""
+    fields: dict[str, Any] = dict.fromkeys(VERSIONED)
+    if value is not None:
+        fields = {
+            "state": str(value.state),
+            "gate": value.gate,
+            "decision": str(value.decision),
+            "reason": value.reason,
+            "resume_from": value.resume_from,
+            "actor_name": value.actor_name[:150],  # as TurnEffective stores it
+            "decided_at": value.decided_at.isoformat() if value.decided_at else None,
+            "note": value.note,
+            "needs_evidence": sorted(value.needs_evidence),
+        }
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def state_change_words(value: StateValue | None) -> str:
+    """What a turn is now, in the words a refused decision or the turn page's banner uses: "blocked by ada
+    at 12:03 UTC: second pair of eyes", "now held for review (unsafe redispatch)"."""
+    if value is None:
+        return "it is not yet assessed"
+    verb = _DECIDED_BY.get(TurnState(value.state))
+    if verb is not None and value.actor_name:
+        when = f" at {value.decided_at.astimezone(UTC):%H:%M} UTC" if value.decided_at else ""
+        note = f": {value.note}" if value.note else ""
+        return f"{verb} by {value.actor_name}{when}{note}"
+    reason = f" ({value.reason.replace('_', ' ')})" if value.reason and value.gate == HOLD else ""
+    return f"now {value.label}{reason}"
+
+
+def state_seen_check(*, value: StateValue | None, seen: str | None) -> None:
+    """Refuse a decision made on a version of the turn's state that is no longer the current one (``seen``:
+    the version the person saw; None: the caller does not say, and nothing is checked)."""
+    if seen is None or seen == state_version(value):
+        return
+    raise StateChanged(value)
+
+
+class StateChanged(ServiceError):
+    """A decision made on a state the turn has left: 409 `state_changed`, naming what it is now."""
+
+    def __init__(self, value: StateValue | None) -> None:
+        super().__init__(
+            409,
+            STATE_CHANGED,
+            f"the turn changed since you looked: {state_change_words(value)}",
+            state=value.as_dict() if value is not None else None,
+            state_version=state_version(value),
+        )
+        self.value = value
 
 
 # --- Reading many turns by state ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ from journals.views import API_ERRORS
 from recovery.assignments.models import TurnAssignment
 from recovery.assignments.services import AssignError, turn_assign, turn_unassign
 from recovery.models import Assessment, GateDecision, OperatorEvidence
-from recovery.selectors import assessments_list, evidence_list, gate_decisions_list
+from recovery.selectors import GateView, assessments_list, evidence_list, gate_decisions_list
 from recovery.serializers import (
     ApproveRequestSerializer,
     AssessmentSerializer,
@@ -50,6 +50,48 @@ from recovery.services import (
 from recovery.state import bulk_candidates
 
 _CONFLICT = {409: OpenApiResponse(ErrorSerializer, description="Refused by the gate's state.")}
+# A decision carries the version of the state its author saw (docs/api.md, "Deciding on what you saw").
+_ETAG = OpenApiParameter(
+    "ETag",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    response=[200],
+    description='`"<state_version>"`: the version of the turn\'s effective state in this answer.',
+)
+_IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        '`"<state_version>"` from the decision you looked at (its `ETag`). When the turn\'s state has moved '
+        "since: 409 `state_changed`, naming what it is now (`state`, `state_version`), and nothing is written. "
+        "Without it the decision is made on the state as it is."
+    ),
+)
+_DECIDE_CONFLICT = {
+    409: OpenApiResponse(
+        ErrorSerializer,
+        description="Refused by the gate's state, or `state_changed`: the turn moved since the `If-Match` version.",
+    )
+}
+
+
+def seen_version(request: Request) -> str | None:
+    """The version of the state the caller decided on, from ``If-Match`` (one entity tag, quoted or not,
+    weak or strong); None when absent or ``*`` (any state)."""
+    given = request.headers.get("If-Match", "").strip()
+    if not given or given == "*":
+        return None
+    if "," in given:
+        raise GateError(400, "if_match_invalid", "If-Match names one version: the ETag of the decision you read")
+    return given.removeprefix("W/").strip('"')
+
+
+def gate_answer(view: GateView) -> Response:
+    """The gate's answer, with its state's version as the ETag."""
+    data = GateSerializer(view).data
+    return Response(data, headers={"ETag": f'"{data["state_version"]}"'})
 
 
 class AssessmentListView(LoopxView):
@@ -107,14 +149,15 @@ class DecisionView(LoopxView):
                     "none), as `assess_journal --expect`. A stored prefix that differs: `hold`, `blocked`, "
                     "reason `offset_mismatch`, with `offset_mismatch` naming the branch and both lsns."
                 ),
-            )
+            ),
+            _ETAG,
         ],
         responses={200: GateSerializer, **API_ERRORS},
     )
     def get(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         expect = high_water_parse(request.query_params.get("expect"), what="expect")
-        return Response(GateSerializer(turn_decision(turn=turn, expect=expect)).data)
+        return gate_answer(turn_decision(turn=turn, expect=expect))
 
 
 class ClaimView(LoopxView):
@@ -158,7 +201,8 @@ class ApproveView(LoopxView):
     @extend_schema(
         operation_id="turn_approve",
         request=ApproveRequestSerializer,
-        responses={200: GateSerializer, **API_ERRORS, **_CONFLICT},
+        parameters=[_IF_MATCH, _ETAG],
+        responses={200: GateSerializer, **API_ERRORS, **_DECIDE_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
@@ -169,8 +213,9 @@ class ApproveView(LoopxView):
             actor=request.user,
             reason=body.validated_data["reason"],
             evidence=body.validated_data.get("evidence"),
+            seen=seen_version(request),
         )
-        return Response(GateSerializer(view).data)
+        return gate_answer(view)
 
 
 class BlockView(LoopxView):
@@ -178,15 +223,17 @@ class BlockView(LoopxView):
     permission_classes = [CanOperate]
 
     @extend_schema(
-        operation_id="turn_block", request=BlockRequestSerializer, responses={200: GateSerializer, **API_ERRORS}
+        operation_id="turn_block",
+        request=BlockRequestSerializer,
+        parameters=[_IF_MATCH, _ETAG],
+        responses={200: GateSerializer, **API_ERRORS, **_DECIDE_CONFLICT},
     )
     def post(self, request: Request, run_id: str, turn_id: str) -> Response:
         turn = self.get_turn(request, run_id, turn_id)
         body = BlockRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        return Response(
-            GateSerializer(turn_block(turn=turn, actor=request.user, reason=body.validated_data["reason"])).data
-        )
+        reason = body.validated_data["reason"]
+        return gate_answer(turn_block(turn=turn, actor=request.user, reason=reason, seen=seen_version(request)))
 
 
 class EvidenceListView(LoopxView):

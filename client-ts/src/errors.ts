@@ -221,6 +221,7 @@ export class HistoryTooLarge extends PayloadTooLarge {}
 export class ImportFinished extends Conflict {}
 export class ImportInvalid extends BadRequest {}
 export class IntegrityHold extends Conflict {}
+export class IfMatchInvalid extends BadRequest {}
 export class IntervalInvalid extends BadRequest {}
 export class JournalInvalid extends BadRequest {}
 export class JournalRequired extends BadRequest {}
@@ -237,6 +238,7 @@ export class RepairQuarantined extends Conflict {}
 export class RunNotBroken extends Conflict {}
 export class SourceInvalid extends BadRequest {}
 export class SourceKeyInvalid extends BadRequest {}
+export class StateChanged extends Conflict {}
 export class TeamInvalid extends BadRequest {}
 export class ThroughSeqInvalid extends BadRequest {}
 export class TokenNameTaken extends Conflict {}
@@ -302,6 +304,7 @@ export const BY_CODE: Record<string, ApiErrorClass> = {
   import_finished: ImportFinished,
   import_invalid: ImportInvalid,
   integrity_hold: IntegrityHold,
+  if_match_invalid: IfMatchInvalid,
   interval_invalid: IntervalInvalid,
   journal_invalid: JournalInvalid,
   journal_required: JournalRequired,
@@ -318,6 +321,7 @@ export const BY_CODE: Record<string, ApiErrorClass> = {
   run_not_broken: RunNotBroken,
   source_invalid: SourceInvalid,
   source_key_invalid: SourceKeyInvalid,
+  state_changed: StateChanged,
   team_invalid: TeamInvalid,
   through_seq_invalid: ThroughSeqInvalid,
   token_name_taken: TokenNameTaken,

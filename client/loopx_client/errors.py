@@ -555,6 +555,10 @@ class IntegrityHold(Conflict):
     pass
 
 
+class IfMatchInvalid(BadRequest):
+    pass
+
+
 class IntervalInvalid(BadRequest):
     pass
 
@@ -615,6 +619,11 @@ class SourceInvalid(BadRequest):
     pass
 
 
+class StateChanged(Conflict):
+    """An approval or block sent with `If-Match` whose version is not the turn's state now: nothing was
+    written; `body["state"]` and `body["state_version"]` say what it is."""
+
+
 class SourceKeyInvalid(BadRequest):
     pass
 
@@ -662,6 +671,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "import_finished": ImportFinished,
     "import_invalid": ImportInvalid,
     "integrity_hold": IntegrityHold,
+    "if_match_invalid": IfMatchInvalid,
     "interval_invalid": IntervalInvalid,
     "journal_invalid": JournalInvalid,
     "journal_required": JournalRequired,
@@ -678,6 +688,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "run_not_broken": RunNotBroken,
     "source_invalid": SourceInvalid,
     "source_key_invalid": SourceKeyInvalid,
+    "state_changed": StateChanged,
     "team_invalid": TeamInvalid,
     "through_seq_invalid": ThroughSeqInvalid,
     "token_name_taken": TokenNameTaken,

@@ -1,14 +1,20 @@
-// Live refresh of a list or a turn's state (htmx polls each [data-live] region). A poll is skipped while
-// the person has paused it, is typing or deciding inside the region, or is on another tab: a refresh must
-// never throw away a reason half written.
+// Live refresh of a list or a turn's page (htmx polls each [data-live] region; a turn's poll also redraws the
+// parts marked [data-live-with=<region>]). A poll is skipped while the person has paused it, is typing or
+// deciding inside the region or one of its parts, or is on another tab: a refresh must never throw away a
+// reason half written.
 (function () {
   "use strict";
-  function busy(region) {
+  function inUse(part) {
     var active = document.activeElement;
-    if (active && active !== region && region.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
+    if (active && active !== part && part.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
       return true;
     }
-    return region.querySelector("details[open]") !== null;
+    // A fold the person opened (not one the page draws open) pauses the poll, which would close it.
+    return part.querySelector("details[open]:not([data-drawn-open])") !== null;
+  }
+  function busy(region) {
+    var parts = document.querySelectorAll('[data-live-with="' + region.id + '"]');
+    return inUse(region) || Array.prototype.some.call(parts, inUse);
   }
   document.addEventListener("htmx:beforeRequest", function (evt) {
     var region = evt.detail.elt;

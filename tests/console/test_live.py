@@ -21,11 +21,12 @@ PARTS = {
     "runs-live": (reverse("console:runs") + "?per_page=25", 7),
     "findings-live": (reverse("console:findings") + "?state=all", 5),
 }
-# The turn page's state card: 3, the turn page's own reads (the turn with its phases and intents, its
-# latest assessment row, branches, the run's integrity finding, the worker's lease, checkpoints: 8), the
-# reviewer and whom it may go to (2). The timeline's records are not read.
-TURN_PART_QUERIES = 13
-DECIDED_TURN_PART_QUERIES = 15  # + the decision in force and the history, as on the page (test_queries)
+# The turn page's poll: 3, the turn page's own reads (the turn with its phases and intents, its latest
+# assessment row, branches, the run's integrity finding, the worker's lease, checkpoints: 8), the reviewer
+# and whom it may go to (2), whether the run was imported (1, its source's words) and the timeline's records
+# (1): the whole page but its forms, in one answer.
+TURN_PART_QUERIES = 15
+DECIDED_TURN_PART_QUERIES = 17  # + the decision in force and the history, as on the page (test_queries)
 
 
 def _poll(client, url: str, region: str):
@@ -102,10 +103,17 @@ def test_the_turn_page_polls_its_state_card(op_pages, operator, pay):
     assert response.status_code == 200 and n == TURN_PART_QUERIES
     part = response.content.decode()
     assert part.lstrip().startswith('<div class="card" aria-live="polite" id="gate-state">')
-    assert 'data-state="resuming"' in part and "timeline" not in part and "block-form" not in part
+    assert 'data-state="resuming"' in part and "block-form" not in part and "approve-form" not in part
+    # The header, the timeline and the history come with it, each swapped in place (out of band).
+    for region in ("turn-head", "timeline", "history", "decide-changed"):
+        assert f'id="{region}"' in part, region
+        assert 'hx-swap-oob="true"' in part.split(f'id="{region}"')[1].split(">")[0], region
+    assert "No operator has acted on this turn." in part and 'id="turn-changed"' not in part
     turn_block(turn=turn, actor=operator, reason="hold for the vendor")
     part = _poll(op_pages, url, "turn-live")[0].content.decode()
     assert 'data-state="blocked_operator"' in part and "hold for the vendor" in part
+    history = part.split('id="history"')[1]
+    assert "blocked the turn" in history and "No operator has acted" not in history
     assert _poll(op_pages, url, "turn-live")[1] == DECIDED_TURN_PART_QUERIES
     for i in range(5):
         turn_block(turn=turn, actor=operator, reason=f"again {i}")
