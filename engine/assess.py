@@ -671,6 +671,16 @@ class Assessor:
             else:
                 self.unreachable.add((b, ln))
 
+    def settle_points(self) -> None:
+        """The points as ``from_state_rows`` would read them back: those already used dropped (a spent point
+        would otherwise keep a fold if its lsn were read again) and the unreachable ones of the batch before
+        forgotten (the next batch's pre-scan finds its own). For a fold kept in memory (engine/warm.py)."""
+        for point in [point for point, n in self.points.items() if n <= 0]:
+            del self.points[point]
+        for b, lsns in self._point_lsns.items():
+            lsns.intersection_update({ln for pb, ln in self.points if pb == b})
+        self.unreachable.clear()
+
     def _violate(self, code: str, branch: int | None, lsn: int | None, turn: str | None, detail: str) -> None:
         self.violations.append(Violation(code, branch, lsn, turn, detail, self.line_no))
 

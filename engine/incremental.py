@@ -37,6 +37,7 @@ from .assess import (
 )
 from .canonical import HAVE_ORJSON, canonical_bytes, is_int
 from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
+from .warm import warm_fold
 
 if HAVE_ORJSON:
     import orjson
@@ -120,6 +121,11 @@ def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
     if not newline or hashlib.sha256(head + b"\n").hexdigest().encode("ascii") != seal:
         raise SnapshotUnusable("corrupt", "the bytes are not the ones sealed")
     header_line, _, body = head.partition(b"\n")
+    return _header(header_line), body
+
+
+def _header(header_line: bytes) -> dict[str, Any]:
+    """The header, once its versions are this engine's ("version")."""
     try:
         header = json.loads(header_line)
     except ValueError as exc:
@@ -132,7 +138,7 @@ def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
     lines = header.get("lines")
     if not (is_int(lines) and lines >= 0 and isinstance(header.get("evidence"), str)):
         raise SnapshotUnusable("corrupt", "the header has no line count or evidence")
-    return header, body
+    return header
 
 
 def snapshot_load(data: bytes) -> FoldSnapshot:
@@ -175,7 +181,12 @@ def assess_incremental(
     def start(points: Counter[tuple[int, int]]) -> Assessor:
         if snapshot is None:
             return Assessor(points, normalised)
-        assessor = _resumed(snapshot, normalised, evidence_id)
+        # This process may still hold the fold that wrote these very bytes (engine/warm.py).
+        assessor = warm_fold(snapshot.digest, evidence_id, snapshot.data)
+        if assessor is not None:
+            _header(snapshot.data.partition(b"\n")[0])  # the versions still this engine's (its seal held)
+        if assessor is None or assessor.line_no != snapshot.lines:
+            assessor = _resumed(snapshot, normalised, evidence_id)
         assessor.resume_points(points)
         return assessor
 
@@ -183,6 +194,8 @@ def assess_incremental(
         assessor = fold_lines(new_lines, start)
         after = _seal(assessor, evidence_id)
         result = assessor.finish(dict(expect or {}))
-        # Freed while the collector is paused: once it is back on, it would first walk the whole fold.
+        # Kept for the run's next batch in this process; the fold it pushes out is freed while the
+        # collector is paused (once it is back on, it would first walk the whole fold).
+        warm_fold(after.digest, evidence_id, after.data, assessor)
         del assessor
     return result, after

@@ -31,6 +31,7 @@ from engine import (
     snapshot_load,
 )
 from engine.canonical import canonical_bytes, digest
+from engine.warm import forget_warm_folds
 from engine.writer import JournalWriter
 
 PHASES: list[str] = list(DEFAULT_PHASES)
@@ -229,17 +230,27 @@ def assert_same(got: Assessment, lines: Sequence[bytes], **kwargs: Any) -> None:
 
 
 def fold_in_batches(
-    lines: Sequence[bytes], cuts: Sequence[int], *, round_trip: bool, **kwargs: Any
+    lines: Sequence[bytes],
+    cuts: Sequence[int],
+    *,
+    round_trip: bool,
+    cold: bool = False,
+    written: list[bytes] | None = None,
+    **kwargs: Any,
 ) -> tuple[list[str], FoldSnapshot]:
     """Fold the journal batch by batch as a caller would (`assess_incremental`, cut before each of `cuts`), each
     snapshot fed to the next batch as it is or read back from its bytes (`round_trip`), checking the result
-    after every batch against the full fold of the prefix. Returns the reasons of the refusals met, each
-    followed by the caller's fallback (a fold from the start)."""
+    after every batch against the full fold of the prefix. `cold`: every batch reads its snapshot's bytes (the
+    folds this process keeps in memory are dropped first), as a process that never folded the run would.
+    `written` receives each batch's snapshot bytes. Returns the reasons of the refusals met, each followed by
+    the caller's fallback (a fold from the start)."""
     refusals: list[str] = []
     snapshot: FoldSnapshot | None = None
     done = 0
     for end in [*sorted(set(cuts)), len(lines)]:
         batch, prefix = lines[done:end], lines[:end]
+        if cold:
+            forget_warm_folds()
         try:
             result, after = assess_incremental(snapshot, list(batch), **kwargs)
         except SnapshotUnusable as exc:
@@ -249,6 +260,8 @@ def fold_in_batches(
         assert_same(result, prefix, **kwargs)
         assert after.lines == end
         assert after.digest == hashlib.sha256(after.data).hexdigest()
+        if written is not None:
+            written.append(after.data)
         snapshot = snapshot_load(after.data) if round_trip else after
         assert snapshot == after
         done = end
