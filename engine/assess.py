@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain, islice
+from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
@@ -486,6 +486,23 @@ def _loads_or_none(line: bytes) -> Any:
         return _loads(line)
     except _DecodeError:
         return None
+
+
+def named_turns(source: Source) -> set[str] | None:
+    """The turns that the lines of ``source`` name (a string ``turn`` in a JSON object), or None when a line
+    could not be read quickly (orjson refuses it): then any turn may be named. A record changes the fold of
+    no other turn (the world ledger is keyed by turn too), which is what ``finish(only=...)`` relies on."""
+    named: set[str] = set()
+    for batch in _Reader(source).batches():
+        for line in batch:
+            obj = _loads_or_none(line)
+            if obj is None:
+                return None
+            if obj.__class__ is dict:
+                turn = obj.get("turn")
+                if turn.__class__ is str:
+                    named.add(turn)
+    return named
 
 
 def parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
@@ -1344,17 +1361,28 @@ class Assessor:
             return found.get(index)
         return found if bound == index else None
 
-    def finish(self, expect: Mapping[int, int]) -> Assessment:
+    def outlook(self, expect: Mapping[int, int]) -> tuple[Violation | None, int, dict[int, float]]:
+        """What every turn's decision reads beside its own fold and intents: the run's reason under
+        ``expect``, the live branch, and how far the live timeline runs on each branch."""
+        violations = [*self.violations, *self._offset_violations(expect)]
+        violations.sort(key=_line_of)
+        return self._run_level(violations), self.live, self._live_cut()
+
+    def finish(self, expect: Mapping[int, int], only: set[str] | None = None) -> Assessment:
         """The assessment: the offsets checked, the run's reason found, each intent resolved and each turn
-        decided (section 6), in that order."""
+        decided (section 6), in that order. ``only``: the decisions of those turns alone (in the same order),
+        the rest of the assessment whole."""
         # Not kept: finish changes nothing, so the fold can go on (a fold snapshot is taken before or after).
         violations = [*self.violations, *self._offset_violations(expect)]
         violations.sort(key=_line_of)  # stable: file order, ties in order found
         run_level = self._run_level(violations)
-        intents_of, blocking, undetermined = self._intent_views()
+        intents_of, blocking, undetermined = self._intent_views(only)
         decide = self._decide
         live_turns_get = self.views[self.live].turns.get
-        # turns_first is in order of first planning (insertion order is file order).
+        # turns_first is in order of first planning (insertion order is file order, and so is each line).
+        firsts = self.turns_first
+        if only is not None:
+            firsts = {turn: firsts[turn] for turn in sorted(only & firsts.keys(), key=firsts.__getitem__)}
         decisions = tuple(
             [
                 decide(
@@ -1366,7 +1394,7 @@ class Assessor:
                     run_level,
                     turn in undetermined,
                 )
-                for turn, first in self.turns_first.items()
+                for turn, first in firsts.items()
             ]
         )
         return Assessment(
@@ -1404,17 +1432,23 @@ class Assessor:
             first = next((x for x in violations if x.code == Code.OFFSET_MISMATCH), None)
         return first
 
-    def _intent_views(self) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
-        """Each turn's intents, in order of first dispatch (the ledger's insertion order is file order), each
-        resolved; the world-ledger violations of each turn; and the turns with a live intent that is
-        indeterminate (rule 4)."""
+    def _intent_views(
+        self, only: set[str] | None = None
+    ) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
+        """Each turn's intents (of the turns ``only`` names, if given), in order of first dispatch (the ledger's
+        insertion order is file order), each resolved; the world-ledger violations of each turn; and the
+        turns with a live intent that is indeterminate (rule 4)."""
+        entries: Iterable[_World] = self.world.values()
+        if only is not None:
+            entries = list(entries)
+            entries = compress(entries, map(only.__contains__, map(_turn_of_world, entries)))  # C loops
         intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
         resolve = self._resolve
         indeterminate = Resolution.INDETERMINATE
         live_get = self._live_cut().get
-        for w in self.world.values():
+        for w in entries:
             turn = w.turn
             if w.violations:
                 blocking.setdefault(turn, []).extend(w.violations)
@@ -1573,6 +1607,7 @@ _TURN_RULES: dict[str, Callable[[Assessor, dict[str, Any], int, int, int, View, 
     "turn_terminal": Assessor._terminal,
 }
 _line_of = attrgetter("line")
+_turn_of_world = attrgetter("turn")
 _line_of_pair = itemgetter(0)
 
 

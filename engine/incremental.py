@@ -33,6 +33,7 @@ from .assess import (
     Source,
     cycle_collection_paused,
     fold_lines,
+    named_turns,
     normalise_evidence,
 )
 from .canonical import HAVE_ORJSON, canonical_bytes, is_int
@@ -170,13 +171,21 @@ def assess_incremental(
     *,
     evidence: EvidenceMap | None = None,
     expect: Mapping[int, int] | None = None,
+    changed_only: bool = False,
 ) -> tuple[Assessment, FoldSnapshot]:
     """``snapshot`` None: ``new_lines`` is the whole journal (a full fold). Otherwise ``new_lines`` are the
     lines after the snapshot's last line. Returns the assessment of the whole prefix (identical to
     ``assess(all lines)``) and the snapshot after its last line. Raises SnapshotUnusable (then fold from
-    the start: ``assess_incremental(None, all lines)``) and JournalUnreadable."""
+    the start: ``assess_incremental(None, all lines)``) and JournalUnreadable.
+
+    ``changed_only``: the assessment's ``turns`` hold only the decisions that may differ from those of the
+    snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
+    reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
+    the assessment is whole. A caller that keeps the decisions it had replaces those listed."""
     normalised = normalise_evidence(evidence)
     evidence_id = evidence_digest(normalised)
+    wanted = dict(expect or {})
+    before: list[Any] = []
 
     def start(points: Counter[tuple[int, int]]) -> Assessor:
         if snapshot is None:
@@ -187,13 +196,18 @@ def assess_incremental(
             _header(snapshot.data.partition(b"\n")[0])  # the versions still this engine's (its seal held)
         if assessor is None or assessor.line_no != snapshot.lines:
             assessor = _resumed(snapshot, normalised, evidence_id)
+        if changed_only:
+            before.append(assessor.outlook(wanted))
         assessor.resume_points(points)
         return assessor
 
     with cycle_collection_paused():
         assessor = fold_lines(new_lines, start)
         after = _seal(assessor, evidence_id)
-        result = assessor.finish(dict(expect or {}))
+        only = None
+        if before and before[0] == assessor.outlook(wanted):
+            only = named_turns(new_lines)
+        result = assessor.finish(wanted, only)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the
         # collector is paused (once it is back on, it would first walk the whole fold).
         warm_fold(after.digest, evidence_id, after.data, assessor)

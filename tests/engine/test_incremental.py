@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,63 @@ def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObje
     assert first.data == again.data
     # Resuming with no new line changes nothing, not even a byte.
     assert assess_incremental(again, [], evidence=model.evidence)[1].data == again.data
+
+
+def assert_changed_only(lines: list[bytes], cuts: list[int], **kwargs: Any) -> int:
+    """Batch by batch, ``changed_only=True`` gives the full fold's assessment with only some turns listed,
+    each exactly as the full fold decides it; every turn it leaves out is decided as the full fold of the
+    lines before the batch decided it. Returns how many batches listed fewer turns than the run has."""
+    snapshot: FoldSnapshot | None = None
+    done = 0
+    fewer = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        try:
+            got, after = assess_incremental(snapshot, lines[done:end], changed_only=True, **kwargs)
+        except SnapshotUnusable:
+            got, after = assess_incremental(None, lines[:end], changed_only=True, **kwargs)
+            snapshot = None  # a fold from the start lists every turn
+        full = assess(lines[:end], **kwargs)
+        listed = {d.turn for d in got.turns}
+        assert got.turns == tuple(d for d in full.turns if d.turn in listed)
+        assert replace(got, turns=full.turns) == full
+        if snapshot is None:
+            assert got.turns == full.turns
+        else:
+            earlier = {d.turn: d for d in assess(lines[:done], **kwargs).turns}
+            assert all(d == earlier.get(d.turn) for d in full.turns if d.turn not in listed)
+            fewer += len(listed) < len(full.turns)
+        snapshot, done = after, end
+    return fewer
+
+
+@PROPERTY
+@given(valid_journals(max_steps=40), st.data())
+def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel, data: st.DataObject) -> None:
+    lines = list(model.w.lines)
+    if data.draw(st.booleans(), label="damaged"):
+        lines = _damaged(lines, data)
+    cuts = cuts_of(data, len(lines))
+    expect = data.draw(st.sampled_from([None, {model.live: model.w.next_lsn[model.live] - 1}, {0: 1}]))
+    assert_changed_only(lines, cuts, evidence=model.evidence, expect=expect)
+
+
+def test_changed_only_lists_the_turns_a_batch_names() -> None:
+    w = JournalWriter("r")
+    for n in range(5):
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+    cut = len(w.lines)
+    w.commit("t3", "envelope")
+    w.plan("t5")
+    _, snapshot = assess_incremental(None, w.lines[:cut])
+    got, _ = assess_incremental(snapshot, w.lines[cut:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t3", "t5"]
+    assert assert_changed_only(w.lines, [cut]) == 1
+    head = len(w.lines)
+    _, snapshot = assess_incremental(None, w.lines)
+    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch: every turn may change
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == [f"t{n}" for n in range(6)]
 
 
 # -- resuming at and before the head ---------------------------------------------------------------------
