@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,30 @@ def fold_in_batches(
         done = end
     assert snapshot is not None
     return refusals, snapshot
+
+
+def assert_changed_only(lines: list[bytes], cuts: list[int], **kwargs: Any) -> int:
+    """Batch by batch, ``changed_only=True`` gives the full fold's assessment with only some turns listed,
+    each exactly as the full fold decides it; every turn it leaves out is decided as the full fold of the
+    lines before the batch decided it. Returns how many batches listed fewer turns than the run has."""
+    snapshot: FoldSnapshot | None = None
+    done = 0
+    fewer = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        try:
+            got, after = assess_incremental(snapshot, lines[done:end], changed_only=True, **kwargs)
+        except SnapshotUnusable:
+            got, after = assess_incremental(None, lines[:end], changed_only=True, **kwargs)
+            snapshot = None  # a fold from the start lists every turn
+        full = assess(lines[:end], **kwargs)
+        listed = {d.turn for d in got.turns}
+        assert got.turns == tuple(d for d in full.turns if d.turn in listed)
+        assert replace(got, turns=full.turns) == full
+        if snapshot is None:
+            assert got.turns == full.turns
+        else:
+            earlier = {d.turn: d for d in assess(lines[:done], **kwargs).turns}
+            assert all(d == earlier.get(d.turn) for d in full.turns if d.turn not in listed)
+            fewer += len(listed) < len(full.turns)
+        snapshot, done = after, end
+    return fewer

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from engine import (
 from engine.assess import Assessor, normalise_evidence
 from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
-from tests.engine.helpers import assert_same, fold_in_batches, obj, put, write_journal
+from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, obj, put, write_journal
 from tests.engine.model import JournalModel
 from tests.engine.strategies import valid_journals
 
@@ -124,33 +123,6 @@ def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObje
     assert first.data == again.data
     # Resuming with no new line changes nothing, not even a byte.
     assert assess_incremental(again, [], evidence=model.evidence)[1].data == again.data
-
-
-def assert_changed_only(lines: list[bytes], cuts: list[int], **kwargs: Any) -> int:
-    """Batch by batch, ``changed_only=True`` gives the full fold's assessment with only some turns listed,
-    each exactly as the full fold decides it; every turn it leaves out is decided as the full fold of the
-    lines before the batch decided it. Returns how many batches listed fewer turns than the run has."""
-    snapshot: FoldSnapshot | None = None
-    done = 0
-    fewer = 0
-    for end in [*sorted(set(cuts)), len(lines)]:
-        try:
-            got, after = assess_incremental(snapshot, lines[done:end], changed_only=True, **kwargs)
-        except SnapshotUnusable:
-            got, after = assess_incremental(None, lines[:end], changed_only=True, **kwargs)
-            snapshot = None  # a fold from the start lists every turn
-        full = assess(lines[:end], **kwargs)
-        listed = {d.turn for d in got.turns}
-        assert got.turns == tuple(d for d in full.turns if d.turn in listed)
-        assert replace(got, turns=full.turns) == full
-        if snapshot is None:
-            assert got.turns == full.turns
-        else:
-            earlier = {d.turn: d for d in assess(lines[:done], **kwargs).turns}
-            assert all(d == earlier.get(d.turn) for d in full.turns if d.turn not in listed)
-            fewer += len(listed) < len(full.turns)
-        snapshot, done = after, end
-    return fewer
 
 
 @PROPERTY
