@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 from .assess import Assessor
 
-# A worker serves many runs, and a fold of a large run holds hundreds of megabytes: a few, not more.
+# A worker serves many runs, and a kept fold holds about 1.4 kB per turn (140 MB for 100,000 turns,
+# measured with tracemalloc): a few, not more.
 KEEP = 2
 
 
