@@ -618,6 +618,9 @@ class Assessor:
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
         # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
         self.unreachable: set[tuple[int, int]] = set()
+        # The world ledger's rows as the last state_rows wrote them, where each turn's entries are in them,
+        # and how many entries there were (a fold kept in memory writes only what its batch named again).
+        self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -628,10 +631,13 @@ class Assessor:
         self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
 
     # -- fold snapshots (engine/incremental.py) -------------------------------------------------------------
-    def state_rows(self) -> list[Any]:
+    def state_rows(self, named: set[str] | None = None) -> list[Any]:
         """Everything the fold carries after its last line, as plain JSON values in a fixed order: the same
         fold gives the same rows. Left out, since they only make it faster: the checkpoints' digest cache,
-        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
+        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points.
+        ``named``: the turns the lines since the last call named (named_turns), when this fold wrote rows
+        before: the world ledger's rows of the other turns are those written then (a record changes the
+        entries of its own turn only), so only the named ones are written again."""
         writer = StateWriter()
         views = [[b, *writer.view_row(view)] for b, view in sorted(self.views.items())]
         snapshots = [[b, ln, *writer.view_row(view)] for (b, ln), view in sorted(self.snapshots.items())]
@@ -646,10 +652,31 @@ class Assessor:
             views,
             snapshots,
             sorted([b, ln, n] for (b, ln), n in self.points.items() if n > 0),
-            list(chain.from_iterable(map(_WORLD_ROW, self.world.values()))),
+            self._world_rows(named),
             [x for turn, first in self.turns_first.items() for x in (turn, *first)],
             [[c["branch"], c["lsn"], c["covers_lsn"], c["verified"]] for c in self.checkpoints],
         ]
+
+    def _world_rows(self, named: set[str] | None) -> list[Any]:
+        entries = list(self.world.values())
+        kept = self._world_kept
+        if named is None or kept is None:
+            rows = list(chain.from_iterable(map(_WORLD_ROW, entries)))
+            where: dict[str, list[int]] = {}
+            for i, w in enumerate(entries):
+                where.setdefault(w.turn, []).append(i)
+            self._world_kept = (rows, where, len(entries))
+            return list(rows)
+        rows, where, done = kept
+        width = len(_World.__slots__)
+        for turn in named:
+            for i in where.get(turn, ()):
+                rows[i * width : (i + 1) * width] = _WORLD_ROW(entries[i])
+        for i in range(done, len(entries)):
+            rows.extend(_WORLD_ROW(entries[i]))
+            where.setdefault(entries[i].turn, []).append(i)
+        self._world_kept = (rows, where, len(entries))
+        return list(rows)
 
     @classmethod
     def from_state_rows(cls, rows: Sequence[Any], evidence: Mapping[Any, Any]) -> Assessor:

@@ -103,8 +103,8 @@ def _decode(codec: str, body: bytes) -> Any:
     return json.loads(body)
 
 
-def _seal(assessor: Assessor, evidence: str) -> FoldSnapshot:
-    codec, body = _encode(assessor.state_rows())
+def _seal(assessor: Assessor, evidence: str, named: set[str] | None = None) -> FoldSnapshot:
+    codec, body = _encode(assessor.state_rows(named))
     header = {
         "engine": ENGINE_VERSION,
         "evidence": evidence,
@@ -207,10 +207,9 @@ def assess_incremental(
 
     with cycle_collection_paused():
         assessor = fold_lines(new_lines, start)
-        after = _seal(assessor, evidence_id)
-        only = None
-        if before and before[0] == assessor.outlook(wanted):
-            only = named_turns(new_lines)
+        named = named_turns(new_lines) if snapshot is not None else None
+        after = _seal(assessor, evidence_id, named)
+        only = named if before and before[0] == assessor.outlook(wanted) else None
         result = assessor.finish(wanted, only)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the
         # collector is paused (once it is back on, it would first walk the whole fold).
