@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_incremental                    # ~1,000,000 records, ~100,000 turns
     python -m benchmarks.bench_incremental --records 100000   # smaller
+    python -m benchmarks.bench_incremental --grow 1000        # the run grown batch by batch (see grow)
 
 The journal is bench_engine's (generated once and cached). Its last ``--tail`` lines are the new batch;
 the rest is folded once into a snapshot. Printed, the least CPU time of ``--rounds`` (other load on a
@@ -9,13 +10,17 @@ shared machine disturbs it least): the full fold of the whole journal; the snaps
 the resumed batch (assess_incremental, everything: seal check, rows read, the batch folded, the new
 snapshot written, the assessment); and its parts: the rows parsed (orjson), the fold rebuilt from them,
 the fold written as rows, one sha256 pass, finish (which decides every turn, so it grows with the run
-too). See docs/perf/2026-12-06-incremental-engine.md.
+too). Then the two speed paths: the same batch when this process still holds the fold that wrote the
+snapshot (engine/warm.py), and with ``changed_only=True`` as well (only the decisions the batch may change).
+A run's growth is approximated by two sizes: ``--records 100000`` and the default, each with ``--tail 1000``.
+See docs/perf/2026-12-06-incremental-engine.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +29,9 @@ from typing import Any
 import orjson
 
 from benchmarks.bench_engine import journal
-from engine import assess, assess_incremental, snapshot_load
+from engine import SnapshotUnusable, assess, assess_incremental, snapshot_load
 from engine.assess import Assessor, cycle_collection_paused
+from engine.warm import forget_warm_folds
 
 
 def _best(rounds: int, work: Callable[[], Any]) -> tuple[float, Any]:
@@ -34,6 +40,17 @@ def _best(rounds: int, work: Callable[[], Any]) -> tuple[float, Any]:
     for _ in range(rounds):
         started = time.process_time()
         out = work()
+        best = min(best, time.process_time() - started)
+    return best, out
+
+
+def _best_after(rounds: int, setup: Callable[[], Any], work: Callable[[Any], Any]) -> tuple[float, Any]:
+    """As _best, each round timing `work(setup())` but not the setup."""
+    best, out = float("inf"), None
+    for _ in range(rounds):
+        ready = setup()
+        started = time.process_time()
+        out = work(ready)
         best = min(best, time.process_time() - started)
     return best, out
 
@@ -50,13 +67,41 @@ def _split(path: Path, tail: int) -> tuple[Path, Path]:
     return head_path, tail_path
 
 
+def grow(path: Path, batch: int) -> None:
+    """The journal fed in batches of `batch` lines as a worker would (changed_only, the fold kept in memory,
+    a refused batch folded from the start), each batch's CPU time kept: the median of the first tenth of
+    batches beside the median of the last tenth says how a batch's cost grows with the run."""
+    lines = path.read_bytes().splitlines()
+    snapshot = None
+    times: list[float] = []
+    refused = 0
+    forget_warm_folds()
+    for start in range(0, len(lines), batch):
+        started = time.process_time()
+        try:
+            _, snapshot = assess_incremental(snapshot, lines[start : start + batch], changed_only=True)
+        except SnapshotUnusable:
+            refused += 1
+            _, snapshot = assess_incremental(None, lines[: start + batch], changed_only=True)
+        times.append(time.process_time() - started)
+    tenth = max(1, len(times) // 10)
+    first, last = statistics.median(times[:tenth]), statistics.median(times[-tenth:])
+    print(f"grown in {len(times):,} batches of {batch:,} lines ({refused} refused, folded from the start)")
+    print(f"  median batch, first tenth:     {first:7.4f} s")
+    print(f"  median batch, last tenth:      {last:7.4f} s   ({last / first:.1f}x the first)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_incremental")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--tail", type=int, default=100, help="lines in the resumed batch")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--grow", type=int, default=0, help="only grow the run in batches of this many lines")
     args = parser.parse_args(argv)
     path = journal(args.records)
+    if args.grow:
+        grow(path, args.grow)
+        return 0
     head, tail = _split(path, args.tail)
     rounds = args.rounds
 
@@ -67,10 +112,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"first fold + snapshot:           {first:7.3f} s   snapshot {len(snapshot.data) / 1e6:.1f} MB")
     loaded, _ = _best(rounds, lambda: snapshot_load(snapshot.data))
     print(f"snapshot_load (seal, sha256):    {loaded:7.3f} s")
-    resumed, (incremental, _) = _best(rounds, lambda: assess_incremental(snapshot, tail))
+    forget_warm_folds()
+    resumed, (incremental, _) = _best_after(rounds, forget_warm_folds, lambda _: assess_incremental(snapshot, tail))
     assert incremental == result
     faster = full / resumed
     print(f"resumed batch of {args.tail} lines:       {resumed:7.3f} s   ({faster:.1f}x faster than the full fold)")
+
+    def warm() -> Any:  # the first fold again, so that this process holds the fold that wrote its snapshot
+        forget_warm_folds()
+        return assess_incremental(None, head)[1]
+
+    kept, (incremental, _) = _best_after(rounds, warm, lambda held: assess_incremental(held, tail))
+    assert incremental == result
+    print(f"  fold kept in memory:           {kept:7.3f} s   ({full / kept:.1f}x)")
+    changed, (partial, _) = _best_after(rounds, warm, lambda held: assess_incremental(held, tail, changed_only=True))
+    assert partial.turns == tuple(d for d in result.turns if d.turn in {p.turn for p in partial.turns})
+    listed = f"{len(partial.turns):,} turns listed"
+    print(f"  kept, changed_only:            {changed:7.3f} s   ({full / changed:.1f}x; {listed})")
+    forget_warm_folds()
 
     body = snapshot.data.split(b"\n")[1]
     with cycle_collection_paused():  # as assess_incremental reads and writes a snapshot

@@ -8,8 +8,9 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
 - ``ENGINE_VERSION`` (decisions) and ``PROJECTION_VERSION`` (the canonical fold's shape)
 - ``redact(obj)``: section 8's public-safety projection
-- ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None) -> (Assessment, FoldSnapshot)``;
-  ``snapshot_load(bytes) -> FoldSnapshot``; ``SnapshotUnusable`` (its ``reason``: fold from the start)
+- ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None, changed_only=False)
+  -> (Assessment, FoldSnapshot)``; ``snapshot_load(bytes) -> FoldSnapshot``; ``SnapshotUnusable`` (its
+  ``reason``: fold from the start); ``forget_warm_folds()`` (the folds kept in memory, engine/warm.py)
 """
 
 from .canonical import ParsedLine, canonical_bytes, digest, is_int, parse_line
@@ -69,6 +70,7 @@ from .assess import (
 )
 from .assess import parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
 from .incremental import SNAPSHOT_REASONS, FoldSnapshot, SnapshotUnusable, assess_incremental, snapshot_load
+from .warm import forget_warm_folds
 
 __all__ += [
     "ENGINE_VERSION",
@@ -87,5 +89,6 @@ __all__ += [
     "FoldSnapshot",
     "SnapshotUnusable",
     "assess_incremental",
+    "forget_warm_folds",
     "snapshot_load",
 ]

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain, islice
+from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
@@ -488,6 +488,23 @@ def _loads_or_none(line: bytes) -> Any:
         return None
 
 
+def named_turns(source: Source) -> set[str] | None:
+    """The turns that the lines of ``source`` name (a string ``turn`` in a JSON object), or None when a line
+    could not be read quickly (orjson refuses it): then any turn may be named. A record changes the fold of
+    no other turn (the world ledger is keyed by turn too), which is what ``finish(only=...)`` relies on."""
+    named: set[str] = set()
+    for batch in _Reader(source).batches():
+        for line in batch:
+            obj = _loads_or_none(line)
+            if obj is None:
+                return None
+            if obj.__class__ is dict:
+                turn = obj.get("turn")
+                if turn.__class__ is str:
+                    named.add(turn)
+    return named
+
+
 def parse_batch(lines: Sequence[bytes]) -> tuple[list[Any], bool]:
     """Each line parsed on its own (None where orjson refuses it), and whether every line is proven to be
     the canonical bytes of its value, by one serialisation of the whole batch instead of one per line.
@@ -601,6 +618,9 @@ class Assessor:
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
         # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
         self.unreachable: set[tuple[int, int]] = set()
+        # The world ledger's rows as the last state_rows wrote them, where each turn's entries are in them,
+        # and how many entries there were (a fold kept in memory writes only what its batch named again).
+        self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -611,10 +631,13 @@ class Assessor:
         self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
 
     # -- fold snapshots (engine/incremental.py) -------------------------------------------------------------
-    def state_rows(self) -> list[Any]:
+    def state_rows(self, named: set[str] | None = None) -> list[Any]:
         """Everything the fold carries after its last line, as plain JSON values in a fixed order: the same
         fold gives the same rows. Left out, since they only make it faster: the checkpoints' digest cache,
-        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
+        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points.
+        ``named``: the turns the lines since the last call named (named_turns), when this fold wrote rows
+        before: the world ledger's rows of the other turns are those written then (a record changes the
+        entries of its own turn only), so only the named ones are written again."""
         writer = StateWriter()
         views = [[b, *writer.view_row(view)] for b, view in sorted(self.views.items())]
         snapshots = [[b, ln, *writer.view_row(view)] for (b, ln), view in sorted(self.snapshots.items())]
@@ -629,10 +652,31 @@ class Assessor:
             views,
             snapshots,
             sorted([b, ln, n] for (b, ln), n in self.points.items() if n > 0),
-            list(chain.from_iterable(map(_WORLD_ROW, self.world.values()))),
+            self._world_rows(named),
             [x for turn, first in self.turns_first.items() for x in (turn, *first)],
             [[c["branch"], c["lsn"], c["covers_lsn"], c["verified"]] for c in self.checkpoints],
         ]
+
+    def _world_rows(self, named: set[str] | None) -> list[Any]:
+        entries = list(self.world.values())
+        kept = self._world_kept
+        if named is None or kept is None:
+            rows = list(chain.from_iterable(map(_WORLD_ROW, entries)))
+            where: dict[str, list[int]] = {}
+            for i, w in enumerate(entries):
+                where.setdefault(w.turn, []).append(i)
+            self._world_kept = (rows, where, len(entries))
+            return list(rows)
+        rows, where, done = kept
+        width = len(_World.__slots__)
+        for turn in named:
+            for i in where.get(turn, ()):
+                rows[i * width : (i + 1) * width] = _WORLD_ROW(entries[i])
+        for i in range(done, len(entries)):
+            rows.extend(_WORLD_ROW(entries[i]))
+            where.setdefault(entries[i].turn, []).append(i)
+        self._world_kept = (rows, where, len(entries))
+        return list(rows)
 
     @classmethod
     def from_state_rows(cls, rows: Sequence[Any], evidence: Mapping[Any, Any]) -> Assessor:
@@ -670,6 +714,16 @@ class Assessor:
                 self.snapshots[(b, ln)] = self.views[b].snapshot()
             else:
                 self.unreachable.add((b, ln))
+
+    def settle_points(self) -> None:
+        """The points as ``from_state_rows`` would read them back: those already used dropped (a spent point
+        would otherwise keep a fold if its lsn were read again) and the unreachable ones of the batch before
+        forgotten (the next batch's pre-scan finds its own). For a fold kept in memory (engine/warm.py)."""
+        for point in [point for point, n in self.points.items() if n <= 0]:
+            del self.points[point]
+        for b, lsns in self._point_lsns.items():
+            lsns.intersection_update({ln for pb, ln in self.points if pb == b})
+        self.unreachable.clear()
 
     def _violate(self, code: str, branch: int | None, lsn: int | None, turn: str | None, detail: str) -> None:
         self.violations.append(Violation(code, branch, lsn, turn, detail, self.line_no))
@@ -1334,17 +1388,28 @@ class Assessor:
             return found.get(index)
         return found if bound == index else None
 
-    def finish(self, expect: Mapping[int, int]) -> Assessment:
+    def outlook(self, expect: Mapping[int, int]) -> tuple[Violation | None, int, dict[int, float]]:
+        """What every turn's decision reads beside its own fold and intents: the run's reason under
+        ``expect``, the live branch, and how far the live timeline runs on each branch."""
+        violations = [*self.violations, *self._offset_violations(expect)]
+        violations.sort(key=_line_of)
+        return self._run_level(violations), self.live, self._live_cut()
+
+    def finish(self, expect: Mapping[int, int], only: set[str] | None = None) -> Assessment:
         """The assessment: the offsets checked, the run's reason found, each intent resolved and each turn
-        decided (section 6), in that order."""
+        decided (section 6), in that order. ``only``: the decisions of those turns alone (in the same order),
+        the rest of the assessment whole."""
         # Not kept: finish changes nothing, so the fold can go on (a fold snapshot is taken before or after).
         violations = [*self.violations, *self._offset_violations(expect)]
         violations.sort(key=_line_of)  # stable: file order, ties in order found
         run_level = self._run_level(violations)
-        intents_of, blocking, undetermined = self._intent_views()
+        intents_of, blocking, undetermined = self._intent_views(only)
         decide = self._decide
         live_turns_get = self.views[self.live].turns.get
-        # turns_first is in order of first planning (insertion order is file order).
+        # turns_first is in order of first planning (insertion order is file order, and so is each line).
+        firsts = self.turns_first
+        if only is not None:
+            firsts = {turn: firsts[turn] for turn in sorted(only & firsts.keys(), key=firsts.__getitem__)}
         decisions = tuple(
             [
                 decide(
@@ -1356,7 +1421,7 @@ class Assessor:
                     run_level,
                     turn in undetermined,
                 )
-                for turn, first in self.turns_first.items()
+                for turn, first in firsts.items()
             ]
         )
         return Assessment(
@@ -1394,17 +1459,23 @@ class Assessor:
             first = next((x for x in violations if x.code == Code.OFFSET_MISMATCH), None)
         return first
 
-    def _intent_views(self) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
-        """Each turn's intents, in order of first dispatch (the ledger's insertion order is file order), each
-        resolved; the world-ledger violations of each turn; and the turns with a live intent that is
-        indeterminate (rule 4)."""
+    def _intent_views(
+        self, only: set[str] | None = None
+    ) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
+        """Each turn's intents (of the turns ``only`` names, if given), in order of first dispatch (the ledger's
+        insertion order is file order), each resolved; the world-ledger violations of each turn; and the
+        turns with a live intent that is indeterminate (rule 4)."""
+        entries: Iterable[_World] = self.world.values()
+        if only is not None:
+            entries = list(entries)
+            entries = compress(entries, map(only.__contains__, map(_turn_of_world, entries)))  # C loops
         intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
         resolve = self._resolve
         indeterminate = Resolution.INDETERMINATE
         live_get = self._live_cut().get
-        for w in self.world.values():
+        for w in entries:
             turn = w.turn
             if w.violations:
                 blocking.setdefault(turn, []).extend(w.violations)
@@ -1563,6 +1634,7 @@ _TURN_RULES: dict[str, Callable[[Assessor, dict[str, Any], int, int, int, View, 
     "turn_terminal": Assessor._terminal,
 }
 _line_of = attrgetter("line")
+_turn_of_world = attrgetter("turn")
 _line_of_pair = itemgetter(0)
 
 

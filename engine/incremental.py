@@ -14,6 +14,10 @@ A snapshot is plain bytes, read back without executing anything (JSON, never pic
 
 The same lines fed in the same batches give the same bytes. Operator evidence changes the fold itself (an
 unsafe retry is judged when it is read), so the evidence is part of a snapshot's identity.
+
+Two speed paths, each exact: the process keeps the fold that wrote a snapshot and folds the next batch into
+it instead of reading the bytes back (engine/warm.py), and ``changed_only=True`` decides only the turns the
+new lines name, unless the run's reason or the live timeline moved.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from .assess import (
     Source,
     cycle_collection_paused,
     fold_lines,
+    named_turns,
     normalise_evidence,
 )
 from .canonical import HAVE_ORJSON, canonical_bytes, is_int
 from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
+from .warm import warm_fold
 
 if HAVE_ORJSON:
     import orjson
@@ -97,8 +103,8 @@ def _decode(codec: str, body: bytes) -> Any:
     return json.loads(body)
 
 
-def _seal(assessor: Assessor, evidence: str) -> FoldSnapshot:
-    codec, body = _encode(assessor.state_rows())
+def _seal(assessor: Assessor, evidence: str, named: set[str] | None = None) -> FoldSnapshot:
+    codec, body = _encode(assessor.state_rows(named))
     header = {
         "engine": ENGINE_VERSION,
         "evidence": evidence,
@@ -120,6 +126,11 @@ def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
     if not newline or hashlib.sha256(head + b"\n").hexdigest().encode("ascii") != seal:
         raise SnapshotUnusable("corrupt", "the bytes are not the ones sealed")
     header_line, _, body = head.partition(b"\n")
+    return _header(header_line), body
+
+
+def _header(header_line: bytes) -> dict[str, Any]:
+    """The header, once its versions are this engine's ("version")."""
     try:
         header = json.loads(header_line)
     except ValueError as exc:
@@ -132,7 +143,7 @@ def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
     lines = header.get("lines")
     if not (is_int(lines) and lines >= 0 and isinstance(header.get("evidence"), str)):
         raise SnapshotUnusable("corrupt", "the header has no line count or evidence")
-    return header, body
+    return header
 
 
 def snapshot_load(data: bytes) -> FoldSnapshot:
@@ -164,25 +175,44 @@ def assess_incremental(
     *,
     evidence: EvidenceMap | None = None,
     expect: Mapping[int, int] | None = None,
+    changed_only: bool = False,
 ) -> tuple[Assessment, FoldSnapshot]:
     """``snapshot`` None: ``new_lines`` is the whole journal (a full fold). Otherwise ``new_lines`` are the
     lines after the snapshot's last line. Returns the assessment of the whole prefix (identical to
     ``assess(all lines)``) and the snapshot after its last line. Raises SnapshotUnusable (then fold from
-    the start: ``assess_incremental(None, all lines)``) and JournalUnreadable."""
+    the start: ``assess_incremental(None, all lines)``) and JournalUnreadable.
+
+    ``changed_only``: the assessment's ``turns`` hold only the decisions that may differ from those of the
+    snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
+    reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
+    the assessment is whole. A caller that keeps the decisions it had replaces those listed."""
     normalised = normalise_evidence(evidence)
     evidence_id = evidence_digest(normalised)
+    wanted = dict(expect or {})
+    before: list[Any] = []
 
     def start(points: Counter[tuple[int, int]]) -> Assessor:
         if snapshot is None:
             return Assessor(points, normalised)
-        assessor = _resumed(snapshot, normalised, evidence_id)
+        # This process may still hold the fold that wrote these very bytes (engine/warm.py).
+        assessor = warm_fold(snapshot.digest, evidence_id, snapshot.data)
+        if assessor is not None:
+            _header(snapshot.data.partition(b"\n")[0])  # the versions still this engine's (its seal held)
+        if assessor is None or assessor.line_no != snapshot.lines:
+            assessor = _resumed(snapshot, normalised, evidence_id)
+        if changed_only:
+            before.append(assessor.outlook(wanted))
         assessor.resume_points(points)
         return assessor
 
     with cycle_collection_paused():
         assessor = fold_lines(new_lines, start)
-        after = _seal(assessor, evidence_id)
-        result = assessor.finish(dict(expect or {}))
-        # Freed while the collector is paused: once it is back on, it would first walk the whole fold.
+        named = named_turns(new_lines) if snapshot is not None else None
+        after = _seal(assessor, evidence_id, named)
+        only = named if before and before[0] == assessor.outlook(wanted) else None
+        result = assessor.finish(wanted, only)
+        # Kept for the run's next batch in this process; the fold it pushes out is freed while the
+        # collector is paused (once it is back on, it would first walk the whole fold).
+        warm_fold(after.digest, evidence_id, after.data, assessor)
         del assessor
     return result, after

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from engine import (
     snapshot_load,
 )
 from engine.canonical import canonical_bytes, digest
+from engine.warm import forget_warm_folds
 from engine.writer import JournalWriter
 
 PHASES: list[str] = list(DEFAULT_PHASES)
@@ -229,17 +231,27 @@ def assert_same(got: Assessment, lines: Sequence[bytes], **kwargs: Any) -> None:
 
 
 def fold_in_batches(
-    lines: Sequence[bytes], cuts: Sequence[int], *, round_trip: bool, **kwargs: Any
+    lines: Sequence[bytes],
+    cuts: Sequence[int],
+    *,
+    round_trip: bool,
+    cold: bool = False,
+    written: list[bytes] | None = None,
+    **kwargs: Any,
 ) -> tuple[list[str], FoldSnapshot]:
     """Fold the journal batch by batch as a caller would (`assess_incremental`, cut before each of `cuts`), each
     snapshot fed to the next batch as it is or read back from its bytes (`round_trip`), checking the result
-    after every batch against the full fold of the prefix. Returns the reasons of the refusals met, each
-    followed by the caller's fallback (a fold from the start)."""
+    after every batch against the full fold of the prefix. `cold`: every batch reads its snapshot's bytes (the
+    folds this process keeps in memory are dropped first), as a process that never folded the run would.
+    `written` receives each batch's snapshot bytes. Returns the reasons of the refusals met, each followed by
+    the caller's fallback (a fold from the start)."""
     refusals: list[str] = []
     snapshot: FoldSnapshot | None = None
     done = 0
     for end in [*sorted(set(cuts)), len(lines)]:
         batch, prefix = lines[done:end], lines[:end]
+        if cold:
+            forget_warm_folds()
         try:
             result, after = assess_incremental(snapshot, list(batch), **kwargs)
         except SnapshotUnusable as exc:
@@ -249,8 +261,37 @@ def fold_in_batches(
         assert_same(result, prefix, **kwargs)
         assert after.lines == end
         assert after.digest == hashlib.sha256(after.data).hexdigest()
+        if written is not None:
+            written.append(after.data)
         snapshot = snapshot_load(after.data) if round_trip else after
         assert snapshot == after
         done = end
     assert snapshot is not None
     return refusals, snapshot
+
+
+def assert_changed_only(lines: list[bytes], cuts: list[int], **kwargs: Any) -> int:
+    """Batch by batch, ``changed_only=True`` gives the full fold's assessment with only some turns listed,
+    each exactly as the full fold decides it; every turn it leaves out is decided as the full fold of the
+    lines before the batch decided it. Returns how many batches listed fewer turns than the run has."""
+    snapshot: FoldSnapshot | None = None
+    done = 0
+    fewer = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        try:
+            got, after = assess_incremental(snapshot, lines[done:end], changed_only=True, **kwargs)
+        except SnapshotUnusable:
+            got, after = assess_incremental(None, lines[:end], changed_only=True, **kwargs)
+            snapshot = None  # a fold from the start lists every turn
+        full = assess(lines[:end], **kwargs)
+        listed = {d.turn for d in got.turns}
+        assert got.turns == tuple(d for d in full.turns if d.turn in listed)
+        assert replace(got, turns=full.turns) == full
+        if snapshot is None:
+            assert got.turns == full.turns
+        else:
+            earlier = {d.turn: d for d in assess(lines[:done], **kwargs).turns}
+            assert all(d == earlier.get(d.turn) for d in full.turns if d.turn not in listed)
+            fewer += len(listed) < len(full.turns)
+        snapshot, done = after, end
+    return fewer

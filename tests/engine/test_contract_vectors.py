@@ -19,7 +19,7 @@ import pytest
 
 from engine import assess, canonical_bytes, digest, parse_line
 from tests import contract_vectors
-from tests.engine.helpers import fold_in_batches
+from tests.engine.helpers import assert_changed_only, fold_in_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS: dict[str, Any] = json.loads(contract_vectors.PATH.read_text(encoding="ascii"))
@@ -178,9 +178,11 @@ def test_the_worked_example_of_docs_contract_md_is_right():
 def _incremental_everywhere(lines: list[bytes]) -> None:
     """The journal assessed incrementally gives what the full fold gives: resumed from a snapshot cut at every
     line (read back from its bytes), and fed line by line, each prefix equal to its own full fold. The chained
-    journal forks back behind some cuts: those batches are refused and folded from the start."""
+    journal forks back behind some cuts: those batches are refused and folded from the start. With
+    changed_only, every batch lists every decision that differs from the full fold before it."""
     for cut in range(len(lines) + 1):
         assert set(fold_in_batches(lines, [cut], round_trip=True)[0]) <= {"fork_into_past"}
+        assert_changed_only(lines, [cut])
     assert set(fold_in_batches(lines, range(len(lines)), round_trip=False)[0]) <= {"fork_into_past"}
 
 

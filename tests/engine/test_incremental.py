@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine.incremental as incremental
+import engine.warm as warm
 from engine import (
     FoldSnapshot,
     SnapshotUnusable,
@@ -25,8 +26,9 @@ from engine import (
     snapshot_load,
 )
 from engine.assess import Assessor, normalise_evidence
+from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
-from tests.engine.helpers import assert_same, fold_in_batches, obj, put, write_journal
+from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, obj, put, write_journal
 from tests.engine.model import JournalModel
 from tests.engine.strategies import valid_journals
 
@@ -49,8 +51,9 @@ def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     cuts = cuts_of(data, len(lines))
     expect = {model.live: model.w.next_lsn[model.live] - 1}
     whole = assess_incremental(None, lines, evidence=model.evidence)[1]
-    for round_trip in (False, True):
-        refusals, last = fold_in_batches(lines, cuts, round_trip=round_trip, evidence=model.evidence)
+    # The fold this process kept in memory (engine/warm.py) or the snapshot's bytes read back: the same.
+    for round_trip, cold in ((False, False), (True, False), (True, True)):
+        refusals, last = fold_in_batches(lines, cuts, round_trip=round_trip, cold=cold, evidence=model.evidence)
         # Forks rewind into the past: a batch boundary between the point and the fork needs a fold from the
         # start; nothing else does in a valid journal.
         assert set(refusals) <= {"fork_into_past", "checkpoint_into_past"}
@@ -100,7 +103,14 @@ def test_a_damaged_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     model: JournalModel, data: st.DataObject
 ) -> None:
     lines = _damaged(list(model.w.lines), data)
-    fold_in_batches(lines, cuts_of(data, len(lines)), round_trip=True, evidence=model.evidence)
+    cuts = cuts_of(data, len(lines))
+    warm: list[bytes] = []
+    cold: list[bytes] = []
+    fold_in_batches(lines, cuts, round_trip=True, written=warm, evidence=model.evidence)
+    fold_in_batches(lines, cuts, round_trip=True, cold=True, written=cold, evidence=model.evidence)
+    # A fold kept in memory goes on as one read back from its bytes would: the same bytes after every batch
+    # (damaged journals leave points named and unused, and lsns read again).
+    assert warm == cold
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,6 +123,36 @@ def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObje
     assert first.data == again.data
     # Resuming with no new line changes nothing, not even a byte.
     assert assess_incremental(again, [], evidence=model.evidence)[1].data == again.data
+
+
+@PROPERTY
+@given(valid_journals(max_steps=40), st.data())
+def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel, data: st.DataObject) -> None:
+    lines = list(model.w.lines)
+    if data.draw(st.booleans(), label="damaged"):
+        lines = _damaged(lines, data)
+    cuts = cuts_of(data, len(lines))
+    expect = data.draw(st.sampled_from([None, {model.live: model.w.next_lsn[model.live] - 1}, {0: 1}]))
+    assert_changed_only(lines, cuts, evidence=model.evidence, expect=expect)
+
+
+def test_changed_only_lists_the_turns_a_batch_names() -> None:
+    w = JournalWriter("r")
+    for n in range(5):
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+    cut = len(w.lines)
+    w.commit("t3", "envelope")
+    w.plan("t5")
+    _, snapshot = assess_incremental(None, w.lines[:cut])
+    got, _ = assess_incremental(snapshot, w.lines[cut:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t3", "t5"]
+    assert assert_changed_only(w.lines, [cut]) == 1
+    head = len(w.lines)
+    _, snapshot = assess_incremental(None, w.lines)
+    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch: every turn may change
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == [f"t{n}" for n in range(6)]
 
 
 # -- resuming at and before the head ---------------------------------------------------------------------
@@ -316,3 +356,49 @@ def test_integers_beyond_64_bits_round_trip_exactly() -> None:
     result, _ = assess_incremental(snapshot_load(snapshot.data), w.lines[-1:])
     assert_same(result, w.lines)
     assert 2**70 in [v.lsn for v in result.violations]
+
+
+# -- the fold kept in memory (engine/warm.py) ------------------------------------------------------------
+
+
+def test_a_kept_fold_is_served_once_and_only_for_its_own_bytes() -> None:
+    w = _small()
+    forget_warm_folds()
+    _, snapshot = assess_incremental(None, w.lines)
+    evidence = incremental.evidence_digest(normalise_evidence(None))
+    forged = snapshot.data.replace(b'"lines"', b'"lines" ')  # other bytes under the same digest
+    assert warm_fold(snapshot.digest, evidence, forged) is None  # and taken out: served once at most
+    _, snapshot = assess_incremental(None, w.lines)
+    assert warm_fold(snapshot.digest, "0" * 64, snapshot.data) is None  # other evidence
+    _, snapshot = assess_incremental(None, w.lines)
+    kept = warm_fold(snapshot.digest, evidence, snapshot.data)
+    assert kept is not None and kept.line_no == len(w.lines)
+    assert warm_fold(snapshot.digest, evidence, snapshot.data) is None
+
+
+def test_only_the_last_few_folds_are_kept() -> None:
+    forget_warm_folds()
+    evidence = incremental.evidence_digest(normalise_evidence(None))
+    snapshots = []
+    for n in range(warm.KEEP + 1):
+        w = _small()
+        w.plan(f"extra-{n}")
+        snapshots.append(assess_incremental(None, w.lines)[1])
+    assert warm_fold(snapshots[0].digest, evidence, snapshots[0].data) is None
+    assert all(warm_fold(s.digest, evidence, s.data) is not None for s in snapshots[1:])
+
+
+def test_a_kept_fold_holds_the_points_a_fold_read_back_holds() -> None:
+    """Points used (a fork's) and points found unreachable in the batch before are what a fold read back
+    from its bytes would not hold: a kept fold drops them, so both go on alike."""
+    w, point = _forked_journal()
+    full = Assessor(Counter(), {})
+    for line in w.lines:
+        full.feed(line)
+    full.resume_points(Counter({(0, point): 1, (0, 0): 1}))  # lsn 0: behind the head, not kept
+    assert full.unreachable == {(0, 0)}
+    full.points[(0, 0)] -= 1  # as a use of it would leave it: spent
+    full.settle_points()
+    assert full.points == Counter({(0, point): 1}) and not full.unreachable
+    back = Assessor.from_state_rows(orjson.loads(orjson.dumps(full.state_rows())), {})
+    assert back.points == full.points
