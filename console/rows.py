@@ -252,7 +252,7 @@ def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token:
             short(t.run.run_id, 30),
         )
         _state_badge(m, state)
-        m.add('</td><td class="small">')
+        m.add('</td><td class="small wrap next-step">')
         _next_step(m, state)
         m.add('</td><td class="small">{}</td><td>', t.status)
         _decided(m, state)
@@ -365,7 +365,7 @@ def queue_rows(queue: list[Any], *, admin: bool = False) -> SafeString:
             short(t.run.run_id, 28),
         )
         _state_badge(m, state)
-        m.add('</td><td class="small">')
+        m.add('</td><td class="small wrap next-step">')
         _next_step(m, state)
         m.add("</td><td>")
         _assignee(m, t)
