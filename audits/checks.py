@@ -31,7 +31,7 @@ from recovery.models import Assessment, TurnAssessment
 from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
-from recovery.state import WAITING
+from recovery.state import WAITING, picture_rows
 from trail.chain import trail_verify
 
 logger = logging.getLogger(__name__)
@@ -327,8 +327,9 @@ def audit_engine_change(*, limit: int) -> AuditReport:
         report.counts["reassessed"] += 1
         if old is None or old.prefix_key != new.prefix_key or old.evidence_digest != new.evidence_digest:
             continue  # the journal or the evidence moved too: a difference would not be the engine's
-        before = {r.turn_id: r for r in TurnAssessment.objects.filter(assessment=old).select_related("turn")}
-        for row in TurnAssessment.objects.filter(assessment=new).select_related("turn"):
+        # Each turn's row in force under each (rows are written only where a turn changed).
+        before = {r.turn_id: r for r in picture_rows(run_id=run.pk, through=old.pk)}
+        for row in picture_rows(run_id=run.pk, through=new.pk).select_related("turn"):
             was = before.get(row.turn_id)
             if was is None or _picture(was) == _picture(row):
                 continue

@@ -29,10 +29,18 @@ from journals.storable import storable
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
-from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.models import (
+    COMPACTED_OUTPUT,
+    FINDINGS,
+    Assessment,
+    GateDecision,
+    OperatorEvidence,
+    TurnAssessment,
+    TurnClaim,
+)
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
-from recovery.repair.models import repair_in_force
+from recovery.repair.models import JournalRepair, repair_in_force
 from recovery.selectors import (
     DONE,
     HOLD,
@@ -41,7 +49,15 @@ from recovery.selectors import (
     evidence_in_force,
     gate_view,
 )
-from recovery.state import EngineRow, approval_refusal, engine_row, turn_facts, turn_states_refresh
+from recovery.state import (
+    EngineRow,
+    approval_refusal,
+    engine_row,
+    picture_rows,
+    projected_assessment,
+    turn_facts,
+    turn_states_refresh,
+)
 from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
@@ -103,16 +119,26 @@ class PrefixSuperseded(Exception):
     """A newer batch was committed while the engine ran (``assessment_refresh(newest_only=True)``)."""
 
 
-def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
-    """The assessment of the run's committed prefix with the evidence in force; computed only when no
-    assessment with the same identity exists (same prefix, evidence, engine and projection version).
+@dataclass(frozen=True)
+class AssessmentInputs:
+    """What an assessment of the run reads besides its records, read once: the evidence in force, the kept
+    corrupt lines (and those in force), the repair in force, and the identity they make."""
 
-    ``newest_only`` (the background task, recovery/background.py): store nothing and raise
-    PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
-    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    run: Run
+    evidence: dict[tuple[str, str], Any]
+    kept: list[tuple[int, str, bool]]
+    repair: JournalRepair | None
+    identity: dict[str, Any]
+
+    @property
+    def corrupt(self) -> list[int]:
+        return [pk for pk, _, in_force in self.kept if in_force]  # the lines the engine reads
+
+
+def assessment_inputs(*, run: Run) -> AssessmentInputs:
+    """The inputs of the assessment of the run's committed prefix as ``run`` holds it."""
     evidence = evidence_in_force(run=run)
     kept = corrupt_kept(run)
-    corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
     repair = repair_in_force(run)
     identity = {
         "run": run,
@@ -121,60 +147,138 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
-    existing = Assessment.objects.filter(**identity).first()
+    return AssessmentInputs(run=run, evidence=evidence, kept=kept, repair=repair, identity=identity)
+
+
+def assessment_fold(inputs: AssessmentInputs) -> EngineAssessment:
+    """The engine's answer for the inputs' prefix: a pure computation, nothing stored."""
+    run, last_seq, repair = inputs.run, inputs.run.last_seq, inputs.repair
+    tail: list[bytes] = []
+    if inputs.corrupt:
+        data = dict(JournalCorruption.objects.filter(pk__in=inputs.corrupt).values_list("pk", "data"))
+        tail = [bytes(data[pk]) for pk in inputs.corrupt]
+    if repair is None:
+        return assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=inputs.evidence)
+    read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=inputs.evidence)
+    return repaired_result(read, repair)  # the repair's typed blocks (recovery/repair/input.py)
+
+
+def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
+    """The stored output: the engine's stable JSON, redacted; a repaired run's names its repair."""
+    repair = inputs.repair
+    return storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})}))
+
+
+def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
+    """The assessment of the run's committed prefix with the evidence in force; computed only when no
+    assessment with the same identity exists (same prefix, evidence, engine and projection version).
+
+    It stores TurnAssessment rows only for the turns whose picture changed, under the run's lock, so that
+    assessments are numbered in the order their rows were written and every assessment's picture stays
+    exact (``recovery.state.picture_rows``); then it compacts the run's superseded assessments.
+
+    ``newest_only`` (the background task, recovery/background.py): store nothing and raise
+    PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
+    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    inputs = assessment_inputs(run=run)
+    existing = Assessment.objects.filter(**inputs.identity).first()
     if existing is not None:
         return existing
-    last_seq = run.last_seq
-    tail: list[bytes] = []
-    if corrupt:
-        data = dict(JournalCorruption.objects.filter(pk__in=corrupt).values_list("pk", "data"))
-        tail = [bytes(data[pk]) for pk in corrupt]
-    if repair is None:
-        result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
-    else:
-        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
-        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair/input.py)
-    blocked = result.run_blocked
+    result = assessment_fold(inputs)
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
         if newest_only and (
-            Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
-            or corrupt_kept(run) != kept
-            or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
+            locked.prefix_key != run.prefix_key
+            or corrupt_kept(run) != inputs.kept
+            or getattr(repair_in_force(run), "pk", None) != getattr(inputs.repair, "pk", None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
         try:
-            with transaction.atomic():
-                stored = Assessment.objects.create(
-                    **identity,
-                    prefix_records=run.record_count,
-                    prefix_last_seq=last_seq,
-                    prefix_digest=run.prefix_digest,
-                    # A repaired run's output names its repair ("assessed after repair #3 by ...").
-                    output=storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})})),
-                    live_branch=result.live_branch,
-                    blocked_reason=blocked.code if blocked else None,
-                )
+            stored = _assessment_create(inputs, result)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
-            return Assessment.objects.get(**identity)
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        turns = turns_project(run=locked, result=result, last_seq=last_seq)
-        orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
-        TurnAssessment.objects.bulk_create(_turn_assessments(stored, result, turns, orphans), batch_size=2000)
-        # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
-        if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
-            branches_project(run=locked, views=result.branches)
-            locked.live_branch = result.live_branch
-            locked.blocked_reason = stored.blocked_reason
-            locked.assessed_seq = last_seq
-            locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
-            turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
+            return Assessment.objects.get(**inputs.identity)
+        _assessment_project(locked, stored, result, run.last_seq)
     return stored
+
+
+def _assessment_create(inputs: AssessmentInputs, result: EngineAssessment) -> Assessment:
+    output = assessment_output(inputs, result)
+    blocked = result.run_blocked
+    with transaction.atomic():
+        return Assessment.objects.create(
+            **inputs.identity,
+            prefix_records=inputs.run.record_count,
+            prefix_last_seq=inputs.run.last_seq,
+            prefix_digest=inputs.run.prefix_digest,
+            output=output,
+            output_digest=hashlib.sha256(canonical_bytes(output)).hexdigest(),
+            live_branch=result.live_branch,
+            blocked_reason=blocked.code if blocked else None,
+            turn_count=len(result.turns),
+        )
+
+
+def _assessment_project(locked: Run, stored: Assessment, result: EngineAssessment, last_seq: int) -> None:
+    """Store the assessment's changed rows and move the run's projections (under the run's lock)."""
+    blocked = result.run_blocked
+    turns = turns_project(run=locked, result=result, last_seq=last_seq)
+    orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
+    rows = _turn_assessments(stored, result, turns, orphans)
+    changed = _rows_changed(locked, rows)
+    TurnAssessment.objects.bulk_create(changed, batch_size=2000)
+    stored.turn_count, stored.rows_written = len(rows), len(changed)
+    stored.save(update_fields=["turn_count", "rows_written"])
+    # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
+    if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
+        branches_project(run=locked, views=result.branches)
+        locked.live_branch = result.live_branch
+        locked.blocked_reason = stored.blocked_reason
+        locked.assessed_seq = last_seq
+        locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
+        turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
+    assessments_compact(run=locked)
+
+
+_PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
+
+
+def _rows_changed(run: Run, rows: list[TurnAssessment]) -> list[TurnAssessment]:
+    """The rows whose turn is new or whose picture differs from the turn's newest stored row."""
+    before = {
+        values[0]: tuple(values[1:])
+        for values in picture_rows(run_id=run.pk).values_list("turn_id", *_PICTURE).iterator(chunk_size=5000)
+    }
+    return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
+
+
+def assessments_compact(*, run: Run) -> int:
+    """Compact the run's superseded assessments: their identity, digests and counts stay (a GateDecision or a
+    recovery audit may name them), their output is dropped. An assessment is superseded once a newer one
+    of the run is ``LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS`` old (a reader that began on it meanwhile still
+    finds its output); the assessment the run's projections show is never compacted. Their TurnAssessment
+    rows stay: each is a change of a turn's decision, the history the pages and audits read. Returns how
+    many it compacted."""
+    now = timezone.now()
+    grace = timedelta(seconds=settings.LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS)
+    settled = (
+        Assessment.objects.filter(run=run, created_at__lte=now - grace)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if settled is None:
+        return 0
+    superseded = Assessment.objects.filter(run=run, id__lt=settled, compacted_at__isnull=True)
+    shown = projected_assessment(run)
+    if shown is not None:
+        superseded = superseded.exclude(pk=shown.pk)
+    return superseded.update(output=COMPACTED_OUTPUT, compacted_at=now)
 
 
 def _turn_assessments(
