@@ -60,6 +60,9 @@ class GateView:
     value: StateValue | None = None  # the effective state (recovery/state.py), of which the fields above are parts
     # The runtime's expected high-water (``?expect``) that the store does not hold: the turn is held.
     offset_mismatch: OffsetMismatch | None = None
+    # The stored assessment is behind the committed prefix: this answer was folded in memory for the asker
+    # and stored nowhere (the worker's task stores it).
+    pending: bool = False
 
     @property
     def progress_key(self) -> str:

@@ -22,9 +22,10 @@ from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
+from engine.types import TurnDecision
 from journals.actors import Actor, person_of
 from journals.models import Branch, Decision, Intent, Run, Turn
-from journals.projection import branches_project, turns_project
+from journals.projection import branches_project, intents_of, turn_key, turns_project
 from journals.storable import storable
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
@@ -289,23 +290,23 @@ def _turn_assessments(
 ) -> list[TurnAssessment]:
     """The assessment's row for each of the run's turns: the engine's decision, or blocked for a turn the
     journal no longer plans (an orphan)."""
-    return [
-        TurnAssessment(
-            assessment=stored,
-            turn=turns[td.turn],
-            decision=td.decision.value,
-            reason=td.reason,
-            resume_from=storable(td.resume_from),
-            completed_phases=storable(list(td.completed_phases)),
-            reason_line=td.reason_line,
-            terminal=td.terminal,
-        )
-        for td in result.turns
-        if td.turn in turns
-    ] + [
+    return [_turn_row(stored, turns[td.turn], td) for td in result.turns if td.turn in turns] + [
         TurnAssessment(assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line)
         for pk, (reason, line) in orphans.items()
     ]
+
+
+def _turn_row(assessment: Assessment, turn: Turn, td: TurnDecision) -> TurnAssessment:
+    return TurnAssessment(
+        assessment=assessment,
+        turn=turn,
+        decision=td.decision.value,
+        reason=td.reason,
+        resume_from=storable(td.resume_from),
+        completed_phases=storable(list(td.completed_phases)),
+        reason_line=td.reason_line,
+        terminal=td.terminal,
+    )
 
 
 def _engine_rows(
@@ -339,14 +340,21 @@ def _orphan_turns(
 
 
 def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:
-    """The gate for a turn under the current committed prefix (the assessment refreshed if it moved).
+    """The gate for a turn under the current committed prefix: a read, which never writes.
+
+    The stored assessment of the current inputs answers when there is one. When the prefix (or the evidence,
+    a repair, a kept line) moved since, the worker's task owes its assessment; meanwhile the answer is
+    folded here in memory from the same inputs, with the same rule, and stored nowhere: ``pending`` says so.
+    It is never an older assessment's answer (a turn the new records hold must not proceed).
 
     ``expect`` (branch -> the last lsn the runtime believes committed, -1 for none; ``?expect``): a stored
     prefix that differs holds the turn, blocked with `offset_mismatch`, as ``assess_journal --expect``
     blocks it (the engine's comparison, against the branches' ack cursors). It is never reconciled by
     trusting either side, and nothing is recorded: the answer is for this caller's belief alone."""
-    assessment = assessment_refresh(run=turn.run)
-    view = gate_view(turn=Turn.objects.select_related("run").get(pk=turn.pk), assessment=assessment)
+    fresh = Turn.objects.select_related("run").get(pk=turn.pk)
+    inputs = assessment_inputs(run=fresh.run)
+    stored = Assessment.objects.filter(**inputs.identity, compacted_at__isnull=True).defer("output").first()
+    view = gate_view(turn=fresh, assessment=stored) if stored is not None else _gate_in_memory(fresh, inputs)
     if expect:
         held = dict(Branch.objects.filter(run_id=turn.run_id).values_list("number", "committed_lsn"))
         mismatches = engine.offset_mismatches(held, expect)
@@ -361,6 +369,38 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
                 offset_mismatch=mismatches[0],
             )
     return view
+
+
+def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
+    """The gate from a fold of the current inputs made for this answer alone: the assessment, the turn's row,
+    plan and intents as the worker will store them, none of them saved."""
+    result = assessment_fold(inputs)
+    blocked = result.run_blocked
+    run = inputs.run
+    assessment = Assessment(
+        **inputs.identity,
+        prefix_records=run.record_count,
+        prefix_last_seq=run.last_seq,
+        prefix_digest=run.prefix_digest,
+        output=assessment_output(inputs, result),
+        live_branch=result.live_branch,
+        blocked_reason=blocked.code if blocked else None,
+        turn_count=len(result.turns),
+    )
+    td = next((td for td in result.turns if turn_key(td) == turn.turn_id), None)
+    if td is not None:
+        row = _turn_row(assessment, turn, td)
+        turn.plan = storable(list(td.phases))  # in memory only: the page's turn is not this object
+        intents = intents_of(turn, td)
+    elif blocked is not None:
+        # Listed by ingest, unknown to the engine (its planning line is not a valid record): the run's block.
+        row = TurnAssessment(assessment=assessment, turn=turn, decision=Decision.BLOCKED, reason=str(blocked.code))
+        row.reason_line = blocked.line
+        intents = []
+    else:
+        raise TurnAssessment.DoesNotExist(f"turn {turn.pk} is not in the assessment of its run's prefix")
+    view = gate_view(turn=turn, assessment=assessment, row=row, intents=intents)
+    return dataclasses.replace(view, pending=True)
 
 
 def _worker(worker_id: Any) -> str:
