@@ -218,7 +218,7 @@ def _assessment_create(inputs: AssessmentInputs, result: EngineAssessment) -> As
             prefix_last_seq=inputs.run.last_seq,
             prefix_digest=inputs.run.prefix_digest,
             output=output,
-            output_digest=hashlib.sha256(canonical_bytes(output)).hexdigest(),
+            output_digest=output_digest(output),
             live_branch=result.live_branch,
             blocked_reason=blocked.code if blocked else None,
             turn_count=len(result.turns),
@@ -256,6 +256,35 @@ def _rows_changed(run: Run, rows: list[TurnAssessment]) -> list[TurnAssessment]:
         for values in picture_rows(run_id=run.pk).values_list("turn_id", *_PICTURE).iterator(chunk_size=5000)
     }
     return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
+
+
+def assessment_picture(*, run: Run, result: EngineAssessment) -> dict[str, tuple[Any, ...]]:
+    """turn id -> the row (decision, reason, resume_from, completed phases, reason line, terminal) an
+    assessment of ``result`` stores for each of the run's turns, read from nothing but the result and the
+    run's turn ids: what the re-fold audit compares a stored picture with."""
+    blocked = result.run_blocked
+    listed = set(Turn.objects.filter(run=run).values_list("turn_id", flat=True))
+    picture: dict[str, tuple[Any, ...]] = {}
+    for td in result.turns:
+        key = turn_key(td)
+        if key in listed:
+            row = _turn_row(Assessment(), Turn(turn_id=key), td)
+            picture[key] = tuple(getattr(row, f) for f in _PICTURE)
+    if blocked is not None:
+        for turn_id in listed - picture.keys():
+            picture[turn_id] = (Decision.BLOCKED, str(blocked.code), None, [], blocked.line, None)
+    return picture
+
+
+def assessment_picture_stored(*, assessment: Assessment) -> dict[str, tuple[Any, ...]]:
+    """turn id -> the row in force under a stored assessment (see ``assessment_picture``)."""
+    rows = picture_rows(run_id=assessment.run_id, through=assessment.pk)
+    return {values[0]: tuple(values[1:]) for values in rows.values_list("turn__turn_id", *_PICTURE)}
+
+
+def output_digest(output: Any) -> str:
+    """The sha256 of an assessment's stored output (kept when the output is compacted)."""
+    return hashlib.sha256(canonical_bytes(output)).hexdigest()
 
 
 def assessments_compact(*, run: Run) -> int:
