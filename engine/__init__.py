@@ -8,6 +8,8 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
 - ``ENGINE_VERSION`` (decisions) and ``PROJECTION_VERSION`` (the canonical fold's shape)
 - ``redact(obj)``: section 8's public-safety projection
+- ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None) -> (Assessment, FoldSnapshot)``;
+  ``snapshot_load(bytes) -> FoldSnapshot``; ``SnapshotUnusable`` (its ``reason``: fold from the start)
 """
 
 from .canonical import ParsedLine, canonical_bytes, digest, is_int, parse_line
@@ -66,6 +68,7 @@ from .assess import (
     state_digest,
 )
 from .assess import parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
+from .incremental import SNAPSHOT_REASONS, FoldSnapshot, SnapshotUnusable, assess_incremental, snapshot_load
 
 __all__ += [
     "ENGINE_VERSION",
@@ -80,4 +83,9 @@ __all__ += [
     "proven_canonical",
     "rebuild_state",
     "state_digest",
+    "SNAPSHOT_REASONS",
+    "FoldSnapshot",
+    "SnapshotUnusable",
+    "assess_incremental",
+    "snapshot_load",
 ]

@@ -38,7 +38,16 @@ from typing import Any, NamedTuple, TypeGuard
 
 from .canonical import HAVE_ORJSON, digest, digest_no_float, parse_strict
 from .canonical import is_int as _is_int
-from .fold import DigestCache, IntentEntry, TurnState, View, merge_outcome, next_generation
+from .fold import (
+    DigestCache,
+    IntentEntry,
+    StateReader,
+    StateWriter,
+    TurnState,
+    View,
+    merge_outcome,
+    next_generation,
+)
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
     EFFECT_INDETERMINATE,
@@ -52,6 +61,7 @@ from .types import (
     Evidence,
     IntentView,
     Resolution,
+    SnapshotUnusable,
     TurnDecision,
     Violation,
 )
@@ -229,7 +239,6 @@ def has_float(value: Any) -> bool:
     return False
 
 
-
 # -- sources -----------------------------------------------------------------------------------------------
 
 
@@ -354,9 +363,43 @@ class _World:
             return self.bound
         return self.count - 1 if self.count and self.outcome not in _DEFINITIVE else None
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> _World:
+        """The entry _WORLD_ROW read (a fold snapshot)."""
+        world = cls(row[0], row[1], row[2])
+        (
+            world.count,
+            world.first_class,
+            world.first_key,
+            world.branch,
+            world.lsn,
+            world.effect_class,
+            world.key,
+            world.outcome,
+            world.bound,
+            world.first_branch,
+            world.first_lsn,
+        ) = row[3:14]
+        world.more_firsts = tuple(row[14])
+        world.violations = None if row[15] is None else [(line, Code(code)) for line, code in row[15]]
+        return world
+
+
+_WORLD_ROW = attrgetter(*_World.__slots__)  # an entry's fields in slot order, in one C call
+
 
 class _Branch:
-    __slots__ = ("branch", "parent", "from_lsn", "fork_lsn", "next_lsn", "last_digest", "discarded_from", "points")
+    __slots__ = (
+        "branch",
+        "parent",
+        "from_lsn",
+        "fork_lsn",
+        "next_lsn",
+        "last_digest",
+        "discarded_from",
+        "dirty_at",
+        "points",
+    )
 
     def __init__(
         self,
@@ -374,7 +417,29 @@ class _Branch:
         self.next_lsn = 0
         self.last_digest = last_digest
         self.discarded_from: int | None = None
+        # next_lsn when a record at an lsn already read was folded: while it still is, the branch's view is
+        # no longer its fold through next_lsn - 1 (a resumed fold cannot serve that point from it).
+        self.dirty_at: int | None = None
         self.points = points  # own lsns whose fold a later fork or checkpoint needs (shared, may grow)
+
+    def row(self) -> list[Any]:
+        return [
+            self.branch,
+            self.parent,
+            self.from_lsn,
+            self.fork_lsn,
+            self.next_lsn,
+            self.last_digest,
+            self.discarded_from,
+            self.dirty_at,
+        ]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], points: set[int]) -> _Branch:
+        branch, parent, from_lsn, fork_lsn, next_lsn, last_digest, discarded_from, dirty_at = row
+        info = cls(branch, parent, from_lsn, fork_lsn, last_digest, points)
+        info.next_lsn, info.discarded_from, info.dirty_at = next_lsn, discarded_from, dirty_at
+        return info
 
 
 # The start of a fork or checkpoint as a conforming writer spells it (canonical: keys sorted, no spaces);
@@ -529,6 +594,8 @@ class Assessor:
         self._at_prefix = ""
         self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
+        # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
+        self.unreachable: set[tuple[int, int]] = set()
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -537,6 +604,65 @@ class Assessor:
         this to mark rewind points in advance)."""
         self.points[(branch, lsn)] += 1
         self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
+
+    # -- fold snapshots (engine/incremental.py) -------------------------------------------------------------
+    def state_rows(self) -> list[Any]:
+        """Everything the fold carries after its last line, as plain JSON values in a fixed order: the same
+        fold gives the same rows. Left out, since they only make it faster: the checkpoints' digest cache,
+        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
+        writer = StateWriter()
+        views = [[b, *writer.view_row(view)] for b, view in sorted(self.views.items())]
+        snapshots = [[b, ln, *writer.view_row(view)] for (b, ln), view in sorted(self.snapshots.items())]
+        return [
+            self.run,
+            self.records,
+            self.line_no,
+            self.live,
+            [[v.code, v.branch, v.lsn, v.turn, v.detail, v.line] for v in self.violations],
+            [info.row() for _, info in sorted(self.branches.items())],
+            writer.plan_rows(),
+            views,
+            snapshots,
+            sorted([b, ln, n] for (b, ln), n in self.points.items() if n > 0),
+            [x for world in self.world.values() for x in _WORLD_ROW(world)],
+            [x for turn, first in self.turns_first.items() for x in (turn, *first)],
+            [[c["branch"], c["lsn"], c["covers_lsn"], c["verified"]] for c in self.checkpoints],
+        ]
+
+    @classmethod
+    def from_state_rows(cls, rows: Sequence[Any], evidence: Mapping[Any, Any]) -> Assessor:
+        """The fold ``state_rows`` wrote, ready to go on (``resume_points`` first, then ``feed_batch``)."""
+        run, records, line_no, live, violations, branches, plans, views, snapshots, points, world, first, ckpts = rows
+        self = cls(Counter({(b, ln): n for b, ln, n in points}), evidence)
+        self.run, self.records, self.line_no, self.live = run, records, line_no, live
+        self.violations = [Violation(Code(c), b, ln, turn, detail, line) for c, b, ln, turn, detail, line in violations]
+        self.branches = {row[0]: _Branch.from_row(row, self._point_lsns.setdefault(row[0], set())) for row in branches}
+        reader = StateReader(plans)
+        self.views = {row[0]: reader.view(row[1:]) for row in views}
+        self.snapshots = {(row[0], row[1]): reader.view(row[2:]) for row in snapshots}
+        width = len(_World.__slots__)
+        entries = map(_World.from_row, zip(*[iter(world)] * width, strict=True))
+        self.world = {(w.turn, w.intent): w for w in entries}
+        it = iter(first)
+        self.turns_first = {turn: (line, lineage, b) for turn, line, lineage, b in zip(it, it, it, it, strict=True)}
+        self.checkpoints = [{"branch": b, "lsn": ln, "covers_lsn": c, "verified": ok} for b, ln, c, ok in ckpts]
+        return self
+
+    def resume_points(self, points: Counter[tuple[int, int]]) -> None:
+        """Points that the lines after a resumed fold's last line need (their pre-scan). A point ahead of its
+        branch's head is kept when it is reached, as in any fold. The head itself, while the branch's view
+        is still its fold through it, is kept now. A point behind the head that is not kept already is
+        marked unreachable: a fork or checkpoint that needs it raises SnapshotUnusable."""
+        for (b, ln), n in sorted(points.items()):
+            self.points[(b, ln)] += n
+            self._point_lsns.setdefault(b, set()).add(ln)
+            info = self.branches.get(b)
+            if info is None or ln >= info.next_lsn or (b, ln) in self.snapshots:
+                continue
+            if ln == info.next_lsn - 1 and info.dirty_at != info.next_lsn:
+                self.snapshots[(b, ln)] = self.views[b].snapshot()
+            else:
+                self.unreachable.add((b, ln))
 
     def _violate(self, code: str, branch: int | None, lsn: int | None, turn: str | None, detail: str) -> None:
         self.violations.append(Violation(code, branch, lsn, turn, detail, self.line_no))
@@ -548,6 +674,12 @@ class Assessor:
     def _use_snapshot(self, branch: int, lsn: int, *, to_write: bool = False) -> View | None:
         snap = self.snapshots.get((branch, lsn))
         if snap is None:
+            if (branch, lsn) in self.unreachable:
+                # A fold from the start would hold this point (its pre-scan reads the whole journal).
+                raise SnapshotUnusable(
+                    "fork_into_past" if to_write else "checkpoint_into_past",
+                    f"line {self.line_no} needs the fold of branch {branch} at lsn {lsn}, which was not kept",
+                )
             return None
         self.points[(branch, lsn)] -= 1
         if self.points[(branch, lsn)] <= 0:
@@ -811,6 +943,8 @@ class Assessor:
             self._lsn_gap(obj, info, b, ln, error)
             first_at_lsn = ln > info.next_lsn
             info.next_lsn = max(info.next_lsn, ln + 1)
+            if not first_at_lsn:
+                info.dirty_at = info.next_lsn
         if not _chain_holds(obj, v, info.last_digest):
             self._chain(obj, info, b, ln, error)
         info.last_digest = record_digest or _INVALID_DIGEST
@@ -1196,9 +1330,10 @@ class Assessor:
     def finish(self, expect: Mapping[int, int]) -> Assessment:
         """The assessment: the offsets checked, the run's reason found, each intent resolved and each turn
         decided (section 6), in that order."""
-        self._check_offsets(expect)
-        self.violations.sort(key=_line_of)  # stable: file order, ties in order found
-        run_level = self._run_level()
+        # Not kept: finish changes nothing, so the fold can go on (a fold snapshot is taken before or after).
+        violations = [*self.violations, *self._offset_violations(expect)]
+        violations.sort(key=_line_of)  # stable: file order, ties in order found
+        run_level = self._run_level(violations)
         intents_of, blocking, undetermined = self._intent_views()
         decide = self._decide
         live_turns_get = self.views[self.live].turns.get
@@ -1221,28 +1356,35 @@ class Assessor:
             self.run,
             self.live,
             self.records,
-            tuple(self.violations),
+            tuple(violations),
             decisions,
             self._branch_views(),
             tuple(self.checkpoints),
         )
 
-    def _check_offsets(self, expect: Mapping[int, int]) -> None:
+    def _offset_violations(self, expect: Mapping[int, int]) -> list[Violation]:
         """`offset_mismatch`: the expected high-waters the journal does not hold, after its last line."""
         end_line = self.line_no + 1
         held = {number: info.next_lsn - 1 for number, info in self.branches.items()}
-        for mismatch in offset_mismatches(held, expect):
-            stored = mismatch.stored if mismatch.stored >= 0 else None
-            self.violations.append(
-                Violation(Code.OFFSET_MISMATCH, mismatch.branch, stored, None, mismatch.detail, end_line)
+        return [
+            Violation(
+                Code.OFFSET_MISMATCH,
+                mismatch.branch,
+                mismatch.stored if mismatch.stored >= 0 else None,
+                None,
+                mismatch.detail,
+                end_line,
             )
+            for mismatch in offset_mismatches(held, expect)
+        ]
 
-    def _run_level(self) -> Violation | None:
+    @staticmethod
+    def _run_level(violations: list[Violation]) -> Violation | None:
         """The run's reason (rule 1): its first run-level violation in file order, an offset mismatch only
         when there is no other (the violations are sorted)."""
-        first = next((x for x in self.violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
+        first = next((x for x in violations if x.code in RUN_LEVEL and x.code != Code.OFFSET_MISMATCH), None)
         if first is None:
-            first = next((x for x in self.violations if x.code == Code.OFFSET_MISMATCH), None)
+            first = next((x for x in violations if x.code == Code.OFFSET_MISMATCH), None)
         return first
 
     def _intent_views(self) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
@@ -1421,7 +1563,7 @@ def _finding(value: Any) -> str:
     return Evidence(value.value if isinstance(value, Evidence) else value).value
 
 
-def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
+def normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
     """Keys stay as given; values become a finding (bare: binds to the first unsettled dispatch) or a
     {dispatch index: finding} map, from ``(finding, dispatch_number)`` pairs (1-based) or lists of them."""
     out: dict[Any, Any] = {}
@@ -1441,7 +1583,7 @@ def _normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
 
 
 @contextmanager
-def _cycle_collection_paused() -> Iterator[None]:
+def cycle_collection_paused() -> Iterator[None]:
     """The cyclic garbage collector paused while an assessment runs, and restored (if it was on) after.
 
     The fold allocates millions of small objects that never form cycles, and reference counting frees
@@ -1489,13 +1631,19 @@ def assess(
     """Assess a journal. ``source``: a path, a sequence of lines (bytes, no newline) in file order, or a
     callable returning a fresh iterable of lines. ``expect``: branch -> expected high-water lsn.
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
-    reader = _Reader(source)
-    normalised = _normalise_evidence(evidence)
-    with _cycle_collection_paused():
-        assessor = Assessor(reader.prescan(), normalised)
-        for block, lines in reader.chunks():
-            assessor.feed_batch(lines, block)
+    with cycle_collection_paused():
+        assessor = fold_lines(source, lambda points: Assessor(points, normalise_evidence(evidence)))
         return assessor.finish(dict(expect or {}))
+
+
+def fold_lines(source: Source, start: Callable[[Counter[tuple[int, int]]], Assessor]) -> Assessor:
+    """Fold a journal, or the lines after a resumed fold's last line, into the Assessor that ``start`` gives
+    for their pre-scan's points; the caller finishes it. Raises JournalUnreadable."""
+    reader = _Reader(source)
+    assessor = start(reader.prescan())
+    for block, lines in reader.chunks():
+        assessor.feed_batch(lines, block)
+    return assessor
 
 
 assess_path = assess

@@ -273,6 +273,94 @@ class View:
         return view
 
 
+# -- fold snapshots (engine/incremental.py) ---------------------------------------------------------------
+# A view as rows of plain JSON values: [schema, unplanned (flat), turns], each turn either a new state,
+# [turn, lineage, plan index, committed count, terminal, intents (flat), violations (flat), plan branch],
+# or the index of a state written before (views share states copy-on-write; each is written once).
+
+_CODES: dict[str, str] = {code.value: code for code in Code}  # codes read back as the members they were
+
+
+def _code(text: str) -> str:
+    return _CODES.get(text, text)
+
+
+class StateWriter:
+    """Views as rows for a fold snapshot: each turn state once, however many views share it, and each
+    plan once (``plan_rows`` after the views)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}  # id of a state written -> its index
+        self.plans: dict[tuple[str, ...], int] = {}
+
+    def view_row(self, view: View) -> list[Any]:
+        seen, plans = self.seen, self.plans
+        turns: list[Any] = []
+        for turn, state in view.turns.items():
+            index = seen.get(id(state))
+            if index is not None:
+                turns.append(index)
+                continue
+            seen[id(state)] = len(seen)
+            plan = plans.get(state.phases)
+            if plan is None:
+                plan = plans[state.phases] = len(plans)
+            intents = state.intents
+            turns.append(
+                [
+                    turn,
+                    state.lineage,
+                    plan,
+                    state.done,
+                    state.terminal,
+                    [x for intent, entry in intents.items() for x in (intent, *entry)] if intents else (),
+                    [x for item in state.violations for x in item],
+                    state.plan_branch,
+                ]
+            )
+        return [view.schema, [x for item in view.unplanned for x in item], turns]
+
+    def plan_rows(self) -> list[tuple[str, ...]]:
+        return list(self.plans)  # in order of their indexes
+
+
+class StateReader:
+    """The views a StateWriter wrote, with the states they shared shared again. Every state read has a
+    generation no view has, so a view copies a state before its first write to it (as after a fork)."""
+
+    def __init__(self, plans: list[list[str]]) -> None:
+        self.plans = [tuple(plan) for plan in plans]
+        self.states: list[tuple[str, TurnState]] = []
+        self.gen = next_generation()
+
+    def view(self, row: list[Any]) -> View:
+        schema, unplanned, turns = row
+        view = View()
+        view.schema = schema
+        it = iter(unplanned)
+        view.unplanned = tuple((t, _code(c), b, ln, line) for t, c, b, ln, line in zip(it, it, it, it, it, strict=True))
+        plans, states, gen, mine = self.plans, self.states, self.gen, view.turns
+        for entry in turns:
+            if entry.__class__ is int:
+                turn, state = states[entry]
+            else:
+                turn, lineage, plan, done, terminal, intents, violations, plan_branch = entry
+                state = TurnState(lineage, plans[plan], plan_branch, gen)
+                state.done = done
+                state.terminal = terminal
+                if intents:
+                    it = iter(intents)
+                    state.intents = {i: (c, k, n, o) for i, c, k, n, o in zip(it, it, it, it, it, strict=True)}
+                if violations:
+                    it = iter(violations)
+                    state.violations = tuple(
+                        (_code(c), b, ln, line) for c, b, ln, line in zip(it, it, it, it, strict=True)
+                    )
+                states.append((turn, state))
+            mine[turn] = state
+        return view
+
+
 _HASH_EVERY = 256  # turns between saved hash states
 
 

@@ -86,6 +86,21 @@ class Evidence(StrEnum):
     NOT_HAPPENED = "not_happened"
 
 
+class SnapshotUnusable(Exception):
+    """A fold snapshot cannot continue this journal: fold it from the start instead (always correct).
+
+    ``reason`` is one of ``SNAPSHOT_REASONS`` (docs/engine.md, "Incremental assessment")."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+# Why a snapshot cannot continue: another engine, projection or snapshot format; bytes that are not what
+# was sealed; other operator evidence than it was folded under; a fork or checkpoint in the new lines that
+# needs the fold of a point the snapshot no longer holds.
+SNAPSHOT_REASONS = frozenset({"version", "corrupt", "evidence", "fork_into_past", "checkpoint_into_past"})
+
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 KINDS = frozenset(
     {"turn_planned", "phase_committed", "intent_dispatched", "effect_observed", "turn_terminal", "fork", "checkpoint"}

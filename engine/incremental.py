@@ -1,0 +1,185 @@
+"""Incremental assessment: a journal's fold saved after its last line, and resumed for the lines after it.
+
+Journals grow by small batches. ``assess_incremental(snapshot, new_lines)`` folds only the new lines,
+starting from the fold a ``FoldSnapshot`` saved, and gives exactly what ``assess`` gives for the whole
+prefix (the tests compare the canonical bytes after every batch). What it cannot continue it refuses
+with ``SnapshotUnusable``; the caller then folds from the start, which is always correct.
+
+A snapshot is plain bytes, read back without executing anything (JSON, never pickle)::
+
+    header line:  {"engine":..., "evidence":<sha256>, "format":1, "kind":"loopx-fold", "lines":N,
+                   "projection":..., "rows":"orjson"|"json"}
+    rows line:    Assessor.state_rows() as JSON (docs/engine.md, "Incremental assessment")
+    seal line:    sha256 hex of the two lines above, newline included
+
+The same lines fed in the same batches give the same bytes. Operator evidence changes the fold itself (an
+unsafe retry is judged when it is read), so the evidence is part of a snapshot's identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .assess import (
+    ENGINE_VERSION,
+    PROJECTION_VERSION,
+    Assessor,
+    EvidenceMap,
+    Source,
+    cycle_collection_paused,
+    fold_lines,
+    normalise_evidence,
+)
+from .canonical import HAVE_ORJSON, canonical_bytes, is_int
+from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
+
+if HAVE_ORJSON:
+    import orjson
+
+FORMAT = 1
+_KIND = "loopx-fold"
+
+__all__ = [
+    "FORMAT",
+    "SNAPSHOT_REASONS",
+    "FoldSnapshot",
+    "SnapshotUnusable",
+    "assess_incremental",
+    "evidence_digest",
+    "snapshot_load",
+]
+
+
+@dataclass(frozen=True)
+class FoldSnapshot:
+    """The whole fold after a journal's first ``lines`` lines, as deterministic bytes."""
+
+    data: bytes  # header, rows and seal (see the module's docstring)
+    digest: str  # sha256 hex of data
+    lines: int  # how many journal lines it has folded (the journal's line count so far)
+
+
+def evidence_digest(normalised: Mapping[Any, Any]) -> str:
+    """sha256 of operator evidence (as ``normalise_evidence`` gives it), whatever the order it was given in."""
+    items = sorted(
+        canonical_bytes(
+            [
+                list(key) if isinstance(key, tuple) else key,
+                value if isinstance(value, str) else sorted([index, found] for index, found in value.items()),
+            ]
+        )
+        for key, value in normalised.items()
+    )
+    return hashlib.sha256(b"[" + b",".join(items) + b"]").hexdigest()
+
+
+def _encode(rows: list[Any]) -> tuple[str, bytes]:
+    """The rows as compact JSON. orjson writes them unless it refuses (an integer beyond 64 bits, a lone
+    surrogate in a string a record could not encode); then the standard library does, ASCII-escaped."""
+    if HAVE_ORJSON:
+        try:
+            return "orjson", orjson.dumps(rows)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+    return "json", json.dumps(rows, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _decode(codec: str, body: bytes) -> Any:
+    # orjson reads an integer beyond 64 bits as a float: rows holding one were written, and are read, by
+    # the standard library.
+    if codec == "orjson" and HAVE_ORJSON:
+        return orjson.loads(body)
+    return json.loads(body)
+
+
+def _seal(assessor: Assessor, evidence: str) -> FoldSnapshot:
+    codec, body = _encode(assessor.state_rows())
+    header = {
+        "engine": ENGINE_VERSION,
+        "evidence": evidence,
+        "format": FORMAT,
+        "kind": _KIND,
+        "lines": assessor.line_no,
+        "projection": PROJECTION_VERSION,
+        "rows": codec,
+    }
+    head = canonical_bytes(header) + b"\n" + body + b"\n"
+    data = head + hashlib.sha256(head).hexdigest().encode("ascii")
+    return FoldSnapshot(data, hashlib.sha256(data).hexdigest(), assessor.line_no)
+
+
+def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """The header and the rows' bytes, once the seal holds (first, so that any changed byte is "corrupt")
+    and the versions are this engine's ("version")."""
+    head, newline, seal = data.rpartition(b"\n")
+    if not newline or hashlib.sha256(head + b"\n").hexdigest().encode("ascii") != seal:
+        raise SnapshotUnusable("corrupt", "the bytes are not the ones sealed")
+    header_line, _, body = head.partition(b"\n")
+    try:
+        header = json.loads(header_line)
+    except ValueError as exc:
+        raise SnapshotUnusable("corrupt", "the header is not JSON") from exc
+    if not isinstance(header, dict) or header.get("kind") != _KIND:
+        raise SnapshotUnusable("corrupt", "not a fold snapshot")
+    versions = (header.get("format"), header.get("engine"), header.get("projection"))
+    if versions != (FORMAT, ENGINE_VERSION, PROJECTION_VERSION):
+        raise SnapshotUnusable("version", f"format, engine and projection {versions}")
+    lines = header.get("lines")
+    if not (is_int(lines) and lines >= 0 and isinstance(header.get("evidence"), str)):
+        raise SnapshotUnusable("corrupt", "the header has no line count or evidence")
+    return header, body
+
+
+def snapshot_load(data: bytes) -> FoldSnapshot:
+    """A snapshot read back (from a database, say): its seal and versions checked, its digest computed.
+    Raises SnapshotUnusable ("corrupt" or "version")."""
+    data = bytes(data)
+    header, _ = _opened(data)
+    return FoldSnapshot(data, hashlib.sha256(data).hexdigest(), header["lines"])
+
+
+def _resumed(snapshot: FoldSnapshot, evidence: dict[Any, Any], evidence_id: str) -> Assessor:
+    header, body = _opened(snapshot.data)
+    if hashlib.sha256(snapshot.data).hexdigest() != snapshot.digest or header["lines"] != snapshot.lines:
+        raise SnapshotUnusable("corrupt", "the digest or line count does not match the bytes")
+    if header["evidence"] != evidence_id:
+        raise SnapshotUnusable("evidence", "folded under other operator evidence")
+    try:
+        assessor = Assessor.from_state_rows(_decode(header["rows"], body), evidence)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # sealed, yet not rows of this format
+        raise SnapshotUnusable("corrupt", "the rows cannot be read") from exc
+    if assessor.line_no != snapshot.lines:
+        raise SnapshotUnusable("corrupt", "the rows and the header disagree on the line count")
+    return assessor
+
+
+def assess_incremental(
+    snapshot: FoldSnapshot | None,
+    new_lines: Source,
+    *,
+    evidence: EvidenceMap | None = None,
+    expect: Mapping[int, int] | None = None,
+) -> tuple[Assessment, FoldSnapshot]:
+    """``snapshot`` None: ``new_lines`` is the whole journal (a full fold). Otherwise ``new_lines`` are the
+    lines after the snapshot's last line. Returns the assessment of the whole prefix (identical to
+    ``assess(all lines)``) and the snapshot after its last line. Raises SnapshotUnusable (then fold from
+    the start: ``assess_incremental(None, all lines)``) and JournalUnreadable."""
+    normalised = normalise_evidence(evidence)
+    evidence_id = evidence_digest(normalised)
+
+    def start(points: Counter[tuple[int, int]]) -> Assessor:
+        if snapshot is None:
+            return Assessor(points, normalised)
+        assessor = _resumed(snapshot, normalised, evidence_id)
+        assessor.resume_points(points)
+        return assessor
+
+    with cycle_collection_paused():
+        assessor = fold_lines(new_lines, start)
+        after = _seal(assessor, evidence_id)
+        return assessor.finish(dict(expect or {})), after

@@ -1,0 +1,355 @@
+"""Incremental assessment (engine/incremental.py, docs/engine.md "Incremental assessment"): resuming from a
+fold snapshot and reading only the lines after it gives exactly the full fold of the same prefix, after every
+batch; what cannot resume is refused with a documented reason, and the caller's fallback (a fold from the
+start) is then what it gets."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import engine.incremental as incremental
+from engine import (
+    SNAPSHOT_REASONS,
+    Assessment,
+    FoldSnapshot,
+    SnapshotUnusable,
+    assess,
+    assess_incremental,
+    canonical_bytes,
+    snapshot_load,
+)
+from engine.assess import Assessor, normalise_evidence
+from engine.writer import JournalWriter
+from tests.engine.helpers import obj, put, write_journal
+from tests.engine.model import JournalModel
+from tests.engine.strategies import valid_journals
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def canonical(result: Assessment) -> bytes:
+    return canonical_bytes(result.to_dict())
+
+
+def assert_same(got: Assessment, lines: Sequence[bytes], **kwargs: Any) -> None:
+    """`got` is what the full fold of `lines` gives: the stable JSON byte for byte, and every field besides
+    (violations with their lines and details, branches, checkpoints, each turn's phases and reason line)."""
+    full = assess(list(lines), **kwargs)
+    assert canonical(got) == canonical(full)
+    assert got == full
+
+
+def fold_in_batches(
+    lines: Sequence[bytes], cuts: Sequence[int], *, round_trip: bool, **kwargs: Any
+) -> tuple[list[str], FoldSnapshot]:
+    """Fold the journal batch by batch as a caller would, checking the result after every batch against the
+    full fold of the prefix. Returns the reasons of the refusals met (each followed by the fallback)."""
+    refusals: list[str] = []
+    snapshot: FoldSnapshot | None = None
+    done = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        batch, prefix = lines[done:end], lines[:end]
+        try:
+            result, after = assess_incremental(snapshot, list(batch), **kwargs)
+        except SnapshotUnusable as exc:
+            assert exc.reason in SNAPSHOT_REASONS
+            refusals.append(exc.reason)
+            result, after = assess_incremental(None, list(prefix), **kwargs)  # the caller's fallback
+        assert_same(result, prefix, **kwargs)
+        assert after.lines == end
+        assert after.digest == hashlib.sha256(after.data).hexdigest()
+        snapshot = snapshot_load(after.data) if round_trip else after
+        assert snapshot == after
+        done = end
+    assert snapshot is not None
+    return refusals, snapshot
+
+
+def cuts_of(data: st.DataObject, size: int) -> list[int]:
+    return data.draw(st.lists(st.integers(0, size), max_size=8), label="cuts")
+
+
+# -- the property -------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(valid_journals(), st.data())
+def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
+    model: JournalModel, data: st.DataObject
+) -> None:
+    lines = list(model.w.lines)
+    cuts = cuts_of(data, len(lines))
+    expect = {model.live: model.w.next_lsn[model.live] - 1}
+    for round_trip in (False, True):
+        refusals, last = fold_in_batches(lines, cuts, round_trip=round_trip, evidence=model.evidence)
+        # Forks rewind into the past: a batch boundary between the point and the fork needs a fold from the
+        # start; nothing else does in a valid journal.
+        assert set(refusals) <= {"fork_into_past", "checkpoint_into_past"}
+        assert_same(
+            assess_incremental(last, [], evidence=model.evidence, expect=expect)[0],
+            lines,
+            evidence=model.evidence,
+            expect=expect,
+        )
+
+
+def _damaged(lines: list[bytes], data: st.DataObject) -> list[bytes]:
+    """The journal with a few lines repeated, dropped, swapped, torn or replaced by other JSON: lsn gaps and
+    repeats (a branch's view that is no longer its fold through its head), chain breaks, corrupt lines, records
+    the general path classifies."""
+    out = list(lines)
+    for _ in range(data.draw(st.integers(1, 4), label="edits")):
+        if not out:
+            break
+        at = data.draw(st.integers(0, len(out) - 1), label="at")
+        edit = data.draw(st.sampled_from(["repeat", "drop", "swap", "tear", "empty", "other"]), label="edit")
+        if edit == "repeat":
+            out.insert(data.draw(st.integers(at, len(out)), label="to"), out[at])
+        elif edit == "drop":
+            del out[at]
+        elif edit == "swap" and at + 1 < len(out):
+            out[at], out[at + 1] = out[at + 1], out[at]
+        elif edit == "tear":
+            out[at] = out[at][: len(out[at]) // 2]
+        elif edit == "empty":
+            out.insert(at, b"")
+        elif out[at].startswith(b"{") and out[at].endswith(b"}"):  # not a line torn before
+            record = obj(out[at])
+            record[data.draw(st.sampled_from(["lsn", "v", "kind", "turn", "phase", "branch"]), label="key")] = (
+                data.draw(st.one_of(st.integers(-2, 3), st.text(max_size=3), st.none()), label="value")
+            )
+            out[at] = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    return out
+
+
+@PROPERTY
+@given(valid_journals(max_steps=30), st.data())
+def test_a_damaged_journal_folded_in_batches_is_the_full_fold_after_every_batch(
+    model: JournalModel, data: st.DataObject
+) -> None:
+    lines = _damaged(list(model.w.lines), data)
+    fold_in_batches(lines, cuts_of(data, len(lines)), round_trip=True, evidence=model.evidence)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_journals(max_steps=30), st.data())
+def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObject) -> None:
+    lines = list(model.w.lines)
+    cuts = cuts_of(data, len(lines))
+    first = fold_in_batches(lines, cuts, round_trip=False, evidence=model.evidence)[1]
+    again = fold_in_batches(lines, cuts, round_trip=True, evidence=model.evidence)[1]
+    assert first.data == again.data
+    # Resuming with no new line changes nothing, not even a byte.
+    assert assess_incremental(again, [], evidence=model.evidence)[1].data == again.data
+
+
+# -- resuming at and before the head ---------------------------------------------------------------------
+
+
+def _forked_journal() -> tuple[JournalWriter, int]:
+    w = JournalWriter("r")
+    w.plan("t1")
+    w.commit("t1", "plan")
+    point = w.mark()
+    w.dispatch("t1", "i1", "unsafe")
+    return w, point
+
+
+def test_a_fork_from_the_head_is_served_from_the_live_view() -> None:
+    w, point = _forked_journal()
+    head = len(w.lines)
+    w.fork(point)
+    w.plan("t2")
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    result, _ = assess_incremental(snapshot, w.lines[head:])
+    assert_same(result, w.lines)
+    assert [b.live for b in result.branches] == [False, True]
+
+
+def assert_refused(lines: Sequence[bytes], cut: int, reason: str) -> None:
+    """The snapshot of the first `cut` lines cannot continue with the rest, for `reason`; the caller's
+    fallback then gives the full fold."""
+    _, snapshot = assess_incremental(None, lines[:cut])
+    with pytest.raises(SnapshotUnusable) as refused:
+        assess_incremental(snapshot, lines[cut:])
+    assert refused.value.reason == reason
+    assert fold_in_batches(lines, [cut], round_trip=True)[0] == [reason]
+
+
+def test_a_fork_into_the_past_is_refused_and_the_fallback_is_the_full_fold() -> None:
+    w, point = _forked_journal()
+    w.commit("t1", "envelope")
+    head = len(w.lines)
+    w.fork(point)
+    assert_refused(w.lines, head, "fork_into_past")
+
+
+def test_a_checkpoint_into_the_past_is_refused_but_one_of_the_head_is_served() -> None:
+    w = JournalWriter("r")
+    w.plan("t1")
+    head = len(w.lines)
+    w.checkpoint(with_state=True)  # of lsn 0, the head when the batch before it was folded
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    result, snapshot = assess_incremental(snapshot, w.lines[head:])
+    assert [c["verified"] for c in result.checkpoints] == [True]
+    w.commit("t1", "plan")
+    w.commit("t1", "envelope")
+    _, snapshot = assess_incremental(snapshot, w.lines[2:])
+    put(w, "checkpoint", covers_lsn=2, state_digest="0" * 64)  # the first commit: behind the head (lsn 3)
+    with pytest.raises(SnapshotUnusable) as refused:
+        assess_incremental(snapshot, w.lines[4:])
+    assert refused.value.reason == "checkpoint_into_past"
+    assert [c["verified"] for c in assess(w.lines).checkpoints] == [True, False]
+    assert fold_in_batches(w.lines, [1, 2, 4], round_trip=True)[0] == ["checkpoint_into_past"]
+
+
+def test_a_head_folded_again_by_a_repeated_lsn_is_not_served() -> None:
+    """A record repeating an lsn changes the branch's view after its head was read: the view is no longer the
+    fold through the head, so a fork from the head needs a fold from the start."""
+    w, _ = _forked_journal()
+    head_lsn = w.next_lsn[0] - 1
+    w.lines.append(w.lines[-1])  # the dispatch again, same lsn: an lsn_gap, and a second dispatch
+    cut = len(w.lines)
+    w.fork(head_lsn)
+    assert_refused(w.lines, cut, "fork_into_past")
+
+
+def test_a_point_the_snapshot_still_holds_is_served_after_a_resume() -> None:
+    """A point that a line of the prefix named without using it (a checkpoint refused as invalid) is kept
+    in the snapshot, as in the full fold, and serves a fork in a later batch."""
+    w, point = _forked_journal()
+    w.commit("t1", "envelope")
+    put(w, "checkpoint", covers_lsn=point, state_digest=7)  # record_invalid: never uses the point
+    cut = len(w.lines)
+    w.fork(point)
+    w.plan("t2")
+    refusals, _ = fold_in_batches(w.lines, [cut], round_trip=True)
+    assert refusals == []
+    refusals, _ = fold_in_batches(w.lines, [4, cut], round_trip=True)
+    assert refusals == ["fork_into_past"]  # cut past the point before it was named
+
+
+# -- refusals ----------------------------------------------------------------------------------------------
+
+
+def _small() -> JournalWriter:
+    w = JournalWriter("r")
+    w.plan("t1")
+    w.commit("t1", "plan")
+    w.dispatch("t1", "i1", "unsafe")
+    return w
+
+
+def test_every_flipped_byte_is_corrupt() -> None:
+    w = _small()
+    _, snapshot = assess_incremental(None, w.lines)
+    for at in range(len(snapshot.data)):
+        flipped = bytearray(snapshot.data)
+        flipped[at] ^= 0xFF
+        with pytest.raises(SnapshotUnusable) as refused:
+            snapshot_load(bytes(flipped))
+        assert refused.value.reason == "corrupt", at
+    data = snapshot.data.replace(b'"t1"', b'"t2"', 1)
+    forged = FoldSnapshot(data, hashlib.sha256(data).hexdigest(), snapshot.lines)  # a digest made to match
+    with pytest.raises(SnapshotUnusable) as refused:
+        assess_incremental(forged, [])
+    assert refused.value.reason == "corrupt"
+    for wrong in (
+        FoldSnapshot(snapshot.data, "0" * 64, snapshot.lines),
+        FoldSnapshot(snapshot.data, snapshot.digest, 9),
+    ):
+        with pytest.raises(SnapshotUnusable) as refused:
+            assess_incremental(wrong, [])
+        assert refused.value.reason == "corrupt"
+
+
+@pytest.mark.parametrize("name", ["ENGINE_VERSION", "PROJECTION_VERSION", "FORMAT"])
+def test_a_snapshot_of_another_version_is_refused(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    w = _small()
+    with monkeypatch.context() as patched:
+        patched.setattr(incremental, name, 0 if name == "FORMAT" else "0.0.0")
+        _, old = assess_incremental(None, w.lines)
+    for attempt in (lambda: snapshot_load(old.data), lambda: assess_incremental(old, [])):
+        with pytest.raises(SnapshotUnusable) as refused:
+            attempt()
+        assert refused.value.reason == "version"
+
+
+def test_a_snapshot_folded_under_other_evidence_is_refused() -> None:
+    """Evidence changes the fold itself: an unsafe retry after `not_happened` is legal, without it an
+    unsafe_redispatch. So the evidence is part of a snapshot's identity (in any order it is given)."""
+    w = _small()
+    w.dispatch("t1", "i1", "unsafe")
+    found = {("t1", "i1"): "not_happened", "other": "happened"}
+    assert assess(w.lines).violations and not assess(w.lines, evidence=found).violations
+    _, snapshot = assess_incremental(None, w.lines[:3], evidence=found)
+    for other in (None, {("t1", "i1"): "happened"}, {("t1", "i1"): ("not_happened", 1)}):
+        with pytest.raises(SnapshotUnusable) as refused:
+            assess_incremental(snapshot, w.lines[3:], evidence=other)
+        assert refused.value.reason == "evidence"
+    reordered = dict(reversed(found.items()))
+    result, _ = assess_incremental(snapshot, w.lines[3:], evidence=reordered)
+    assert_same(result, w.lines, evidence=found)
+
+
+# -- what the snapshot holds -------------------------------------------------------------------------------
+
+
+def test_finish_leaves_the_fold_as_it_was() -> None:
+    w = _small()
+    w.plan("t2")
+    assessor = Assessor(Counter(), normalise_evidence(None))
+    for line in w.lines:
+        assessor.feed(line)
+    rows = orjson.dumps(assessor.state_rows())
+    first = assessor.finish({0: 99, 3: 1})
+    assert orjson.dumps(assessor.state_rows()) == rows
+    assert assessor.finish({0: 99, 3: 1}) == first
+    assert [v.code for v in first.violations][-2:] == ["offset_mismatch", "offset_mismatch"]
+
+
+def test_new_lines_may_come_from_a_file_or_a_callable(tmp_path: Path) -> None:
+    w, point = _forked_journal()
+    w.fork(point)
+    w.plan("t2")
+    _, snapshot = assess_incremental(None, w.lines[:2])
+    path = write_journal(tmp_path / "rest.jsonl", w.lines[2:])
+    for source in (path, str(path), lambda: iter(w.lines[2:])):
+        result, after = assess_incremental(snapshot, source)
+        assert_same(result, w.lines)
+        assert after.lines == len(w.lines)
+
+
+def test_a_snapshot_is_plain_json_lines_with_a_seal() -> None:
+    """Read back without executing anything: a JSON header naming the versions, JSON rows, a sha256 seal."""
+    w, _ = _forked_journal()
+    _, snapshot = assess_incremental(None, w.lines, evidence={"i1": "happened"})
+    header, rows, seal = snapshot.data.split(b"\n")
+    assert hashlib.sha256(header + b"\n" + rows + b"\n").hexdigest().encode() == seal
+    fields: Mapping[str, Any] = orjson.loads(header)
+    assert fields["engine"] == incremental.ENGINE_VERSION and fields["lines"] == len(w.lines)
+    assert fields["projection"] == incremental.PROJECTION_VERSION and fields["format"] == incremental.FORMAT
+    assert fields["evidence"] == incremental.evidence_digest(normalise_evidence({"i1": "happened"}))
+    assert isinstance(orjson.loads(rows), list)
+
+
+def test_integers_beyond_64_bits_round_trip_exactly() -> None:
+    """orjson reads an integer beyond 64 bits as a float; rows holding one are written and read as JSON by
+    the standard library, so a violation naming such an lsn comes back as it was."""
+    w = _small()
+    put(w, "phase_committed", envelope={"lsn": 2**70}, turn="t1", phase="envelope")
+    _, snapshot = assess_incremental(None, w.lines)
+    assert b'"rows":"json"' in snapshot.data
+    w.commit("t1", "dispatch")
+    result, _ = assess_incremental(snapshot_load(snapshot.data), w.lines[-1:])
+    assert_same(result, w.lines)
+    assert 2**70 in [v.lsn for v in result.violations]
