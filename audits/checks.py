@@ -397,7 +397,7 @@ def _refold_one(run: Run) -> str:
     inputs = recovery_services.assessment_inputs(run=run)
     if stored is None or any(getattr(stored, k) != v for k, v in inputs.identity.items() if k != "run"):
         return "moved"
-    result = recovery_services.assessment_fold(inputs)
+    result = recovery_services.assessment_fold(inputs, whole=True).result
     output = recovery_services.assessment_output(inputs, result)
     fresh = recovery_services.output_digest(output)
     kept = Assessment.objects.filter(pk=stored.pk).values_list("output", flat=True).first()

@@ -22,7 +22,7 @@ from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
-from engine.types import TurnDecision
+from engine.types import SnapshotUnusable, TurnDecision
 from journals.actors import Actor, person_of
 from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, intents_of, turn_key, turns_project
@@ -34,6 +34,7 @@ from recovery.models import (
     COMPACTED_OUTPUT,
     FINDINGS,
     Assessment,
+    FoldSnapshot,
     GateDecision,
     OperatorEvidence,
     TurnAssessment,
@@ -63,6 +64,7 @@ from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
+assess_incremental = instrument_assessment(engine.assess_incremental)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
 # The canonical fold's shape (docs/engine.md "Versions"); part of an assessment's identity, so a new shape
@@ -151,17 +153,84 @@ def assessment_inputs(*, run: Run) -> AssessmentInputs:
     return AssessmentInputs(run=run, evidence=evidence, kept=kept, repair=repair, identity=identity)
 
 
-def assessment_fold(inputs: AssessmentInputs) -> EngineAssessment:
-    """The engine's answer for the inputs' prefix: a pure computation, nothing stored."""
+@dataclass(frozen=True)
+class Fold:
+    """The engine's answer for a prefix, the fold after its last line (for the next assessment to start
+    from; None when the inputs reach back: a repair, kept corrupt lines), and the digest of the snapshot it
+    started from (None: it read the whole prefix)."""
+
+    result: EngineAssessment
+    snapshot: engine.FoldSnapshot | None = None
+    started_from: str | None = None
+
+
+def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
+    """The engine's answer for the inputs' prefix: a pure computation, nothing stored. It starts from the
+    run's fold snapshot and reads only the records after it when the snapshot is usable; otherwise, or when
+    the engine refuses the snapshot, it folds the whole prefix (``whole``: always, with the plain engine)."""
     run, last_seq, repair = inputs.run, inputs.run.last_seq, inputs.repair
-    tail: list[bytes] = []
-    if inputs.corrupt:
+    if inputs.corrupt or repair is not None:
+        # Kept lines are read after every stored record, and a repair rewrites records anywhere in the
+        # journal: what they change reaches back before any snapshot, so the whole prefix is folded.
         data = dict(JournalCorruption.objects.filter(pk__in=inputs.corrupt).values_list("pk", "data"))
         tail = [bytes(data[pk]) for pk in inputs.corrupt]
-    if repair is None:
-        return assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=inputs.evidence)
-    read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=inputs.evidence)
-    return repaired_result(read, repair)  # the repair's typed blocks (recovery/repair/input.py)
+        if repair is None:
+            return Fold(assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=inputs.evidence))
+        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=inputs.evidence)
+        return Fold(repaired_result(read, repair))  # the repair's typed blocks (recovery/repair/input.py)
+    if whole:
+        # The re-fold audit's own fold: the plain engine over every record, owing nothing to any snapshot.
+        return Fold(assess(lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence))
+    start = _snapshot_usable(inputs)
+    if start is not None:
+        try:
+            result, after = assess_incremental(
+                start, lambda: stored_lines(run.pk, start.lines, last_seq), evidence=inputs.evidence
+            )
+        except SnapshotUnusable:
+            pass  # the engine cannot continue it (a fork reaching before what it kept...): from the start
+        else:
+            return Fold(result, after, start.digest)
+    result, after = assess_incremental(None, lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence)
+    return Fold(result, after)
+
+
+def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:
+    """The run's stored fold snapshot when the next assessment may start from it: same engine, projection and
+    evidence, a prefix that grew past it, and bytes that load and match what was stored. Line N of a run's
+    journal is its record of seq N, so the snapshot's line count is the seq it was folded through."""
+    row = FoldSnapshot.objects.filter(run=inputs.run).first()
+    if row is None or row.through_seq >= inputs.run.last_seq or row.lines != row.through_seq:
+        return None
+    versions = (row.engine_version, row.projection_version, row.evidence_digest)
+    if versions != (ENGINE_VERSION, PROJECTION_VERSION, inputs.identity["evidence_digest"]):
+        return None
+    try:
+        loaded = engine.snapshot_load(bytes(row.data))
+    except SnapshotUnusable:
+        return None
+    return loaded if (loaded.digest, loaded.lines) == (row.digest, row.lines) else None
+
+
+def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
+    """Replace the run's fold snapshot with the one after this assessment's prefix (under the run's lock;
+    never with an older one)."""
+    after = fold.snapshot
+    if after is None or FoldSnapshot.objects.filter(run=run, through_seq__gt=inputs.run.last_seq).exists():
+        return
+    FoldSnapshot.objects.update_or_create(
+        run=run,
+        defaults={
+            "through_seq": inputs.run.last_seq,
+            "lines": after.lines,
+            "digest": after.digest,
+            "data": after.data,
+            "engine_version": ENGINE_VERSION,
+            "projection_version": PROJECTION_VERSION,
+            "evidence_digest": inputs.identity["evidence_digest"],
+            "updated_at": timezone.now(),
+        },
+    )
 
 
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
@@ -185,7 +254,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     existing = Assessment.objects.filter(**inputs.identity).first()
     if existing is not None:
         return existing
-    result = assessment_fold(inputs)
+    fold = assessment_fold(inputs)
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
@@ -200,15 +269,17 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
         try:
-            stored = _assessment_create(inputs, result)
+            stored = _assessment_create(inputs, fold)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**inputs.identity)
-        _assessment_project(locked, stored, result, run.last_seq)
+        _assessment_project(locked, stored, fold.result, run.last_seq)
+        _snapshot_store(locked, fold, inputs)
     return stored
 
 
-def _assessment_create(inputs: AssessmentInputs, result: EngineAssessment) -> Assessment:
+def _assessment_create(inputs: AssessmentInputs, fold: Fold) -> Assessment:
+    result = fold.result
     output = assessment_output(inputs, result)
     blocked = result.run_blocked
     with transaction.atomic():
@@ -222,6 +293,7 @@ def _assessment_create(inputs: AssessmentInputs, result: EngineAssessment) -> As
             live_branch=result.live_branch,
             blocked_reason=blocked.code if blocked else None,
             turn_count=len(result.turns),
+            from_snapshot=fold.started_from,
         )
 
 
@@ -403,9 +475,8 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
 def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
     """The gate from a fold of the current inputs made for this answer alone: the assessment, the turn's row,
     plan and intents as the worker will store them, none of them saved."""
-    result = assessment_fold(inputs)
-    blocked = result.run_blocked
-    run = inputs.run
+    fold = assessment_fold(inputs)
+    result, blocked, run = fold.result, fold.result.run_blocked, inputs.run
     assessment = Assessment(
         **inputs.identity,
         prefix_records=run.record_count,
@@ -415,6 +486,7 @@ def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
         live_branch=result.live_branch,
         blocked_reason=blocked.code if blocked else None,
         turn_count=len(result.turns),
+        from_snapshot=fold.started_from,
     )
     td = next((td for td in result.turns if turn_key(td) == turn.turn_id), None)
     if td is not None:
