@@ -531,9 +531,11 @@ def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
     """Claim the turn for a worker: a lease and a fencing token that only grows. A claim by the holder
     renews the lease and keeps its token; anyone else gets 409 while the lease holds."""
     worker = _worker(worker_id)
-    if turn.decision in (Decision.COMPLETE, Decision.DISCARDED):
-        # Stored as done: the current prefix decides (refreshed before the turn is locked, as every gate
-        # transition does). A finished turn has nothing to run: no lease, no token handed out.
+    run = turn.run
+    if turn.decision in (Decision.COMPLETE, Decision.DISCARDED) or (run.assessed_seq or 0) < run.last_seq:
+        # Stored as done, or records arrived that no assessment has read (they may end the turn): the current
+        # prefix decides (refreshed before the turn is locked, as every gate transition does). A finished
+        # turn has nothing to run: no lease, no token handed out.
         view = gate_view(turn=turn, assessment=assessment_refresh(run=turn.run))
         if view.gate == DONE:
             raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)

@@ -149,8 +149,19 @@ def test_recovery_refused_while_held_or_done(runtime, journal):
         "turn_blocked",
         "effect_indeterminate",
     )
-    token = claim(runtime.client, "done").json()["fencing_token"]
-    assert open_recovery(runtime.client, "done", token).json()["error"] == "nothing_to_recover"
+    # A finished turn hands out no lease, even before the worker stored the assessment that says so...
+    refused = claim(runtime.client, "done")
+    assert (refused.status_code, refused.json()["error"]) == (409, "nothing_to_recover")
+    # ... and a lease taken before the turn finished opens no recovery once it has.
+    token = claim(runtime.client, "mid").json()["fencing_token"]
+    start = len(journal.lines)
+    journal.commit("mid", "dispatch", "execute", "readback", "writeback", "spend")
+    journal.observe("mid", "fetch")
+    journal.observe("mid", "mail")
+    journal.terminal("mid")
+    ingest(runtime.client, journal, journal.lines[start:], fencing=f"mid={token}")
+    finished = open_recovery(runtime.client, "mid", token).json()
+    assert (finished["error"], finished["decision"]) == ("nothing_to_recover", "complete")
 
 
 @override_settings(LOOPX_MAX_RECOVERY_ATTEMPTS=3)
