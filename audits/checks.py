@@ -12,6 +12,7 @@ opens nothing twice (findings are unique per unresolved fact) and repairs nothin
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,7 +32,7 @@ from recovery.models import Assessment, TurnAssessment
 from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
-from recovery.state import WAITING
+from recovery.state import WAITING, picture_rows, projected_assessment
 from trail.chain import trail_verify
 
 logger = logging.getLogger(__name__)
@@ -327,8 +328,9 @@ def audit_engine_change(*, limit: int) -> AuditReport:
         report.counts["reassessed"] += 1
         if old is None or old.prefix_key != new.prefix_key or old.evidence_digest != new.evidence_digest:
             continue  # the journal or the evidence moved too: a difference would not be the engine's
-        before = {r.turn_id: r for r in TurnAssessment.objects.filter(assessment=old).select_related("turn")}
-        for row in TurnAssessment.objects.filter(assessment=new).select_related("turn"):
+        # Each turn's row in force under each (rows are written only where a turn changed).
+        before = {r.turn_id: r for r in picture_rows(run_id=run.pk, through=old.pk)}
+        for row in picture_rows(run_id=run.pk, through=new.pk).select_related("turn"):
             was = before.get(row.turn_id)
             if was is None or _picture(was) == _picture(row):
                 continue
@@ -361,6 +363,63 @@ def audit_engine_change(*, limit: int) -> AuditReport:
 
 def _picture(row: TurnAssessment) -> tuple[str, str | None, str | None]:
     return row.decision, row.reason, row.resume_from
+
+
+# --- re-fold ---------------------------------------------------------------------------------------------
+
+REFOLD_SHOWN = 20  # differing turns a finding names; the count says how many there were
+
+
+def audit_refold(*, sample: int) -> AuditReport:
+    """Fold a sample of runs again, whole and from nothing, and compare with the assessment the run shows:
+    its output (against the digest it was stored with) and every turn's row in force under it. An
+    assessment reads only the records after its fold snapshot and writes rows only for the turns that
+    changed; this checks that both still add up to what the engine says of the whole prefix. Any difference
+    is an ``assessment_diverged`` finding naming the run. A run whose inputs moved since (a batch not yet
+    assessed, new evidence) is left for a later pass: its stored assessment is not of the current inputs.
+    The sample is a window of runs from a random start, so that every run comes round."""
+    report = AuditReport("refold")
+    runs = Run.objects.filter(assessed_seq__isnull=False).order_by("pk")
+    top = runs.order_by("-pk").values_list("pk", flat=True).first()
+    if top is None or sample <= 0:
+        return report
+    start = random.randint(1, top)  # noqa: S311 - a sample's start, not a secret
+    window = list(runs.filter(pk__gte=start)[:sample])
+    window += list(runs.filter(pk__lt=start)[: sample - len(window)])
+    for run in window:
+        report.checked += 1
+        report.counts[_refold_one(run)] += 1
+    return report
+
+
+def _refold_one(run: Run) -> str:
+    stored = projected_assessment(run)
+    inputs = recovery_services.assessment_inputs(run=run)
+    if stored is None or any(getattr(stored, k) != v for k, v in inputs.identity.items() if k != "run"):
+        return "moved"
+    result = recovery_services.assessment_fold(inputs, whole=True).result
+    output = recovery_services.assessment_output(inputs, result)
+    fresh = recovery_services.output_digest(output)
+    kept = Assessment.objects.filter(pk=stored.pk).values_list("output", flat=True).first()
+    output_differs = fresh != stored.output_digest or recovery_services.output_digest(kept) != fresh
+    want = recovery_services.assessment_picture(run=run, result=result)
+    have = recovery_services.assessment_picture_stored(assessment=stored)
+    turns = sorted(t for t in want.keys() | have.keys() if want.get(t) != have.get(t))
+    if not output_differs and not turns:
+        return "agreed"
+    finding_open_or_touch(
+        kind="assessment_diverged",
+        run=run,
+        fact_key=f"assessment:{stored.pk}",
+        evidence={
+            "assessment": stored.pk,
+            "prefix_key": stored.prefix_key,
+            "output_differs": output_differs,
+            "turns_differing": len(turns),
+            "turns": turns[:REFOLD_SHOWN],
+        },
+    )
+    return "diverged"
 
 
 # --- unclaimed held turns ------------------------------------------------------------------------------

@@ -75,6 +75,11 @@ def audit_engine_change(limit: int | None = None) -> dict[str, Any]:
     return _log(checks.audit_engine_change(limit=_batch(limit)))
 
 
+@shared_task(name="audits.tasks.audit_refold", **AUDIT_TASK_OPTIONS)
+def audit_refold(sample: int | None = None) -> dict[str, Any]:
+    return _log(checks.audit_refold(sample=settings.LOOPX_REFOLD_AUDIT_SAMPLE if sample is None else sample))
+
+
 @shared_task(name="audits.tasks.audit_unclaimed_blocked_turns", **AUDIT_TASK_OPTIONS)
 def audit_unclaimed_blocked_turns(older_than_seconds: int | None = None, limit: int | None = None) -> dict[str, Any]:
     older = settings.LOOPX_BLOCKED_ESCALATION_SECONDS if older_than_seconds is None else older_than_seconds

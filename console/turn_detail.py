@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Exists, F
+from django.db.models import Exists, OuterRef, Subquery
 from django.urls import reverse
 
 from engine.canonical import STORAGE_CORRUPTION
 from engine.types import EFFECT_INDETERMINATE, RUN_LEVEL
-from journals.models import Branch, Checkpoint, JournalRecord, Turn
+from journals.models import Branch, Checkpoint, JournalRecord, Run, Turn
 from journals.selectors import record_public
 from recovery.findings.models import UNRESOLVED, Finding
 from recovery.findings.selectors import turn_findings_open, turn_findings_q
-from recovery.models import GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.models import Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
 from recovery.packages.models import JournalCorruption
 from recovery.recovery_audits.models import RecoveryAudit
 from recovery.repair.models import JournalRepair, repair_in_force
@@ -285,9 +285,12 @@ def _gate_view(
     them itself when an approval needs checking), and whether the turn has decisions and audits at all."""
     if row is None:
         return None
+    shown = getattr(row, "shown_id", row.assessment_id)
+    # A turn the newest assessment left unchanged has its row in an older one: the gate reads the newest.
+    assessment = row.assessment if shown == row.assessment_id else Assessment.objects.defer("output").get(pk=shown)
     return gate_view(
         turn=turn,
-        assessment=row.assessment,
+        assessment=assessment,
         row=row,
         intents=intents,
         violations=violations,
@@ -326,19 +329,32 @@ def _has_more(turn: Turn) -> dict[str, Exists]:
 def turn_page(turn: Turn) -> TurnPage:
     """The page of a turn its door read with its timeline (journals.doors.turn_for_read, ``timeline``):
     the reader's scope is checked before anything of the page is built."""
+    # The assessment the run's projections show, and the turn's row in force under it (its newest at or
+    # before it: an assessment writes rows only for the turns it changed), in one query.
+    shown = Subquery(
+        Assessment.objects.filter(
+            run_id=turn.run_id, prefix_last_seq=Subquery(Run.objects.filter(pk=turn.run_id).values("assessed_seq"))
+        )
+        .order_by("-id")
+        .values("id")[:1]
+    )
     rows = (
-        TurnAssessment.objects.filter(turn=turn)
+        TurnAssessment.objects.filter(turn=turn, assessment_id__lte=shown)
         .select_related("assessment")
         .defer("assessment__output")  # every turn of the run: megabytes on a large run
+        .annotate(shown_id=shown)
         .annotate(**{f"has_{name}": Exists(model._default_manager.filter(turn=turn)) for name, model in _HAS.items()})
         .annotate(**_has_more(turn))
         .order_by("-assessment_id")
     )
     wants_violations = _blocked_by_violation(turn)
     if wants_violations:
-        # Only the `violations` key, in the same query. Reading it still parses the whole stored output,
-        # which grows with the run's turns, so it is read only when the blocking reason is a violation.
-        rows = rows.annotate(violations=F("assessment__output__violations"))
+        # Only the `violations` key of the assessment shown, in the same query. Reading it still parses the
+        # whole stored output, which grows with the run's turns, so it is read only when the blocking reason
+        # is a violation.
+        rows = rows.annotate(
+            violations=Subquery(Assessment.objects.filter(pk=OuterRef("shown_id")).values("output__violations")[:1])
+        )
     row = rows.first()
     has = _has(row)
     violations = _violation_list(row) if wants_violations else None

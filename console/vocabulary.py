@@ -221,6 +221,7 @@ FINDINGS: dict[str, str] = {
     "chain_broken": "hash chain broken",
     "storage_corruption": "damaged journal line",
     "decision_changed": "engine now decides otherwise",
+    "assessment_diverged": "stored assessment differs from a fresh fold",
     "blocked_turn_unclaimed": "held turn nobody took",
     "assessment_missed": "assessment never ran",
     "trail_broken": "audit trail altered",

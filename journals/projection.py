@@ -20,14 +20,15 @@ from journals.storable import storable
 _MAX_BRANCH = 2**31 - 1
 
 
-def _turn_key(td: TurnDecision) -> str | None:
+def turn_key(td: TurnDecision) -> str | None:
+    """The Turn's ``turn_id`` for an engine turn, or None when no Turn row can hold it."""
     return storable(td.turn) if isinstance(td.turn, str) and 0 < len(td.turn) <= 200 else None
 
 
 def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[str, Turn]:
     """Turn, Phase and Intent rows from the engine's decisions; only turns whose picture changed are
     rewritten. Returns engine turn id -> Turn."""
-    keys = {td.turn: key for td in result.turns if (key := _turn_key(td)) is not None}
+    keys = {td.turn: key for td in result.turns if (key := turn_key(td)) is not None}
     existing = {t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=list(keys.values()))}
     missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
     if missing:
@@ -132,28 +133,36 @@ def _rewrite_timelines(
                     committed_at=record[1] if record else None,
                 )
             )
-        seen: set[str] = set()
-        for position, iv in enumerate(td.intents):
-            intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
-            if intent_id is None or intent_id in seen or len(intent_id) > 200:
-                continue
-            seen.add(intent_id)
-            intents.append(
-                Intent(
-                    turn=turn,
-                    intent_id=intent_id,
-                    effect_class=iv.effect_class,
-                    idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
-                    resolution=iv.resolution,
-                    branch=iv.branch,
-                    live=iv.live,
-                    dispatches=iv.dispatches,
-                    outcome=iv.outcome,
-                    position=position,
-                )
-            )
+        intents.extend(intents_of(turn, td))
     Phase.objects.bulk_create(phases, batch_size=2000)
     Intent.objects.bulk_create(intents, batch_size=2000)
+
+
+def intents_of(turn: Turn, td: TurnDecision) -> list[Intent]:
+    """The turn's Intent rows from the engine's decision, in its order (unsaved): what an assessment stores,
+    and what the gate reads when it answers from a fold made in memory."""
+    intents: list[Intent] = []
+    seen: set[str] = set()
+    for position, iv in enumerate(td.intents):
+        intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
+        if intent_id is None or intent_id in seen or len(intent_id) > 200:
+            continue
+        seen.add(intent_id)
+        intents.append(
+            Intent(
+                turn=turn,
+                intent_id=intent_id,
+                effect_class=iv.effect_class,
+                idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
+                resolution=iv.resolution,
+                branch=iv.branch,
+                live=iv.live,
+                dispatches=iv.dispatches,
+                outcome=iv.outcome,
+                position=position,
+            )
+        )
+    return intents
 
 
 def branches_project(*, run: Run, views: Iterable[BranchView]) -> None:

@@ -318,6 +318,11 @@ LOOPX_INGEST_MAX_BATCH_BYTES = env_int("LOOPX_INGEST_MAX_BATCH_BYTES", 8 * 1024 
 LOOPX_INGEST_MAX_BATCH_RECORDS = env_int("LOOPX_INGEST_MAX_BATCH_RECORDS", 10_000)
 LOOPX_MAX_RECOVERY_ATTEMPTS = env_int("LOOPX_MAX_RECOVERY_ATTEMPTS", 5)
 LOOPX_CLAIM_LEASE_SECONDS = env_int("LOOPX_CLAIM_LEASE_SECONDS", 300)
+# A superseded assessment keeps its identity, digests and counts; its output (every turn's decision, large on
+# a large run) is dropped this long after a newer assessment of the run was stored (docs/state.md).
+LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS = env_int("LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS", 300)
+# How many runs the re-fold audit folds again whole, each time it runs, to check their stored assessment.
+LOOPX_REFOLD_AUDIT_SAMPLE = env_int("LOOPX_REFOLD_AUDIT_SAMPLE", 20)
 LOOPX_PACKAGE_MAX_MEMBER_BYTES = env_int("LOOPX_PACKAGE_MAX_MEMBER_BYTES", 64 * 1024 * 1024)
 LOOPX_PACKAGE_MAX_TOTAL_BYTES = env_int("LOOPX_PACKAGE_MAX_TOTAL_BYTES", 512 * 1024 * 1024)
 LOOPX_PACKAGE_MAX_MEMBERS = env_int("LOOPX_PACKAGE_MAX_MEMBERS", 10_000)

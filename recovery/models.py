@@ -46,6 +46,10 @@ def _in(field: str, values: tuple[str, ...], *, null: bool = False) -> Q:
     return q | Q(**{f"{field}__isnull": True}) if null else q
 
 
+# The output of a compacted assessment: a newer one superseded it; its identity, digests and counts stay.
+COMPACTED_OUTPUT: dict[str, bool] = {"compacted": True}
+
+
 class Assessment(models.Model):
     """The engine's output for one committed prefix of a run, one engine version and one set of evidence.
 
@@ -66,6 +70,16 @@ class Assessment(models.Model):
     live_branch = models.IntegerField(default=0)
     blocked_reason = models.CharField(max_length=64, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # What stays of an assessment once a newer one supersedes it and its output is compacted: how many
+    # turns it decided, how many of them changed from the picture before it (the TurnAssessment rows it
+    # wrote), and the sha256 of its output as first stored.
+    turn_count = models.IntegerField(default=0)
+    rows_written = models.IntegerField(default=0)
+    output_digest = models.CharField(max_length=64, blank=True, default="")
+    compacted_at = models.DateTimeField(null=True, blank=True)
+    # The digest of the fold snapshot the engine started from (only the records after it were read);
+    # null: the whole prefix was folded.
+    from_snapshot = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["run", "-prefix_last_seq", "-id"]
@@ -82,7 +96,10 @@ class Assessment(models.Model):
 
 
 class TurnAssessment(models.Model):
-    """One turn's decision inside an assessment, as rows so that lists filter on them."""
+    """One turn's decision where it changed: an assessment writes a row only for a turn that is new or whose
+    engine picture (decision, reason, resume_from, completed phases, reason line, terminal) differs from
+    the picture before it. A turn's picture under an assessment is its newest row at or before that
+    assessment (``recovery.state.picture_rows``); the rows together are the history of its decisions."""
 
     assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="turn_rows")
     turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="assessments")
@@ -103,6 +120,24 @@ class TurnAssessment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.turn_id}: {self.decision}"
+
+
+class FoldSnapshot(models.Model):
+    """The engine's fold after a run's records through ``through_seq``, so that the next assessment reads only
+    the records after it (engine/incremental.py). One per run: a newer one replaces it."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="fold_snapshot")
+    through_seq = models.BigIntegerField()
+    lines = models.BigIntegerField()
+    digest = models.CharField(max_length=64)
+    data = models.BinaryField()
+    engine_version = models.CharField(max_length=40)
+    projection_version = models.CharField(max_length=40)
+    evidence_digest = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"fold snapshot of run {self.run_id} through seq {self.through_seq}"
 
 
 class TurnClaim(models.Model):

@@ -32,6 +32,7 @@ from recovery.state import (
     RUN_LEVEL_CODES,
     StateValue,
     engine_row,
+    picture_row,
     state_inputs_gather,
     turn_facts,
     turn_state_decide,
@@ -59,6 +60,9 @@ class GateView:
     value: StateValue | None = None  # the effective state (recovery/state.py), of which the fields above are parts
     # The runtime's expected high-water (``?expect``) that the store does not hold: the turn is held.
     offset_mismatch: OffsetMismatch | None = None
+    # The stored assessment is behind the committed prefix: this answer was folded in memory for the asker
+    # and stored nowhere (the worker's task stores it).
+    pending: bool = False
 
     @property
     def progress_key(self) -> str:
@@ -143,12 +147,16 @@ def gate_view(
     no_decisions: bool = False,
     no_audits: bool = False,
 ) -> GateView:
-    """The gate for ``turn`` under ``assessment`` (which the caller refreshed). A page that already read the
-    turn's row of that assessment, its intents (in position order) or the assessment's violations passes
-    them, and says when it found the turn has no operator decision or no recovery audit at all, so that
-    the gate does not read them again."""
-    if row is None or row.assessment_id != assessment.pk or row.turn_id != turn.pk:
-        row = TurnAssessment.objects.get(assessment=assessment, turn=turn)
+    """The gate for ``turn`` under ``assessment`` (which the caller refreshed). A caller that already read
+    the turn's row in force under that assessment (or made it in memory), its intents (in position order)
+    or the assessment's violations passes them, and says when it found the turn has no operator decision
+    or no recovery audit at all, so that the gate does not read them again."""
+    if row is None or row.turn_id != turn.pk:
+        # The turn's row in force under the assessment: its newest at or before it (rows are written only
+        # for turns that changed). A caller passing a row read it so.
+        row = picture_row(turn=turn, through=assessment.pk)
+        if row is None:
+            raise TurnAssessment.DoesNotExist(f"turn {turn.pk} is not in assessment {assessment.pk}")
     key = progress_key(row)
     attempts = 0 if no_audits else attempts_without_progress(turn=turn, key=key)
     if intents is None:

@@ -14,6 +14,9 @@ from recovery.state import FILTER_CHOICES, FILTER_NAMES, state_version
 
 
 class AssessmentSummarySerializer(serializers.ModelSerializer[Assessment]):
+    id = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="null in a gate answer folded in memory (`pending`): not stored."
+    )
     run = serializers.CharField(source="run.run_id")
 
     class Meta:
@@ -30,11 +33,21 @@ class AssessmentSummarySerializer(serializers.ModelSerializer[Assessment]):
             "live_branch",
             "blocked_reason",
             "created_at",
+            "turn_count",
+            "rows_written",
+            "output_digest",
+            "from_snapshot",
+            "compacted_at",
         ]
 
 
 class AssessmentSerializer(AssessmentSummarySerializer):
-    output = serializers.JSONField(help_text="The engine's stable JSON (assess_journal --json shape).")
+    output = serializers.JSONField(
+        help_text=(
+            "The engine's stable JSON (assess_journal --json shape); `{\"compacted\": true}` once a newer "
+            "assessment superseded it (`compacted_at`)."
+        )
+    )
     repair = serializers.SerializerMethodField(
         help_text="The journal repair this assessment was made after (docs/repair.md), or null."
     )
@@ -127,6 +140,12 @@ class GateSerializer(serializers.Serializer[Any]):
     planned = PlannedActionSerializer(many=True)
     intents = GateIntentSerializer(many=True)
     assessment = AssessmentSummarySerializer()
+    pending = serializers.BooleanField(
+        help_text=(
+            "true: records arrived after the stored assessment; this answer was folded from the whole committed "
+            "prefix for this request and stored nowhere (`assessment.id` is null until the worker stores it)."
+        )
+    )
     offset_mismatch = GateOffsetMismatchSerializer(allow_null=True)
 
     def to_representation(self, view: GateView) -> dict[str, Any]:
@@ -175,6 +194,7 @@ class GateSerializer(serializers.Serializer[Any]):
                 for i in view.intents
             ],
             "assessment": AssessmentSummarySerializer(view.assessment).data,
+            "pending": view.pending,
             "offset_mismatch": None
             if mismatch is None
             else {

@@ -22,18 +22,28 @@ from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
 from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
+from engine.types import SnapshotUnusable, TurnDecision
 from journals.actors import Actor, person_of
 from journals.changes import turn_change_mark
 from journals.models import Branch, Decision, Intent, Run, Turn
-from journals.projection import branches_project, turns_project
+from journals.projection import branches_project, intents_of, turn_key, turns_project
 from journals.storable import storable
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
-from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.models import (
+    COMPACTED_OUTPUT,
+    FINDINGS,
+    Assessment,
+    FoldSnapshot,
+    GateDecision,
+    OperatorEvidence,
+    TurnAssessment,
+    TurnClaim,
+)
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
-from recovery.repair.models import repair_in_force
+from recovery.repair.models import JournalRepair, repair_in_force
 from recovery.selectors import (
     DONE,
     HOLD,
@@ -46,6 +56,8 @@ from recovery.state import (
     EngineRow,
     approval_refusal,
     engine_row,
+    picture_rows,
+    projected_assessment,
     state_seen_check,
     turn_facts,
     turn_states_refresh,
@@ -54,6 +66,7 @@ from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
+assess_incremental = instrument_assessment(engine.assess_incremental)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
 # The canonical fold's shape (docs/engine.md "Versions"); part of an assessment's identity, so a new shape
@@ -111,16 +124,26 @@ class PrefixSuperseded(Exception):
     """A newer batch was committed while the engine ran (``assessment_refresh(newest_only=True)``)."""
 
 
-def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
-    """The assessment of the run's committed prefix with the evidence in force; computed only when no
-    assessment with the same identity exists (same prefix, evidence, engine and projection version).
+@dataclass(frozen=True)
+class AssessmentInputs:
+    """What an assessment of the run reads besides its records, read once: the evidence in force, the kept
+    corrupt lines (and those in force), the repair in force, and the identity they make."""
 
-    ``newest_only`` (the background task, recovery/background.py): store nothing and raise
-    PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
-    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    run: Run
+    evidence: dict[tuple[str, str], Any]
+    kept: list[tuple[int, str, bool]]
+    repair: JournalRepair | None
+    identity: dict[str, Any]
+
+    @property
+    def corrupt(self) -> list[int]:
+        return [pk for pk, _, in_force in self.kept if in_force]  # the lines the engine reads
+
+
+def assessment_inputs(*, run: Run) -> AssessmentInputs:
+    """The inputs of the assessment of the run's committed prefix as ``run`` holds it."""
     evidence = evidence_in_force(run=run)
     kept = corrupt_kept(run)
-    corrupt = [pk for pk, _, in_force in kept if in_force]  # the lines the engine reads
     repair = repair_in_force(run)
     identity = {
         "run": run,
@@ -129,60 +152,237 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         "engine_version": ENGINE_VERSION,
         "projection_version": PROJECTION_VERSION,
     }
-    existing = Assessment.objects.filter(**identity).first()
+    return AssessmentInputs(run=run, evidence=evidence, kept=kept, repair=repair, identity=identity)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """The engine's answer for a prefix, the fold after its last line (for the next assessment to start
+    from; None when the inputs reach back: a repair, kept corrupt lines), and the digest of the snapshot it
+    started from (None: it read the whole prefix)."""
+
+    result: EngineAssessment
+    snapshot: engine.FoldSnapshot | None = None
+    started_from: str | None = None
+
+
+def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
+    """The engine's answer for the inputs' prefix: a pure computation, nothing stored. It starts from the
+    run's fold snapshot and reads only the records after it when the snapshot is usable; otherwise, or when
+    the engine refuses the snapshot, it folds the whole prefix (``whole``: always, with the plain engine)."""
+    run, last_seq, repair = inputs.run, inputs.run.last_seq, inputs.repair
+    if inputs.corrupt or repair is not None:
+        # Kept lines are read after every stored record, and a repair rewrites records anywhere in the
+        # journal: what they change reaches back before any snapshot, so the whole prefix is folded.
+        data = dict(JournalCorruption.objects.filter(pk__in=inputs.corrupt).values_list("pk", "data"))
+        tail = [bytes(data[pk]) for pk in inputs.corrupt]
+        if repair is None:
+            return Fold(assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=inputs.evidence))
+        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=inputs.evidence)
+        return Fold(repaired_result(read, repair))  # the repair's typed blocks (recovery/repair/input.py)
+    if whole:
+        # The re-fold audit's own fold: the plain engine over every record, owing nothing to any snapshot.
+        return Fold(assess(lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence))
+    start = _snapshot_usable(inputs)
+    if start is not None:
+        try:
+            result, after = assess_incremental(
+                start, lambda: stored_lines(run.pk, start.lines, last_seq), evidence=inputs.evidence
+            )
+        except SnapshotUnusable:
+            pass  # the engine cannot continue it (a fork reaching before what it kept...): from the start
+        else:
+            return Fold(result, after, start.digest)
+    result, after = assess_incremental(None, lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence)
+    return Fold(result, after)
+
+
+def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:
+    """The run's stored fold snapshot when the next assessment may start from it: same engine, projection and
+    evidence, a prefix that grew past it, and bytes that load and match what was stored. Line N of a run's
+    journal is its record of seq N, so the snapshot's line count is the seq it was folded through."""
+    row = FoldSnapshot.objects.filter(run=inputs.run).first()
+    if row is None or row.through_seq >= inputs.run.last_seq or row.lines != row.through_seq:
+        return None
+    versions = (row.engine_version, row.projection_version, row.evidence_digest)
+    if versions != (ENGINE_VERSION, PROJECTION_VERSION, inputs.identity["evidence_digest"]):
+        return None
+    try:
+        loaded = engine.snapshot_load(bytes(row.data))
+    except SnapshotUnusable:
+        return None
+    return loaded if (loaded.digest, loaded.lines) == (row.digest, row.lines) else None
+
+
+def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
+    """Replace the run's fold snapshot with the one after this assessment's prefix (under the run's lock;
+    never with an older one)."""
+    after = fold.snapshot
+    if after is None or FoldSnapshot.objects.filter(run=run, through_seq__gt=inputs.run.last_seq).exists():
+        return
+    FoldSnapshot.objects.update_or_create(
+        run=run,
+        defaults={
+            "through_seq": inputs.run.last_seq,
+            "lines": after.lines,
+            "digest": after.digest,
+            "data": after.data,
+            "engine_version": ENGINE_VERSION,
+            "projection_version": PROJECTION_VERSION,
+            "evidence_digest": inputs.identity["evidence_digest"],
+            "updated_at": timezone.now(),
+        },
+    )
+
+
+def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
+    """The stored output: the engine's stable JSON, redacted; a repaired run's names its repair."""
+    repair = inputs.repair
+    return storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})}))
+
+
+def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
+    """The assessment of the run's committed prefix with the evidence in force; computed only when no
+    assessment with the same identity exists (same prefix, evidence, engine and projection version).
+
+    It stores TurnAssessment rows only for the turns whose picture changed, under the run's lock, so that
+    assessments are numbered in the order their rows were written and every assessment's picture stays
+    exact (``recovery.state.picture_rows``); then it compacts the run's superseded assessments.
+
+    ``newest_only`` (the background task, recovery/background.py): store nothing and raise
+    PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
+    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    inputs = assessment_inputs(run=run)
+    existing = Assessment.objects.filter(**inputs.identity).first()
     if existing is not None:
         return existing
-    last_seq = run.last_seq
-    tail: list[bytes] = []
-    if corrupt:
-        data = dict(JournalCorruption.objects.filter(pk__in=corrupt).values_list("pk", "data"))
-        tail = [bytes(data[pk]) for pk in corrupt]
-    if repair is None:
-        result = assess(lambda: _lines_through(run.pk, last_seq, tail), evidence=evidence)
-    else:
-        read = assess(lambda: repaired_lines(run.pk, last_seq, tail, repair), evidence=evidence)
-        result = repaired_result(read, repair)  # the repair's typed blocks (recovery/repair/input.py)
-    blocked = result.run_blocked
+    fold = assessment_fold(inputs)
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
         if newest_only and (
-            Run.objects.select_for_update().get(pk=run.pk).prefix_key != run.prefix_key
-            or corrupt_kept(run) != kept
-            or getattr(repair_in_force(run), "pk", None) != getattr(repair, "pk", None)
+            locked.prefix_key != run.prefix_key
+            or corrupt_kept(run) != inputs.kept
+            or getattr(repair_in_force(run), "pk", None) != getattr(inputs.repair, "pk", None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
         try:
-            with transaction.atomic():
-                stored = Assessment.objects.create(
-                    **identity,
-                    prefix_records=run.record_count,
-                    prefix_last_seq=last_seq,
-                    prefix_digest=run.prefix_digest,
-                    # A repaired run's output names its repair ("assessed after repair #3 by ...").
-                    output=storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})})),
-                    live_branch=result.live_branch,
-                    blocked_reason=blocked.code if blocked else None,
-                )
+            stored = _assessment_create(inputs, fold)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
-            return Assessment.objects.get(**identity)
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        turns = turns_project(run=locked, result=result, last_seq=last_seq)
-        orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
-        TurnAssessment.objects.bulk_create(_turn_assessments(stored, result, turns, orphans), batch_size=2000)
-        # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
-        if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
-            branches_project(run=locked, views=result.branches)
-            locked.live_branch = result.live_branch
-            locked.blocked_reason = stored.blocked_reason
-            locked.assessed_seq = last_seq
-            locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
-            turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
+            return Assessment.objects.get(**inputs.identity)
+        _assessment_project(locked, stored, fold.result, run.last_seq)
+        _snapshot_store(locked, fold, inputs)
     return stored
+
+
+def _assessment_create(inputs: AssessmentInputs, fold: Fold) -> Assessment:
+    result = fold.result
+    output = assessment_output(inputs, result)
+    blocked = result.run_blocked
+    with transaction.atomic():
+        return Assessment.objects.create(
+            **inputs.identity,
+            prefix_records=inputs.run.record_count,
+            prefix_last_seq=inputs.run.last_seq,
+            prefix_digest=inputs.run.prefix_digest,
+            output=output,
+            output_digest=output_digest(output),
+            live_branch=result.live_branch,
+            blocked_reason=blocked.code if blocked else None,
+            turn_count=len(result.turns),
+            from_snapshot=fold.started_from,
+        )
+
+
+def _assessment_project(locked: Run, stored: Assessment, result: EngineAssessment, last_seq: int) -> None:
+    """Store the assessment's changed rows and move the run's projections (under the run's lock)."""
+    blocked = result.run_blocked
+    turns = turns_project(run=locked, result=result, last_seq=last_seq)
+    orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
+    rows = _turn_assessments(stored, result, turns, orphans)
+    changed = _rows_changed(locked, rows)
+    TurnAssessment.objects.bulk_create(changed, batch_size=2000)
+    stored.turn_count, stored.rows_written = len(rows), len(changed)
+    stored.save(update_fields=["turn_count", "rows_written"])
+    # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
+    if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
+        branches_project(run=locked, views=result.branches)
+        locked.live_branch = result.live_branch
+        locked.blocked_reason = stored.blocked_reason
+        locked.assessed_seq = last_seq
+        locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
+        turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
+    assessments_compact(run=locked)
+
+
+_PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
+
+
+def _rows_changed(run: Run, rows: list[TurnAssessment]) -> list[TurnAssessment]:
+    """The rows whose turn is new or whose picture differs from the turn's newest stored row."""
+    before = {
+        values[0]: tuple(values[1:])
+        for values in picture_rows(run_id=run.pk).values_list("turn_id", *_PICTURE).iterator(chunk_size=5000)
+    }
+    return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
+
+
+def assessment_picture(*, run: Run, result: EngineAssessment) -> dict[str, tuple[Any, ...]]:
+    """turn id -> the row (decision, reason, resume_from, completed phases, reason line, terminal) an
+    assessment of ``result`` stores for each of the run's turns, read from nothing but the result and the
+    run's turn ids: what the re-fold audit compares a stored picture with."""
+    blocked = result.run_blocked
+    listed = set(Turn.objects.filter(run=run).values_list("turn_id", flat=True))
+    picture: dict[str, tuple[Any, ...]] = {}
+    for td in result.turns:
+        key = turn_key(td)
+        if key in listed:
+            row = _turn_row(Assessment(), Turn(turn_id=key), td)
+            picture[key] = tuple(getattr(row, f) for f in _PICTURE)
+    if blocked is not None:
+        for turn_id in listed - picture.keys():
+            picture[turn_id] = (Decision.BLOCKED, str(blocked.code), None, [], blocked.line, None)
+    return picture
+
+
+def assessment_picture_stored(*, assessment: Assessment) -> dict[str, tuple[Any, ...]]:
+    """turn id -> the row in force under a stored assessment (see ``assessment_picture``)."""
+    rows = picture_rows(run_id=assessment.run_id, through=assessment.pk)
+    return {values[0]: tuple(values[1:]) for values in rows.values_list("turn__turn_id", *_PICTURE)}
+
+
+def output_digest(output: Any) -> str:
+    """The sha256 of an assessment's stored output (kept when the output is compacted)."""
+    return hashlib.sha256(canonical_bytes(output)).hexdigest()
+
+
+def assessments_compact(*, run: Run) -> int:
+    """Compact the run's superseded assessments: their identity, digests and counts stay (a GateDecision or a
+    recovery audit may name them), their output is dropped. An assessment is superseded once a newer one
+    of the run is ``LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS`` old (a reader that began on it meanwhile still
+    finds its output); the assessment the run's projections show is never compacted. Their TurnAssessment
+    rows stay: each is a change of a turn's decision, the history the pages and audits read. Returns how
+    many it compacted."""
+    now = timezone.now()
+    grace = timedelta(seconds=settings.LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS)
+    settled = (
+        Assessment.objects.filter(run=run, created_at__lte=now - grace)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if settled is None:
+        return 0
+    superseded = Assessment.objects.filter(run=run, id__lt=settled, compacted_at__isnull=True)
+    shown = projected_assessment(run)
+    if shown is not None:
+        superseded = superseded.exclude(pk=shown.pk)
+    return superseded.update(output=COMPACTED_OUTPUT, compacted_at=now)
 
 
 def _turn_assessments(
@@ -193,23 +393,23 @@ def _turn_assessments(
 ) -> list[TurnAssessment]:
     """The assessment's row for each of the run's turns: the engine's decision, or blocked for a turn the
     journal no longer plans (an orphan)."""
-    return [
-        TurnAssessment(
-            assessment=stored,
-            turn=turns[td.turn],
-            decision=td.decision.value,
-            reason=td.reason,
-            resume_from=storable(td.resume_from),
-            completed_phases=storable(list(td.completed_phases)),
-            reason_line=td.reason_line,
-            terminal=td.terminal,
-        )
-        for td in result.turns
-        if td.turn in turns
-    ] + [
+    return [_turn_row(stored, turns[td.turn], td) for td in result.turns if td.turn in turns] + [
         TurnAssessment(assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line)
         for pk, (reason, line) in orphans.items()
     ]
+
+
+def _turn_row(assessment: Assessment, turn: Turn, td: TurnDecision) -> TurnAssessment:
+    return TurnAssessment(
+        assessment=assessment,
+        turn=turn,
+        decision=td.decision.value,
+        reason=td.reason,
+        resume_from=storable(td.resume_from),
+        completed_phases=storable(list(td.completed_phases)),
+        reason_line=td.reason_line,
+        terminal=td.terminal,
+    )
 
 
 def _engine_rows(
@@ -243,14 +443,21 @@ def _orphan_turns(
 
 
 def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> GateView:
-    """The gate for a turn under the current committed prefix (the assessment refreshed if it moved).
+    """The gate for a turn under the current committed prefix: a read, which never writes.
+
+    The stored assessment of the current inputs answers when there is one. When the prefix (or the evidence,
+    a repair, a kept line) moved since, the worker's task owes its assessment; meanwhile the answer is
+    folded here in memory from the same inputs, with the same rule, and stored nowhere: ``pending`` says so.
+    It is never an older assessment's answer (a turn the new records hold must not proceed).
 
     ``expect`` (branch -> the last lsn the runtime believes committed, -1 for none; ``?expect``): a stored
     prefix that differs holds the turn, blocked with `offset_mismatch`, as ``assess_journal --expect``
     blocks it (the engine's comparison, against the branches' ack cursors). It is never reconciled by
     trusting either side, and nothing is recorded: the answer is for this caller's belief alone."""
-    assessment = assessment_refresh(run=turn.run)
-    view = gate_view(turn=Turn.objects.select_related("run").get(pk=turn.pk), assessment=assessment)
+    fresh = Turn.objects.select_related("run").get(pk=turn.pk)
+    inputs = assessment_inputs(run=fresh.run)
+    stored = Assessment.objects.filter(**inputs.identity, compacted_at__isnull=True).defer("output").first()
+    view = gate_view(turn=fresh, assessment=stored) if stored is not None else _gate_in_memory(fresh, inputs)
     if expect:
         held = dict(Branch.objects.filter(run_id=turn.run_id).values_list("number", "committed_lsn"))
         mismatches = engine.offset_mismatches(held, expect)
@@ -265,6 +472,38 @@ def turn_decision(*, turn: Turn, expect: Mapping[int, int] | None = None) -> Gat
                 offset_mismatch=mismatches[0],
             )
     return view
+
+
+def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
+    """The gate from a fold of the current inputs made for this answer alone: the assessment, the turn's row,
+    plan and intents as the worker will store them, none of them saved."""
+    fold = assessment_fold(inputs)
+    result, blocked, run = fold.result, fold.result.run_blocked, inputs.run
+    assessment = Assessment(
+        **inputs.identity,
+        prefix_records=run.record_count,
+        prefix_last_seq=run.last_seq,
+        prefix_digest=run.prefix_digest,
+        output=assessment_output(inputs, result),
+        live_branch=result.live_branch,
+        blocked_reason=blocked.code if blocked else None,
+        turn_count=len(result.turns),
+        from_snapshot=fold.started_from,
+    )
+    td = next((td for td in result.turns if turn_key(td) == turn.turn_id), None)
+    if td is not None:
+        row = _turn_row(assessment, turn, td)
+        turn.plan = storable(list(td.phases))  # in memory only: the page's turn is not this object
+        intents = intents_of(turn, td)
+    elif blocked is not None:
+        # Listed by ingest, unknown to the engine (its planning line is not a valid record): the run's block.
+        row = TurnAssessment(assessment=assessment, turn=turn, decision=Decision.BLOCKED, reason=str(blocked.code))
+        row.reason_line = blocked.line
+        intents = []
+    else:
+        raise TurnAssessment.DoesNotExist(f"turn {turn.pk} is not in the assessment of its run's prefix")
+    view = gate_view(turn=turn, assessment=assessment, row=row, intents=intents)
+    return dataclasses.replace(view, pending=True)
 
 
 def _worker(worker_id: Any) -> str:
@@ -294,9 +533,11 @@ def turn_claim(*, turn: Turn, worker_id: str) -> TurnClaim:
     """Claim the turn for a worker: a lease and a fencing token that only grows. A claim by the holder
     renews the lease and keeps its token; anyone else gets 409 while the lease holds."""
     worker = _worker(worker_id)
-    if turn.decision in (Decision.COMPLETE, Decision.DISCARDED):
-        # Stored as done: the current prefix decides (refreshed before the turn is locked, as every gate
-        # transition does). A finished turn has nothing to run: no lease, no token handed out.
+    run = turn.run
+    if turn.decision in (Decision.COMPLETE, Decision.DISCARDED) or (run.assessed_seq or 0) < run.last_seq:
+        # Stored as done, or records arrived that no assessment has read (they may end the turn): the current
+        # prefix decides (refreshed before the turn is locked, as every gate transition does). A finished
+        # turn has nothing to run: no lease, no token handed out.
         view = gate_view(turn=turn, assessment=assessment_refresh(run=turn.run))
         if view.gate == DONE:
             raise GateError(409, "nothing_to_recover", "the turn needs no recovery", decision=view.decision)

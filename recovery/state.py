@@ -288,13 +288,24 @@ def run_integrity_hold(*, run_id: int) -> str | None:
     return run_integrity_finding(run_id=run_id)
 
 
+class AssessmentCompacted(ServiceError):
+    """The assessment read was superseded and compacted meanwhile: its violations are gone (409; ask again)."""
+
+
 def assessment_violations(assessment: Assessment) -> list[Any]:
     """The assessment's `violations`. When the caller deferred the output (it holds every turn of the run,
-    megabytes on a large run), only that key is read from the database."""
+    megabytes on a large run), only that key is read from the database. A compacted assessment has none
+    to give: that is refused, never read as "no violation" (an approval would cover facts nobody saw)."""
     if "output" not in assessment.get_deferred_fields():
         found: Any = assessment.output.get("violations", [])
+        compacted = assessment.output.get("compacted", False)
     else:
-        found = Assessment.objects.filter(pk=assessment.pk).values_list("output__violations", flat=True).first()
+        read = Assessment.objects.filter(pk=assessment.pk).values_list("output__violations", "compacted_at").first()
+        found, compacted = read if read is not None else (None, True)
+    if compacted:
+        raise AssessmentCompacted(
+            409, "assessment_superseded", "a newer assessment of the run superseded this one meanwhile: ask again"
+        )
     return found if isinstance(found, list) else []
 
 
@@ -422,14 +433,43 @@ def turn_state_decide(
     )
 
 
-# --- The writer -------------------------------------------------------------------------------------
+# --- The engine's picture of a turn ------------------------------------------------------------------
 
 
-def _projected_assessment(run: Run) -> Assessment | None:
-    """The assessment the run's projections show: the newest one of the projected prefix."""
+def picture_rows(
+    *, run_id: int, through: int | None = None, turn_pks: Iterable[int] | None = None
+) -> QuerySet[TurnAssessment]:
+    """Each turn's row in force under the assessment ``through`` (None: the newest): the turn's newest row at
+    or before it. An assessment writes rows only for the turns that changed (recovery.services), so the
+    picture of every turn is one indexed read (``turnassessment_turn_latest``), whichever assessment last
+    changed it. A turn without a row there is not in that assessment."""
+    latest = TurnAssessment.objects.filter(turn_id=OuterRef("pk"))
+    if through is not None:
+        latest = latest.filter(assessment_id__lte=through)
+    turns = Turn.objects.filter(run_id=run_id)
+    if turn_pks is not None:
+        turns = turns.filter(pk__in=list(turn_pks))
+    newest = turns.order_by().annotate(row=Subquery(latest.order_by("-assessment_id").values("pk")[:1]))
+    return TurnAssessment.objects.filter(pk__in=newest.values("row"))
+
+
+def picture_row(*, turn: Turn, through: int | None) -> TurnAssessment | None:
+    """One turn's row in force under the assessment ``through`` (see ``picture_rows``)."""
+    rows = TurnAssessment.objects.filter(turn=turn)
+    if through is not None:
+        rows = rows.filter(assessment_id__lte=through)
+    return rows.order_by("-assessment_id").first()
+
+
+def projected_assessment(run: Run) -> Assessment | None:
+    """The assessment the run's projections show: the newest one of the projected prefix (output deferred:
+    it holds every turn of the run)."""
     if run.assessed_seq is None:
         return None
     return Assessment.objects.filter(run=run, prefix_last_seq=run.assessed_seq).defer("output").order_by("-id").first()
+
+
+# --- The writer -------------------------------------------------------------------------------------
 
 
 def turn_states_refresh(
@@ -444,19 +484,15 @@ def turn_states_refresh(
     ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
     row keeps its ``since`` while its state and reason stay the same, and while the turn stays held (a
     hold's start is kept when its reason changes). Returns turn pk -> state."""
-    assessment = assessment or _projected_assessment(run)
+    assessment = assessment or projected_assessment(run)
     if assessment is None:
         return {}
-    rows = TurnAssessment.objects.filter(assessment=assessment)
     turns = Turn.objects.filter(run=run)
     stored = TurnEffective.objects.filter(run=run)
     wanted = None if turn_pks is None else list(turn_pks)
+    rows = picture_rows(run_id=run.pk, through=assessment.pk, turn_pks=wanted)
     if wanted is not None:
-        rows, turns, stored = (
-            rows.filter(turn_id__in=wanted),
-            turns.filter(pk__in=wanted),
-            stored.filter(turn_id__in=wanted),
-        )
+        turns, stored = turns.filter(pk__in=wanted), stored.filter(turn_id__in=wanted)
     # The assessment that just stored its rows hands them over: they are not read back.
     engine_of = (
         dict(engine_rows)

@@ -27,6 +27,7 @@ KINDS: dict[str, tuple[str, str]] = {
         "stored records differ from what was ingested, or an imported journal has a torn line",
     ),
     "decision_changed": ("engine_change", "a new engine version decides a turn differently for the same prefix"),
+    "assessment_diverged": ("refold", "a stored assessment differs from a whole fold of the same prefix"),
     "blocked_turn_unclaimed": ("unclaimed_blocked_turns", "a blocked turn has waited too long for an operator"),
     "assessment_missed": ("assessment_sweep", "a committed batch was never assessed (its task was lost)"),
     # Of no run: the operator trail's own chain (trail/chain.py) no longer verifies.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from journals.models import Run
 from recovery.models import Assessment, OperatorEvidence, TurnClaim
+from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
 from trail.models import OperatorAction
 
@@ -84,12 +86,14 @@ def test_decisions_follow_the_committed_prefix(runtime, journal):
     }
     unsafe = gate(runtime.client, "unsafe")
     assert (unsafe["state"], unsafe["reason"], unsafe["planned"]) == ("hold", "effect_indeterminate", [])
-    # Same prefix, same evidence: one stored assessment, however often it is read.
-    assert Assessment.objects.count() == 1
+    # The gate's GET is a read: it folded the prefix for its answer; the worker's task stores it, once.
+    assert Assessment.objects.count() == 0 and mid["pending"]
+    assessment_refresh(run=Run.objects.get(run_id="run-1"))
+    assert gate(runtime.client, "mid")["pending"] is False
     journal.commit("mid", "dispatch")
     ingest(runtime.client, journal, journal.lines[-1:])
     assert gate(runtime.client, "mid")["resume_from"] == "execute"
-    assert Assessment.objects.count() == 2
+    assert Assessment.objects.count() == 1
 
 
 def test_claim_is_exclusive_and_tokens_only_grow(runtime, journal, settings):
@@ -145,8 +149,19 @@ def test_recovery_refused_while_held_or_done(runtime, journal):
         "turn_blocked",
         "effect_indeterminate",
     )
-    token = claim(runtime.client, "done").json()["fencing_token"]
-    assert open_recovery(runtime.client, "done", token).json()["error"] == "nothing_to_recover"
+    # A finished turn hands out no lease, even before the worker stored the assessment that says so...
+    refused = claim(runtime.client, "done")
+    assert (refused.status_code, refused.json()["error"]) == (409, "nothing_to_recover")
+    # ... and a lease taken before the turn finished opens no recovery once it has.
+    token = claim(runtime.client, "mid").json()["fencing_token"]
+    start = len(journal.lines)
+    journal.commit("mid", "dispatch", "execute", "readback", "writeback", "spend")
+    journal.observe("mid", "fetch")
+    journal.observe("mid", "mail")
+    journal.terminal("mid")
+    ingest(runtime.client, journal, journal.lines[start:], fencing=f"mid={token}")
+    finished = open_recovery(runtime.client, "mid", token).json()
+    assert (finished["error"], finished["decision"]) == ("nothing_to_recover", "complete")
 
 
 @override_settings(LOOPX_MAX_RECOVERY_ATTEMPTS=3)

@@ -10,8 +10,9 @@ import pytest
 
 from console.selectors import blocked_queue
 from journals.access import EVERY_RUN
-from journals.models import Turn, TurnEffective, TurnState
+from journals.models import Run, Turn, TurnEffective, TurnState
 from journals.remedies import REASON_REMEDIES, REMEDIES, remedy_steps
+from recovery.services import assessment_refresh
 from recovery.state import HELD, RECOVERY_DIVERGED, UNAPPROVABLE_REASONS, state_of
 from tests.gate.test_gate import T, claim, close, gate, ingest, open_recovery, report
 from tests.journal_builder import JournalBuilder
@@ -69,7 +70,8 @@ def test_the_held_queue_orders_by_the_start_of_the_hold(runtime, operator_client
     b.plan("second")
     b.commit("second", "plan")
     ingest(runtime.client, b)
-    assert gate(runtime.client, "first")["reason"] == "phase_prefix_violation"  # assessed, and stored
+    assessment_refresh(run=Run.objects.get(run_id="run-1"))  # the worker's service stores the states
+    assert gate(runtime.client, "first")["reason"] == "phase_prefix_violation"
     assert _effective("first").state == TurnState.HELD_REVIEW
     operator_client.post(T.format("second") + "/block", {"reason": "wait"}, format="json")
     _backdate("first", 60)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from engine import RUN_LEVEL, Code
-from journals.models import Turn, TurnEffective
+from journals.models import Run, Turn, TurnEffective
+from recovery.services import assessment_refresh
 from tests.journal_builder import JournalBuilder
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +86,10 @@ def test_the_gate_answers_every_turn_of_every_violation(runtime, case):
                 assert (body["state"], body["reason"]) == ("hold", "offset_mismatch")
             elif expected in RUN_LEVEL:
                 assert (body["state"], body["reason"]) == ("hold", expected), (case, turn, body)
-    # Every turn has its state, as every page reads it.
+    # The gate's GETs wrote nothing; once the worker's task assessed the prefix, every turn has its state,
+    # as every page reads it.
+    assert not TurnEffective.objects.filter(turn__run__run_id="run-1").exists()
+    assessment_refresh(run=Run.objects.get(run_id="run-1"))
     assert TurnEffective.objects.filter(turn__run__run_id="run-1").count() == len(turns)
     if expected not in RUN_LEVEL and expected not in ("effect_indeterminate", "unknown_turn"):  # t9 is no turn
         reasons = set(Turn.objects.filter(run__run_id="run-1").values_list("reason", flat=True))

@@ -1,0 +1,116 @@
+"""Incremental refresh: the worker's assessment starts from the run's fold snapshot and reads only the records
+after it, stores the new snapshot with the assessment (one per run, replaced), and folds the whole prefix
+when the snapshot cannot serve (other evidence, damaged bytes, another engine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine import assess as engine_assess
+from journals.models import Run, Turn
+from ops.demo import workload_lines
+from recovery import services as recovery_services
+from recovery.background import assessment_run
+from recovery.models import Assessment, FoldSnapshot, OperatorEvidence
+from recovery.services import turn_decision
+from recovery.state import picture_rows
+from tests.tasks.conftest import ingest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (after, through) seq ranges the assessments read from the store (the engine reads its source twice:
+    once to find where forks and checkpoints point, then to fold)."""
+    seen: list[tuple[int, int]] = []
+    real = recovery_services.stored_lines
+
+    def spy(run_pk: int, after: int, through: int) -> Any:
+        seen.append((after, through))
+        return real(run_pk, after, through)
+
+    monkeypatch.setattr(recovery_services, "stored_lines", spy)
+    return seen
+
+
+def _decisions(run: Run) -> dict[str, str]:
+    newest = Assessment.objects.filter(run=run).latest()
+    rows = picture_rows(run_id=run.pk, through=newest.pk).select_related("turn")
+    return {row.turn.turn_id: row.decision for row in rows}
+
+
+def _whole(lines: list[bytes]) -> dict[str, str]:
+    return {td.turn: td.decision.value for td in engine_assess(lines).turns}
+
+
+def test_each_batch_reads_only_the_records_after_the_snapshot(published, reads):
+    lines = workload_lines("run-inc", turns=10)
+    digests: list[str | None] = []
+    for start in range(0, len(lines), 6):
+        ingest("run-inc", lines[start : start + 6])
+        reads.clear()
+        assert assessment_run(run_id="run-inc") == "stored"
+        run = Run.objects.get(run_id="run-inc")
+        assert set(reads) == {(start, run.last_seq)}  # the new batch alone (the first: the whole, from nothing)
+        newest = Assessment.objects.filter(run=run).latest()
+        assert newest.from_snapshot == (digests[-1] if digests else None)
+        snapshot = FoldSnapshot.objects.get(run=run)  # one per run, replaced
+        assert (snapshot.through_seq, snapshot.lines) == (run.last_seq, run.last_seq)
+        digests.append(snapshot.digest)
+        assert _decisions(run) == _whole(lines[: start + 6])
+    assert FoldSnapshot.objects.count() == 1 and len(set(digests)) == len(digests)
+
+
+def test_the_gate_folds_a_tail_from_the_snapshot_and_stores_nothing(published, reads):
+    lines = workload_lines("run-tail", turns=6)
+    ingest("run-tail", lines[:10])
+    assessment_run(run_id="run-tail")
+    before = FoldSnapshot.objects.get(run__run_id="run-tail")
+    ingest("run-tail", lines[10:])
+    run = Run.objects.get(run_id="run-tail")
+    reads.clear()
+    view = turn_decision(turn=Turn.objects.get(run=run, turn_id="t5"))
+    assert view.pending and view.assessment.from_snapshot == before.digest
+    assert set(reads) == {(10, run.last_seq)}
+    after = FoldSnapshot.objects.get(run=run)
+    assert (after.digest, after.through_seq) == (before.digest, before.through_seq)
+    assert view.row.decision == _whole(lines)["t5"]
+
+
+def test_new_evidence_folds_the_whole_prefix(published, reads):
+    lines = workload_lines("run-ev", turns=8)
+    ingest("run-ev", lines[:20])
+    assessment_run(run_id="run-ev")
+    run = Run.objects.get(run_id="run-ev")
+    turn = Turn.objects.get(run=run, turn_id="t0")
+    OperatorEvidence.objects.create(
+        run=run, turn=turn, intent_id="t0-call", finding="happened", dispatch=1, actor_name="olivia", reason="bank"
+    )
+    ingest("run-ev", lines[20:])
+    reads.clear()
+    assert assessment_run(run_id="run-ev") == "stored"
+    run.refresh_from_db()
+    assert set(reads) == {(0, run.last_seq)}
+    assert Assessment.objects.filter(run=run).latest().from_snapshot is None
+    assert FoldSnapshot.objects.get(run=run).through_seq == run.last_seq  # a new one, under the new evidence
+
+
+def test_a_damaged_snapshot_folds_the_whole_prefix(published, reads):
+    lines = workload_lines("run-bad", turns=6)
+    ingest("run-bad", lines[:10])
+    assessment_run(run_id="run-bad")
+    snapshot = FoldSnapshot.objects.get(run__run_id="run-bad")
+    data = bytearray(snapshot.data)
+    data[len(data) // 2] ^= 1
+    FoldSnapshot.objects.filter(pk=snapshot.pk).update(data=bytes(data))
+    ingest("run-bad", lines[10:])
+    reads.clear()
+    assert assessment_run(run_id="run-bad") == "stored"
+    run = Run.objects.get(run_id="run-bad")
+    assert set(reads) == {(0, run.last_seq)}
+    assert Assessment.objects.filter(run=run).latest().from_snapshot is None
+    assert _decisions(run) == _whole(lines)
+    assert FoldSnapshot.objects.get(run=run).digest != snapshot.digest
