@@ -244,7 +244,8 @@ def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token:
         state = _state(t)
         m.add("\n" if i else "")
         m.add(
-            '<tr><td><a href="{}?{}">{}</a></td><td class="mono small"><a href="{}">{}</a></td><td>',
+            '<tr><td data-label="Turn"><a href="{}?{}">{}</a></td>'
+            '<td class="mono small" data-label="Run"><a href="{}">{}</a></td><td data-label="State">',
             turn_url(pk=t.pk),
             back,
             short(t.turn_id, 40),
@@ -252,17 +253,17 @@ def turn_rows(rows: list[Any], *, full_path: str, can_operate: bool, csrf_token:
             short(t.run.run_id, 30),
         )
         _state_badge(m, state)
-        m.add('</td><td class="small wrap next-step">')
+        m.add('</td><td class="small wrap next-step" data-label="Next step">')
         _next_step(m, state)
-        m.add('</td><td class="small">{}</td><td>', t.status)
+        m.add('</td><td class="small" data-label="Status">{}</td><td data-label="Operator">', t.status)
         _decided(m, state)
-        m.add("</td><td>")
+        m.add('</td><td data-label="Assigned to">')
         _assignee(m, t)
-        m.add("</td><td>")
+        m.add('</td><td data-label="Last change">')
         _time(m, t.updated_at)
         m.add("</td>")
         if form is not None:
-            m.add("<td>")
+            m.add('<td data-label="Decide">')
             if state is None or state.gate != "done":
                 _decide(m, t, state, form)
             m.add("</td>")
@@ -355,23 +356,24 @@ def queue_rows(queue: list[Any], *, admin: bool = False) -> SafeString:
     for i, t in enumerate(queue):
         state = _state(t)
         since = state.since if state is not None and state.since else t.updated_at
-        m.add("\n<tr><td>" if i else "<tr><td>")
+        m.add('\n<tr><td data-label="Held since">' if i else '<tr><td data-label="Held since">')
         _time(m, since, with_year=False)
         m.add(
-            ' <span class="muted small">({})</span></td><td><a href="{}">{}</a></td><td class="mono small">{}</td><td>',
+            ' <span class="muted small">({})</span></td><td data-label="Turn"><a href="{}">{}</a></td>'
+            '<td class="mono small" data-label="Run">{}</td><td data-label="State">',
             timesince(since),
             turn_url(pk=t.pk),
             short(t.turn_id, 32),
             short(t.run.run_id, 28),
         )
         _state_badge(m, state)
-        m.add('</td><td class="small wrap next-step">')
+        m.add('</td><td class="small wrap next-step" data-label="Next step">')
         _next_step(m, state)
-        m.add("</td><td>")
+        m.add('</td><td data-label="Assigned to">')
         _assignee(m, t)
         if admin_url is not None:
             m.add(
-                '</td><td><a href="{}" aria-label="Edit turn {} in the admin">Edit in admin</a>',
+                '</td><td data-label="Admin"><a href="{}" aria-label="Edit turn {} in the admin">Edit in admin</a>',
                 admin_url(object_id=t.pk),
                 short(t.turn_id, 32),
             )

@@ -64,5 +64,14 @@ def test_no_console_page_is_wider_than_the_screen(live_server, chromium, width):
             if scroll > inner:
                 wide.append(f"{url}: {scroll} px")
         assert wide == [], f"wider than {width} px: {wide}"
+        # On a phone the main lists are stacked cards, each value under its column's name; on a laptop, tables.
+        shown = "block" if width < 600 else "table-row"
+        for url, table in (("/turns/", "#turns-table"), ("/runs/", "#runs-table"), ("/queue/blocked/", "table.list")):
+            page.goto(f"{base}{url}")
+            row = page.locator(f"{table} tbody tr").first
+            assert row.evaluate("r => getComputedStyle(r).display") == shown, url
+            if width < 600:
+                label = row.locator("td").first.evaluate("td => getComputedStyle(td, '::before').content")
+                assert label not in ("none", "normal", ""), url  # the column's name shows above the value
     finally:
         context.close()
