@@ -69,7 +69,15 @@ from .assess import (
     state_digest,
 )
 from .assess import parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
-from .incremental import SNAPSHOT_REASONS, FoldSnapshot, SnapshotUnusable, assess_incremental, snapshot_load
+from .incremental import (
+    SNAPSHOT_REASONS,
+    FoldSnapshot,
+    KeptFold,
+    SnapshotUnusable,
+    assess_incremental,
+    assess_kept,
+    snapshot_load,
+)
 from .warm import forget_warm_folds
 
 __all__ += [
@@ -87,8 +95,10 @@ __all__ += [
     "state_digest",
     "SNAPSHOT_REASONS",
     "FoldSnapshot",
+    "KeptFold",
     "SnapshotUnusable",
     "assess_incremental",
+    "assess_kept",
     "forget_warm_folds",
     "snapshot_load",
 ]

@@ -54,8 +54,10 @@ __all__ = [
     "FORMAT",
     "SNAPSHOT_REASONS",
     "FoldSnapshot",
+    "KeptFold",
     "SnapshotUnusable",
     "assess_incremental",
+    "assess_kept",
     "evidence_digest",
     "snapshot_load",
 ]
@@ -186,33 +188,97 @@ def assess_incremental(
     snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
     reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
     the assessment is whole. A caller that keeps the decisions it had replaces those listed."""
+    result, _, after = _assess_from(snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True)
+    if after is None:
+        raise RuntimeError("a sealed fold has a snapshot")
+    return result, after
+
+
+@dataclass(frozen=True)
+class KeptFold:
+    """A fold this process keeps in memory under its caller's ``key`` (no bytes written), after ``lines``
+    journal lines. The key names the prefix it folded (say, the run, its line count and the last record's
+    chain digest), so that the next batch of the same run can fold into it."""
+
+    key: str
+    lines: int
+
+
+def assess_kept(
+    start: FoldSnapshot | KeptFold | None,
+    new_lines: Source,
+    *,
+    keep: str,
+    seal: bool,
+    evidence: EvidenceMap | None = None,
+    expect: Mapping[int, int] | None = None,
+    changed_only: bool = False,
+) -> tuple[Assessment, KeptFold, FoldSnapshot | None] | None:
+    """``assess_incremental`` for a caller that writes its snapshot only now and then. ``start``: None (a
+    full fold), a stored snapshot, or a fold kept under a key; None is returned, and nothing read, when no
+    fold is kept under that key with that evidence and line count (then start from a stored snapshot).
+    The fold after the new lines is kept under ``keep``; its snapshot is sealed only when ``seal``. The
+    assessment is exactly ``assess(all lines)``, whichever start (the tests compare them)."""
+    if isinstance(start, KeptFold):
+        evidence_id = evidence_digest(normalise_evidence(evidence))
+        kept = warm_fold(_kept_digest(start.key), evidence_id, start.key.encode())
+        if kept is None or kept.line_no != start.lines:
+            return None
+        return _assess_from(kept, new_lines, evidence, expect, changed_only, keep=keep, seal=seal)
+    return _assess_from(start, new_lines, evidence, expect, changed_only, keep=keep, seal=seal)
+
+
+def _kept_digest(key: str) -> str:
+    # A caller's key never meets a snapshot's digest (the other keys of engine/warm.py): it is hashed apart.
+    return "kept:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def _assess_from(
+    start: FoldSnapshot | Assessor | None,
+    new_lines: Source,
+    evidence: EvidenceMap | None,
+    expect: Mapping[int, int] | None,
+    changed_only: bool,
+    *,
+    keep: str | None,
+    seal: bool,
+) -> tuple[Assessment, KeptFold, FoldSnapshot | None]:
     normalised = normalise_evidence(evidence)
     evidence_id = evidence_digest(normalised)
     wanted = dict(expect or {})
     before: list[Any] = []
 
-    def start(points: Counter[tuple[int, int]]) -> Assessor:
-        if snapshot is None:
+    def opened(points: Counter[tuple[int, int]]) -> Assessor:
+        if start is None:
             return Assessor(points, normalised)
-        # This process may still hold the fold that wrote these very bytes (engine/warm.py).
-        assessor = warm_fold(snapshot.digest, evidence_id, snapshot.data)
-        if assessor is not None:
-            _header(snapshot.data.partition(b"\n")[0])  # the versions still this engine's (its seal held)
-        if assessor is None or assessor.line_no != snapshot.lines:
-            assessor = _resumed(snapshot, normalised, evidence_id)
+        if isinstance(start, Assessor):
+            assessor = start
+        else:
+            # This process may still hold the fold that wrote these very bytes (engine/warm.py).
+            found = warm_fold(start.digest, evidence_id, start.data)
+            if found is not None:
+                _header(start.data.partition(b"\n")[0])  # the versions still this engine's (its seal held)
+            if found is None or found.line_no != start.lines:
+                found = _resumed(start, normalised, evidence_id)
+            assessor = found
         if changed_only:
             before.append(assessor.outlook(wanted))
         assessor.resume_points(points)
         return assessor
 
     with cycle_collection_paused():
-        assessor = fold_lines(new_lines, start)
-        named = named_turns(new_lines) if snapshot is not None else None
-        after = _seal(assessor, evidence_id, named)
+        assessor = fold_lines(new_lines, opened)
+        named = named_turns(new_lines) if start is not None else None
+        # A kept fold may have skipped writing the batches before this one: all its world rows are written.
+        after = _seal(assessor, evidence_id, None if isinstance(start, Assessor) else named) if seal else None
         only = named if before and before[0] == assessor.outlook(wanted) else None
         result = assessor.finish(wanted, only)
+        kept = KeptFold(keep if keep is not None else "", assessor.line_no)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the
         # collector is paused (once it is back on, it would first walk the whole fold).
-        warm_fold(after.digest, evidence_id, after.data, assessor)
+        if keep is not None:
+            warm_fold(_kept_digest(keep), evidence_id, keep.encode(), assessor)
+        elif after is not None:
+            warm_fold(after.digest, evidence_id, after.data, assessor)
         del assessor
-    return result, after
+    return result, kept, after

@@ -67,6 +67,7 @@ from trail.services import actor_display, operator_action_record, reason_clean
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
 assess_incremental = instrument_assessment(engine.assess_incremental)
+assess_kept = instrument_assessment(engine.assess_kept)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION
 # The canonical fold's shape (docs/engine.md "Versions"); part of an assessment's identity, so a new shape
@@ -183,18 +184,77 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
     if whole:
         # The re-fold audit's own fold: the plain engine over every record, owing nothing to any snapshot.
         return Fold(assess(lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence))
-    start = _snapshot_usable(inputs)
-    if start is not None:
+    row = FoldSnapshot.objects.filter(run=run).defer("data").first()
+    seal = _snapshot_due(row, last_seq)
+    keep = _kept_key(run.pk, last_seq, run.prefix_digest, inputs.identity["evidence_digest"])
+    for start in (_kept_start(inputs), None):
+        # The fold this process kept of the run's newest assessment first; else the stored snapshot.
+        begin = start if start is not None else _snapshot_usable(inputs)
+        if begin is None:
+            continue
         try:
-            result, after = assess_incremental(
-                start, lambda: stored_lines(run.pk, start.lines, last_seq), evidence=inputs.evidence
+            done = assess_kept(
+                begin,
+                lambda: stored_lines(run.pk, begin.lines, last_seq),  # noqa: B023 (read within the call)
+                keep=keep,
+                seal=seal,
+                evidence=inputs.evidence,
             )
         except SnapshotUnusable:
-            pass  # the engine cannot continue it (a fork reaching before what it kept...): from the start
-        else:
-            return Fold(result, after, start.digest)
-    result, after = assess_incremental(None, lambda: _lines_through(run.pk, last_seq), evidence=inputs.evidence)
-    return Fold(result, after)
+            continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
+        if done is not None:
+            # A warm continuation names the stored snapshot it could equally have started from.
+            return Fold(done[0], done[2], _snapshot_named(row, inputs))
+    full = assess_kept(None, lambda: _lines_through(run.pk, last_seq), keep=keep, seal=True, evidence=inputs.evidence)
+    if full is None:
+        raise RuntimeError("a full fold starts from nothing kept")
+    return Fold(full[0], full[2])
+
+
+def _kept_key(run_pk: int, through_seq: int, prefix_digest: str, evidence_digest: str) -> str:
+    """The name of the fold this process keeps of a run's prefix: the run, its last seq and its running
+    digest (which names every record up to it), and the inputs' digest."""
+    return f"run:{run_pk}:{through_seq}:{prefix_digest}:{evidence_digest}"
+
+
+def _kept_start(inputs: AssessmentInputs) -> engine.KeptFold | None:
+    """The fold this process may keep from the run's newest assessment of the same inputs (a shorter prefix)."""
+    run = inputs.run
+    newest = (
+        Assessment.objects.filter(
+            run=run,
+            evidence_digest=inputs.identity["evidence_digest"],
+            engine_version=ENGINE_VERSION,
+            projection_version=PROJECTION_VERSION,
+            prefix_last_seq__lt=run.last_seq,
+        )
+        .order_by("-id")
+        .values_list("prefix_last_seq", "prefix_digest")
+        .first()
+    )
+    if newest is None:
+        return None
+    key = _kept_key(run.pk, newest[0], newest[1], inputs.identity["evidence_digest"])
+    return engine.KeptFold(key, newest[0])
+
+
+def _snapshot_named(row: FoldSnapshot | None, inputs: AssessmentInputs) -> str | None:
+    """The digest of the run's stored snapshot when it was folded under these inputs (its bytes and the
+    records after it give the same fold), else None."""
+    if row is None or row.through_seq > inputs.run.last_seq:
+        return None
+    versions = (row.engine_version, row.projection_version, row.evidence_digest)
+    return row.digest if versions == (ENGINE_VERSION, PROJECTION_VERSION, inputs.identity["evidence_digest"]) else None
+
+
+def _snapshot_due(row: FoldSnapshot | None, last_seq: int) -> bool:
+    """Whether this assessment writes the run's fold snapshot: none stored yet, or the stored one is
+    ``LOOPX_SNAPSHOT_EVERY_RECORDS`` records or ``LOOPX_SNAPSHOT_EVERY_SECONDS`` behind."""
+    if row is None:
+        return True
+    behind = last_seq - row.through_seq >= settings.LOOPX_SNAPSHOT_EVERY_RECORDS
+    age = timezone.now() - row.updated_at >= timedelta(seconds=settings.LOOPX_SNAPSHOT_EVERY_SECONDS)
+    return behind or age
 
 
 def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:

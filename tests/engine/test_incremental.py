@@ -20,9 +20,11 @@ import engine.incremental as incremental
 import engine.warm as warm
 from engine import (
     FoldSnapshot,
+    KeptFold,
     SnapshotUnusable,
     assess,
     assess_incremental,
+    assess_kept,
     snapshot_load,
 )
 from engine.assess import Assessor, normalise_evidence
@@ -402,3 +404,68 @@ def test_a_kept_fold_holds_the_points_a_fold_read_back_holds() -> None:
     assert full.points == Counter({(0, point): 1}) and not full.unreachable
     back = Assessor.from_state_rows(orjson.loads(orjson.dumps(full.state_rows())), {})
     assert back.points == full.points
+
+
+# -- a fold kept under its caller's key, its snapshot written now and then (assess_kept) --------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_journals(), st.data())
+def test_a_kept_fold_written_now_and_then_is_the_full_fold_after_every_batch(
+    model: JournalModel, data: st.DataObject
+) -> None:
+    lines = list(model.w.lines)
+    ends = [*sorted(set(cuts_of(data, len(lines)))), len(lines)]
+    seals = data.draw(st.lists(st.booleans(), min_size=len(ends), max_size=len(ends)), label="seals")
+    forget_warm_folds()
+    start: FoldSnapshot | KeptFold | None = None
+    stored: FoldSnapshot | None = None
+    done = 0
+    for number, (end, seal) in enumerate(zip(ends, seals, strict=True)):
+        key = f"kept:{number}:{end}"
+        try:
+            got = assess_kept(start, lines[done:end], keep=key, seal=seal, evidence=model.evidence)
+        except SnapshotUnusable as exc:
+            assert exc.reason in {"fork_into_past", "checkpoint_into_past"}
+            got = assess_kept(None, lines[:end], keep=key, seal=seal, evidence=model.evidence)
+        assert got is not None  # the fold kept by the batch before is served
+        result, kept, after = got
+        assert_same(result, lines[:end], evidence=model.evidence)
+        assert kept == KeptFold(key, end)
+        if seal:
+            # Written after batches that wrote nothing: the bytes of the full fold of the same lines.
+            whole = assess_incremental(None, lines[:end], evidence=model.evidence)[1]
+            assert after is not None and after.data == whole.data
+            stored = after
+        else:
+            assert after is None
+        start, done = kept, end
+    if stored is not None:
+        # A process that does not keep the fold (restarted) resumes from the older stored snapshot.
+        forget_warm_folds()
+        assert assess_kept(start, [], keep="other", seal=False, evidence=model.evidence) is None
+        try:
+            cold = assess_incremental(snapshot_load(stored.data), lines[stored.lines :], evidence=model.evidence)[0]
+        except SnapshotUnusable:
+            cold = assess_incremental(None, lines, evidence=model.evidence)[0]
+        assert_same(cold, lines, evidence=model.evidence)
+
+
+def test_a_kept_fold_is_served_only_for_its_key_evidence_and_line_count() -> None:
+    forget_warm_folds()
+    w = JournalWriter("r")
+    for n in range(4):
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+    lines = list(w.lines)
+    got = assess_kept(None, lines[:5], keep="run:5", seal=False)
+    assert got is not None and got[2] is None
+    assert assess_kept(KeptFold("run:5", 4), lines[5:], keep="run:x", seal=False) is None  # another line count
+    got = assess_kept(None, lines[:5], keep="run:5", seal=False)
+    other = {("t0", "i"): "happened"}
+    assert assess_kept(KeptFold("run:5", 5), lines[5:], keep="x", seal=False, evidence=other) is None
+    got = assess_kept(None, lines[:5], keep="run:5", seal=False)
+    resumed = assess_kept(KeptFold("run:5", 5), lines[5:], keep="run:all", seal=True)
+    assert resumed is not None and resumed[2] is not None
+    assert resumed[2].data == assess_incremental(None, lines)[1].data
+    assert assess_kept(KeptFold("run:5", 5), lines[5:], keep="again", seal=False) is None  # served once

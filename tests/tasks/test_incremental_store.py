@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from engine import assess as engine_assess
+from engine import forget_warm_folds
 from journals.models import Run, Turn
 from ops.demo import workload_lines
 from recovery import services as recovery_services
@@ -46,7 +47,8 @@ def _whole(lines: list[bytes]) -> dict[str, str]:
     return {td.turn: td.decision.value for td in engine_assess(lines).turns}
 
 
-def test_each_batch_reads_only_the_records_after_the_snapshot(published, reads):
+def test_each_batch_reads_only_the_records_after_the_snapshot(published, reads, settings):
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 0  # a snapshot after every batch
     lines = workload_lines("run-inc", turns=10)
     digests: list[str | None] = []
     for start in range(0, len(lines), 6):
@@ -106,6 +108,7 @@ def test_a_damaged_snapshot_folds_the_whole_prefix(published, reads):
     data = bytearray(snapshot.data)
     data[len(data) // 2] ^= 1
     FoldSnapshot.objects.filter(pk=snapshot.pk).update(data=bytes(data))
+    forget_warm_folds()  # a worker that has not kept the run's fold (restarted): it reads the stored bytes
     ingest("run-bad", lines[10:])
     reads.clear()
     assert assessment_run(run_id="run-bad") == "stored"
