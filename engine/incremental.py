@@ -27,7 +27,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .assess import (
     ENGINE_VERSION,
@@ -188,7 +188,7 @@ def assess_incremental(
     snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
     reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
     the assessment is whole. A caller that keeps the decisions it had replaces those listed."""
-    result, _, after = _assess_from(snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True)
+    result, _, after, _ = _assess_from(snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True)
     if after is None:
         raise RuntimeError("a sealed fold has a snapshot")
     return result, after
@@ -204,6 +204,16 @@ class KeptFold:
     lines: int
 
 
+class Kept(NamedTuple):
+    """What ``assess_kept`` gives: the assessment, the fold now kept, the snapshot (when sealed), and the
+    turns whose decisions may have changed since the start (None: every turn's may)."""
+
+    result: Assessment
+    kept: KeptFold
+    snapshot: FoldSnapshot | None
+    changed: frozenset[str] | None
+
+
 def assess_kept(
     start: FoldSnapshot | KeptFold | None,
     new_lines: Source,
@@ -213,12 +223,14 @@ def assess_kept(
     evidence: EvidenceMap | None = None,
     expect: Mapping[int, int] | None = None,
     changed_only: bool = False,
-) -> tuple[Assessment, KeptFold, FoldSnapshot | None] | None:
+) -> Kept | None:
     """``assess_incremental`` for a caller that writes its snapshot only now and then. ``start``: None (a
     full fold), a stored snapshot, or a fold kept under a key; None is returned, and nothing read, when no
     fold is kept under that key with that evidence and line count (then start from a stored snapshot).
     The fold after the new lines is kept under ``keep``; its snapshot is sealed only when ``seal``. The
-    assessment is exactly ``assess(all lines)``, whichever start (the tests compare them)."""
+    assessment is exactly ``assess(all lines)``, whichever start (the tests compare them); ``changed``
+    names the turns whose decisions may differ from the start's under the same ``expect`` (None: any
+    turn's may), whether or not ``changed_only`` kept the others out of the assessment."""
     if isinstance(start, KeptFold):
         evidence_id = evidence_digest(normalise_evidence(evidence))
         kept = warm_fold(_kept_digest(start.key), evidence_id, start.key.encode())
@@ -242,7 +254,7 @@ def _assess_from(
     *,
     keep: str | None,
     seal: bool,
-) -> tuple[Assessment, KeptFold, FoldSnapshot | None]:
+) -> Kept:
     normalised = normalise_evidence(evidence)
     evidence_id = evidence_digest(normalised)
     wanted = dict(expect or {})
@@ -261,8 +273,7 @@ def _assess_from(
             if found is None or found.line_no != start.lines:
                 found = _resumed(start, normalised, evidence_id)
             assessor = found
-        if changed_only:
-            before.append(assessor.outlook(wanted))
+        before.append(assessor.outlook(wanted))
         assessor.resume_points(points)
         return assessor
 
@@ -271,8 +282,8 @@ def _assess_from(
         named = named_turns(new_lines) if start is not None else None
         # A kept fold may have skipped writing the batches before this one: all its world rows are written.
         after = _seal(assessor, evidence_id, None if isinstance(start, Assessor) else named) if seal else None
-        only = named if before and before[0] == assessor.outlook(wanted) else None
-        result = assessor.finish(wanted, only)
+        changed = frozenset(named) if named is not None and before and before[0] == assessor.outlook(wanted) else None
+        result = assessor.finish(wanted, set(changed) if changed_only and changed is not None else None)
         kept = KeptFold(keep if keep is not None else "", assessor.line_no)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the
         # collector is paused (once it is back on, it would first walk the whole fold).
@@ -281,4 +292,4 @@ def _assess_from(
         elif after is not None:
             warm_fold(after.digest, evidence_id, after.data, assessor)
         del assessor
-    return result, kept, after
+    return Kept(result, kept, after, changed)

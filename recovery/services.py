@@ -159,12 +159,16 @@ def assessment_inputs(*, run: Run) -> AssessmentInputs:
 @dataclass(frozen=True)
 class Fold:
     """The engine's answer for a prefix, the fold after its last line (for the next assessment to start
-    from; None when the inputs reach back: a repair, kept corrupt lines), and the digest of the snapshot it
-    started from (None: it read the whole prefix)."""
+    from; None when the inputs reach back: a repair, kept corrupt lines), the digest of the snapshot it
+    started from (None: it read the whole prefix), and which turns may have changed since."""
 
     result: EngineAssessment
     snapshot: engine.FoldSnapshot | None = None
     started_from: str | None = None
+    # The engine turns whose decisions may differ from those of the assessment ``since`` (its id), the run's
+    # newest when the fold began; None: any turn's may (the projections then read every turn).
+    changed: frozenset[str] | None = None
+    since: int | None = None
 
 
 def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
@@ -187,7 +191,9 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
     row = FoldSnapshot.objects.filter(run=run).defer("data").first()
     seal = _snapshot_due(row, last_seq)
     keep = _kept_key(run.pk, last_seq, run.prefix_digest, inputs.identity["evidence_digest"])
-    for start in (_kept_start(inputs), None):
+    newest = _newest_same(inputs)
+    kept = engine.KeptFold(_kept_key(run.pk, *newest[1:]), newest[1]) if newest is not None else None
+    for start in (kept, None):
         # The fold this process kept of the run's newest assessment first; else the stored snapshot.
         begin = start if start is not None else _snapshot_usable(inputs)
         if begin is None:
@@ -203,12 +209,14 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
         except SnapshotUnusable:
             continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
         if done is not None:
+            # The turns it lists changed since the newest assessment only when it started from that very prefix.
+            since = newest[0] if newest is not None and done.changed is not None and begin.lines == newest[1] else None
             # A warm continuation names the stored snapshot it could equally have started from.
-            return Fold(done[0], done[2], _snapshot_named(row, inputs))
+            return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since)
     full = assess_kept(None, lambda: _lines_through(run.pk, last_seq), keep=keep, seal=True, evidence=inputs.evidence)
     if full is None:
         raise RuntimeError("a full fold starts from nothing kept")
-    return Fold(full[0], full[2])
+    return Fold(full.result, full.snapshot)
 
 
 def _kept_key(run_pk: int, through_seq: int, prefix_digest: str, evidence_digest: str) -> str:
@@ -217,25 +225,22 @@ def _kept_key(run_pk: int, through_seq: int, prefix_digest: str, evidence_digest
     return f"run:{run_pk}:{through_seq}:{prefix_digest}:{evidence_digest}"
 
 
-def _kept_start(inputs: AssessmentInputs) -> engine.KeptFold | None:
-    """The fold this process may keep from the run's newest assessment of the same inputs (a shorter prefix)."""
+def _newest_same(inputs: AssessmentInputs) -> tuple[int, int, str, str] | None:
+    """(id, last seq, prefix digest, evidence digest) of the run's newest assessment (whose picture the stored
+    rows show) when it read these inputs over a shorter prefix: the fold this process may keep of it."""
     run = inputs.run
     newest = (
-        Assessment.objects.filter(
-            run=run,
-            evidence_digest=inputs.identity["evidence_digest"],
-            engine_version=ENGINE_VERSION,
-            projection_version=PROJECTION_VERSION,
-            prefix_last_seq__lt=run.last_seq,
-        )
+        Assessment.objects.filter(run=run)
         .order_by("-id")
-        .values_list("prefix_last_seq", "prefix_digest")
+        .values_list(
+            "id", "prefix_last_seq", "prefix_digest", "evidence_digest", "engine_version", "projection_version"
+        )
         .first()
     )
-    if newest is None:
+    same = (inputs.identity["evidence_digest"], ENGINE_VERSION, PROJECTION_VERSION)
+    if newest is None or newest[1] >= run.last_seq or newest[3:] != same:
         return None
-    key = _kept_key(run.pk, newest[0], newest[1], inputs.identity["evidence_digest"])
-    return engine.KeptFold(key, newest[0])
+    return newest[0], newest[1], newest[2], newest[3]
 
 
 def _snapshot_named(row: FoldSnapshot | None, inputs: AssessmentInputs) -> str | None:
@@ -335,7 +340,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**inputs.identity)
-        _assessment_project(locked, stored, fold.result, run.last_seq)
+        _assessment_project(locked, stored, fold, run.last_seq)
         _snapshot_store(locked, fold, inputs)
     return stored
 
@@ -359,15 +364,23 @@ def _assessment_create(inputs: AssessmentInputs, fold: Fold) -> Assessment:
         )
 
 
-def _assessment_project(locked: Run, stored: Assessment, result: EngineAssessment, last_seq: int) -> None:
-    """Store the assessment's changed rows and move the run's projections (under the run's lock)."""
-    blocked = result.run_blocked
-    turns = turns_project(run=locked, result=result, last_seq=last_seq)
-    orphans = _orphan_turns(run=locked, known=turns.values(), blocked=blocked)
-    rows = _turn_assessments(stored, result, turns, orphans)
-    changed = _rows_changed(locked, rows)
+def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: int) -> None:
+    """Store the assessment's changed rows and move the run's projections (under the run's lock). Only the
+    turns the fold lists as changed are read and written when the run's newest assessment, before this one,
+    is still the one the fold began from (else every turn is)."""
+    result, blocked = fold.result, fold.result.run_blocked
+    keyed = {td.turn for td in result.turns if turn_key(td) is not None}
+    listed = _turns_listed(locked, stored, fold)
+    shown = result
+    if listed is not None:
+        shown = dataclasses.replace(result, turns=tuple(td for td in result.turns if td.turn in listed))
+    turns = turns_project(run=locked, result=shown, last_seq=last_seq)
+    orphans = _orphan_turns(run=locked, known=keyed, blocked=blocked)
+    rows = _turn_assessments(stored, shown, turns, orphans)
+    changed = _rows_changed(locked, rows, None if listed is None else [row.turn_id for row in rows])
     TurnAssessment.objects.bulk_create(changed, batch_size=2000)
-    stored.turn_count, stored.rows_written = len(rows), len(changed)
+    stored.turn_count = len(keyed) + len(orphans)
+    stored.rows_written = len(changed)
     stored.save(update_fields=["turn_count", "rows_written"])
     # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
     if locked.assessed_seq is None or locked.assessed_seq <= last_seq:
@@ -376,19 +389,29 @@ def _assessment_project(locked: Run, stored: Assessment, result: EngineAssessmen
         locked.blocked_reason = stored.blocked_reason
         locked.assessed_seq = last_seq
         locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
-        turn_states_refresh(run=locked, assessment=stored, engine_rows=_engine_rows(result, turns, orphans))
+        engine_rows = _engine_rows(shown, turns, orphans)
+        turn_pks = None if listed is None else list(engine_rows)
+        turn_states_refresh(run=locked, assessment=stored, engine_rows=engine_rows, turn_pks=turn_pks)
     assessments_compact(run=locked)
+
+
+def _turns_listed(locked: Run, stored: Assessment, fold: Fold) -> frozenset[str] | None:
+    """The engine turns whose rows this assessment may change, or None for every turn: the fold's list holds
+    while the run's newest assessment before this one is the one the fold began from (read under the lock)."""
+    if fold.changed is None or fold.since is None:
+        return None
+    before = Assessment.objects.filter(run=locked, pk__lt=stored.pk).order_by("-id").values_list("id", flat=True)
+    return fold.changed if before.first() == fold.since else None
 
 
 _PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
 
 
-def _rows_changed(run: Run, rows: list[TurnAssessment]) -> list[TurnAssessment]:
-    """The rows whose turn is new or whose picture differs from the turn's newest stored row."""
-    before = {
-        values[0]: tuple(values[1:])
-        for values in picture_rows(run_id=run.pk).values_list("turn_id", *_PICTURE).iterator(chunk_size=5000)
-    }
+def _rows_changed(run: Run, rows: list[TurnAssessment], turn_pks: list[int] | None = None) -> list[TurnAssessment]:
+    """The rows whose turn is new or whose picture differs from the turn's newest stored row (of the turns
+    ``turn_pks`` only, when given: the rows are theirs)."""
+    stored = picture_rows(run_id=run.pk, turn_pks=turn_pks).values_list("turn_id", *_PICTURE)
+    before = {values[0]: tuple(values[1:]) for values in stored.iterator(chunk_size=5000)}
     return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
 
 
@@ -486,7 +509,7 @@ def _engine_rows(
 
 
 def _orphan_turns(
-    *, run: Run, known: Iterable[Turn], blocked: engine.Violation | None
+    *, run: Run, known: Iterable[str], blocked: engine.Violation | None
 ) -> dict[int, tuple[str, int | None]]:
     """Turns ingest listed (their `turn_planned` line was stored) that the engine does not know: the line
     is not a valid record (a float, an `at` that is no time, empty phases...), so no turn was planned by
@@ -495,8 +518,9 @@ def _orphan_turns(
     turn pk -> (reason, its line)."""
     if blocked is None:
         return {}
-    known_pks = {turn.pk for turn in known}
-    orphans = [pk for pk in Turn.objects.filter(run=run).values_list("pk", flat=True) if pk not in known_pks]
+    known_ids = {storable(turn) for turn in known}
+    listed = Turn.objects.filter(run=run).values_list("pk", "turn_id")
+    orphans = [pk for pk, turn_id in listed.iterator(chunk_size=5000) if turn_id not in known_ids]
     if orphans:
         Turn.objects.filter(pk__in=orphans).update(decision=Decision.BLOCKED, reason=blocked.code)
     return {pk: (str(blocked.code), blocked.line) for pk in orphans}

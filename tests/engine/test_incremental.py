@@ -429,7 +429,7 @@ def test_a_kept_fold_written_now_and_then_is_the_full_fold_after_every_batch(
             assert exc.reason in {"fork_into_past", "checkpoint_into_past"}
             got = assess_kept(None, lines[:end], keep=key, seal=seal, evidence=model.evidence)
         assert got is not None  # the fold kept by the batch before is served
-        result, kept, after = got
+        result, kept, after, _ = got
         assert_same(result, lines[:end], evidence=model.evidence)
         assert kept == KeptFold(key, end)
         if seal:

@@ -10,13 +10,13 @@ import pytest
 
 from engine import assess as engine_assess
 from engine import forget_warm_folds
-from journals.models import Run, Turn
+from journals.models import Run, Turn, TurnEffective
 from ops.demo import workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.models import Assessment, FoldSnapshot, OperatorEvidence
 from recovery.services import turn_decision
-from recovery.state import picture_rows
+from recovery.state import picture_rows, turn_states_refresh
 from tests.tasks.conftest import ingest
 
 pytestmark = pytest.mark.django_db
@@ -117,3 +117,59 @@ def test_a_damaged_snapshot_folds_the_whole_prefix(published, reads):
     assert Assessment.objects.filter(run=run).latest().from_snapshot is None
     assert _decisions(run) == _whole(lines)
     assert FoldSnapshot.objects.get(run=run).digest != snapshot.digest
+
+
+def _full_output(run: Run) -> Any:
+    """The stored output an assessment of the run's prefix would hold, folded whole by the plain engine."""
+    inputs = recovery_services.assessment_inputs(run=run)
+    return recovery_services.assessment_output(inputs, recovery_services.assessment_fold(inputs, whole=True).result)
+
+
+def test_the_snapshot_is_written_every_n_records_and_the_kept_fold_serves_between(published, reads, settings):
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 12
+    settings.LOOPX_SNAPSHOT_EVERY_SECONDS = 10**6
+    lines = workload_lines("run-every", turns=10)
+    forget_warm_folds()
+    written: list[int] = []
+    previous: str | None = None
+    for start in range(0, len(lines), 6):
+        ingest("run-every", lines[start : start + 6])
+        reads.clear()
+        assert assessment_run(run_id="run-every") == "stored"
+        run = Run.objects.get(run_id="run-every")
+        assert set(reads) == {(start, run.last_seq)}  # the kept fold: the new batch alone
+        snapshot = FoldSnapshot.objects.get(run=run)
+        written.append(snapshot.through_seq)
+        newest = Assessment.objects.filter(run=run).latest()
+        assert newest.from_snapshot == previous  # the snapshot stored when it began, older than the fold kept
+        previous = snapshot.digest
+        # A warm continuation equals the whole fold: every turn's decision and the whole stored output.
+        assert _decisions(run) == _whole(lines[: start + 6])
+        assert newest.output == _full_output(run)
+    assert written[:6] == [6, 6, 18, 18, 30, 30]
+
+
+def test_a_worker_without_the_kept_fold_resumes_from_the_older_snapshot(published, reads, settings):
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 10**6
+    settings.LOOPX_SNAPSHOT_EVERY_SECONDS = 10**6
+    lines = workload_lines("run-cold", turns=10)
+    for start in range(0, 30, 10):
+        ingest("run-cold", lines[start : start + 10])
+        assessment_run(run_id="run-cold")
+    stored = FoldSnapshot.objects.get(run__run_id="run-cold")
+    assert stored.through_seq == 10  # the first assessment's; none since
+    forget_warm_folds()  # a restarted worker
+    ingest("run-cold", lines[30:])
+    reads.clear()
+    assert assessment_run(run_id="run-cold") == "stored"
+    run = Run.objects.get(run_id="run-cold")
+    assert set(reads) == {(10, run.last_seq)}  # the records since the stored snapshot, not the whole prefix
+    newest = Assessment.objects.filter(run=run).latest()
+    assert newest.from_snapshot == stored.digest
+    assert _decisions(run) == _whole(lines)
+    assert newest.output == _full_output(run)
+    # The states written for the listed turns alone are those a refresh of every turn writes.
+    before = set(TurnEffective.objects.filter(run=run).values_list("turn_id", "state", "reason", "gate"))
+    turn_states_refresh(run=run)
+    assert set(TurnEffective.objects.filter(run=run).values_list("turn_id", "state", "reason", "gate")) == before
+    assert len(before) == Turn.objects.filter(run=run).count()
