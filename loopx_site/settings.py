@@ -323,8 +323,8 @@ LOOPX_CLAIM_LEASE_SECONDS = env_int("LOOPX_CLAIM_LEASE_SECONDS", 300)
 LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS = env_int("LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS", 300)
 # A worker keeps the run's fold in memory between batches and writes the fold snapshot (O(turns) bytes) only
 # once this many records or seconds passed since the stored one (docs/engine.md, "The worker's fold").
-LOOPX_SNAPSHOT_EVERY_RECORDS = env_int("LOOPX_SNAPSHOT_EVERY_RECORDS", 50_000)
-LOOPX_SNAPSHOT_EVERY_SECONDS = env_int("LOOPX_SNAPSHOT_EVERY_SECONDS", 300)
+LOOPX_SNAPSHOT_EVERY_RECORDS = env_int("LOOPX_SNAPSHOT_EVERY_RECORDS", 10_000)
+LOOPX_SNAPSHOT_EVERY_SECONDS = env_int("LOOPX_SNAPSHOT_EVERY_SECONDS", 60)
 # How many runs the re-fold audit folds again whole, each time it runs, to check their stored assessment.
 LOOPX_REFOLD_AUDIT_SAMPLE = env_int("LOOPX_REFOLD_AUDIT_SAMPLE", 20)
 LOOPX_PACKAGE_MAX_MEMBER_BYTES = env_int("LOOPX_PACKAGE_MAX_MEMBER_BYTES", 64 * 1024 * 1024)
