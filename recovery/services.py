@@ -66,7 +66,6 @@ from trail.services import actor_display, operator_action_record, reason_clean
 
 # The engine's wall time per assessment feeds the latency histogram (ops/metrics.py).
 assess = instrument_assessment(_engine_assess)
-assess_incremental = instrument_assessment(engine.assess_incremental)
 assess_kept = instrument_assessment(engine.assess_kept)
 
 ENGINE_VERSION: str = engine.ENGINE_VERSION

@@ -18,7 +18,7 @@ from audits.checks import (
     audit_unclaimed_blocked_turns,
 )
 from audits.models import ChainCursor
-from engine import assess_incremental as engine_assess_incremental
+from engine import assess_kept as engine_assess_kept
 from engine.canonical import parse_line
 from engine.writer import JournalWriter
 from journals.models import JournalRecord, PendingAssessment, Run, Turn
@@ -272,18 +272,21 @@ def test_a_new_engine_version_reassesses_and_keeps_the_old_assessment(published,
 
     def changed_engine(*args, **kwargs):
         """The next engine decides e-1's finalize turn differently for the same input."""
-        result, snapshot = engine_assess_incremental(*args, **kwargs)
+        done = engine_assess_kept(*args, **kwargs)
+        if done is None:
+            return None
+        result = done.result
         turns = tuple(
             dataclasses.replace(t, resume_from="spend", decision=type(t.decision)("resume"))
             if (result.run, t.turn) == ("e-1", "t-report")
             else t
             for t in result.turns
         )
-        return dataclasses.replace(result, turns=turns), snapshot
+        return done._replace(result=dataclasses.replace(result, turns=turns), changed=None)
 
     monkeypatch.setattr(recovery_services, "ENGINE_VERSION", "9.9.9")
     # The fold snapshots were made by the old version: the new one folds every run from the start.
-    monkeypatch.setattr(recovery_services, "assess_incremental", changed_engine)
+    monkeypatch.setattr(recovery_services, "assess_kept", changed_engine)
     report = audit_engine_change(limit=10).as_dict()
     assert report["reassessed"] == 2 and report["decision_changed"] == 1
     versions = sorted(Assessment.objects.values_list("run__run_id", "engine_version"))

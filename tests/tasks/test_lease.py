@@ -142,7 +142,7 @@ def test_a_task_that_fails_gives_its_lease_back_until_its_time_limit(
     def engine_bug(*args, **kwargs):
         raise ValueError("the engine cannot read this run")
 
-    monkeypatch.setattr(recovery_services, "assess_incremental", engine_bug)
+    monkeypatch.setattr(recovery_services, "assess_kept", engine_bug)
     with pytest.raises(ValueError):
         assessment_run(run_id="run-poison", task_id="task-1")
     flag = PendingAssessment.objects.get(run=run)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, transaction
 
-from engine import assess_incremental as engine_assess_incremental
+from engine import assess_kept as engine_assess_kept
 from journals.assessment_flag import assessment_request, assessments_overdue
 from journals.models import PendingAssessment, Run
 from ops.demo import run_healthy, workload_lines
@@ -72,11 +72,11 @@ def test_a_prefix_that_moved_while_the_engine_ran_is_not_stored(published, monke
     run = ingest("run-moved", lines[:half])
 
     def assess_then_ingest(*args, **kwargs):
-        answer = engine_assess_incremental(*args, **kwargs)
+        answer = engine_assess_kept(*args, **kwargs)
         ingest("run-moved", lines[half:])  # a batch commits while the engine runs
         return answer
 
-    monkeypatch.setattr("recovery.services.assess_incremental", assess_then_ingest)
+    monkeypatch.setattr("recovery.services.assess_kept", assess_then_ingest)
     assert assessment_run(run_id="run-moved") == "superseded"
     assert not Assessment.objects.filter(run=run).exists()
     # The newer batch raised the flag again, so a task for it is owed (and the sweep would see it).
@@ -92,14 +92,14 @@ def test_newest_only_raises_only_when_asked(published, monkeypatch):
     run = ingest("run-n", lines[:5])
 
     def assess_then_ingest(*args, **kwargs):
-        answer = engine_assess_incremental(*args, **kwargs)
+        answer = engine_assess_kept(*args, **kwargs)
         ingest("run-n", lines[5:])
         return answer
 
-    monkeypatch.setattr("recovery.services.assess_incremental", assess_then_ingest)
+    monkeypatch.setattr("recovery.services.assess_kept", assess_then_ingest)
     with pytest.raises(PrefixSuperseded):
         assessment_refresh(run=run, newest_only=True)
-    monkeypatch.setattr("recovery.services.assess_incremental", engine_assess_incremental)
+    monkeypatch.setattr("recovery.services.assess_kept", engine_assess_kept)
     # The gate's synchronous refresh (newest_only=False) always answers.
     assert assessment_refresh(run=run).prefix_last_seq == len(lines)
 
