@@ -36,7 +36,7 @@ def _listed(html: str) -> list[str]:
     rows = html.split('id="runs-table"')[1].split("</tbody>")[0].split("<tr>")[2:]
     found = []
     for row in rows:
-        run_id = re.search(r'class="mono"><a href="[^"]+">([^<]+)</a>', row)
+        run_id = re.search(r'class="mono"[^>]*><a href="[^"]+">([^<]+)</a>', row)
         status = re.search(r'data-run-status="(\w+)"', row)
         assert run_id and status, row
         found.append((run_id.group(1), status.group(1)))
