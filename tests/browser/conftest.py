@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,15 @@ def login(page, base: str, username: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{base}/")
+
+
+@contextmanager
+def sized_page(chromium, width: int, height: int = 900) -> Iterator[object]:
+    """A page of its own browser context at one screen size (a phone's 375 px, a laptop's 1440 px), closed
+    after the test's block whatever it asserted."""
+    context = chromium.new_context(viewport={"width": width, "height": height}, timezone_id="Europe/Berlin")
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

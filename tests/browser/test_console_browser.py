@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.browser.conftest import login, make_user
+from tests.browser.conftest import login, make_user, sized_page
 from tests.console.scenarios import SECRET, many_runs, payments_run
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM must still be usable from it.
@@ -152,10 +152,7 @@ def test_the_blocked_queue_stays_inside_its_card_on_a_narrow_screen(live_server,
     its column's name, instead of a table pushing the card (and the page) wider than the screen."""
     many_runs(2, 2)  # blocked turns with long ids, so a table would be wider than the screen
     make_user("olivia", "operator")
-    context = chromium.new_context(viewport={"width": 375, "height": 800}, timezone_id="Europe/Berlin")
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    try:
+    with sized_page(chromium, 375, 800) as page:
         base = live_server.url
         login(page, base, "olivia")
         card = page.locator("section.card", has=page.locator("#blocked-queue"))
@@ -178,8 +175,6 @@ def test_the_blocked_queue_stays_inside_its_card_on_a_narrow_screen(live_server,
         assert widths["card"][0] <= widths["card"][1], f"nothing sticks out of the card: {widths}"
         assert widths["page"][0] <= widths["page"][1], f"the page does not scroll sideways: {widths}"
         shot(page, "overview-narrow-375")
-    finally:
-        context.close()
 
 
 def test_upload_a_torn_package_see_its_kept_lines_and_resolve_one(

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.browser.conftest import login, make_user
+from tests.browser.conftest import login, make_user, sized_page
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
@@ -51,10 +51,7 @@ def test_the_pictures_and_an_imported_run_s_words_fit_the_screen(live_server, ch
     run_pk, turn_pk = _imported_turn(monkeypatch)
     broken = broken_run()
     make_user("ada", "admin")
-    context = chromium.new_context(viewport={"width": width, "height": 900}, timezone_id="Europe/Berlin")
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    try:
+    with sized_page(chromium, width) as page:
         base = live_server.url
         login(page, base, "ada")
         assert page.locator("svg.heldage[role=img]").count() == 1
@@ -81,5 +78,3 @@ def test_the_pictures_and_an_imported_run_s_words_fit_the_screen(live_server, ch
         assert page.locator("#repair-preview svg.repairpic[role=img] rect.aside").count() == 1
         _fits(page, "a repair's preview")
         shot(page, f"repair-preview-{width}")
-    finally:
-        context.close()

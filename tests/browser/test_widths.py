@@ -11,7 +11,7 @@ import pytest
 from journals.models import Run
 from ops.demo import demo_seed
 from recovery.services import assessment_refresh
-from tests.browser.conftest import login, make_user
+from tests.browser.conftest import login, make_user, sized_page
 from tests.console.scenarios import payments_run
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -44,10 +44,7 @@ def test_no_console_page_is_wider_than_the_screen(live_server, chromium, width):
     for run in Run.objects.all():
         assessment_refresh(run=run)
     make_user("ada", "admin")
-    context = chromium.new_context(viewport={"width": width, "height": 900}, timezone_id="Europe/Berlin")
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    try:
+    with sized_page(chromium, width) as page:
         base = live_server.url
         login(page, base, "ada")
         page.goto(f"{base}/runs/?per_page=100")
@@ -73,5 +70,3 @@ def test_no_console_page_is_wider_than_the_screen(live_server, chromium, width):
             if width < 600:
                 label = row.locator("td").first.evaluate("td => getComputedStyle(td, '::before').content")
                 assert label not in ("none", "normal", ""), url  # the column's name shows above the value
-    finally:
-        context.close()
