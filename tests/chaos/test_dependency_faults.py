@@ -223,6 +223,10 @@ def test_assessments_survive_a_killed_worker_an_empty_redis_and_a_database_crash
         victim = runs[0]
         held = work["worker"][victim].pop()
         _join(_writers(service, traffic, "worker", work["worker"]))
+        # The worker catches up first: a task of the victim still queued from those batches would otherwise
+        # be the one killed, with the held batch's flag raised after it took its lease (then the sweep
+        # publishes that flag again instead of finding the lease run out).
+        _assessed_within(service, runs, time.monotonic(), "the first batches")
         service.arm("worker", "assess_run.before_assess", victim)
         _deliver(service, traffic, "worker", victim, *held)
         deadline = time.monotonic() + 60
