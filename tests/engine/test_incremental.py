@@ -225,6 +225,7 @@ def _fallbacks(lines: Sequence[bytes], ends: Sequence[int], window: int) -> int:
     forget_warm_folds()
     start: KeptFold | None = None
     fallbacks = done = 0
+    last = b""
     for end in [*ends, len(lines)]:
         try:
             got = assess_kept(start, lines[done:end], keep=f"k{end}", seal=True, rewind_window=window)
@@ -234,8 +235,8 @@ def _fallbacks(lines: Sequence[bytes], ends: Sequence[int], window: int) -> int:
             got = assess_kept(None, lines[:end], keep=f"k{end}", seal=True, rewind_window=window)
         assert got is not None and got.snapshot is not None
         assert_same(got.result, lines[:end])
-        start, done = got.kept, end
-    assert got.snapshot.data == assess_incremental(None, lines)[1].data
+        start, done, last = got.kept, end, got.snapshot.data
+    assert last == assess_incremental(None, lines)[1].data
     return fallbacks
 
 
