@@ -1357,7 +1357,9 @@ class Assessor:
             new_branch, b, from_lsn, ln, digest(obj), self._point_lsns.setdefault(new_branch, set())
         )
         if self.rewind_window:
+            # Only the live branch keeps an undo log (rewind.py): forks are written on it.
             info.undo = UndoLog(self.rewind_window, -1)
+            self.branches[b].undo = None
         self.branches[b].discarded_from = from_lsn
         base.gen = next_generation()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base

@@ -15,9 +15,11 @@ A snapshot is plain bytes, read back without executing anything (JSON, never pic
 The same lines fed in the same batches give the same bytes. Operator evidence changes the fold itself (an
 unsafe retry is judged when it is read), so the evidence is part of a snapshot's identity.
 
-Two speed paths, each exact: the process keeps the fold that wrote a snapshot and folds the next batch into
-it instead of reading the bytes back (engine/warm.py), and ``changed_only=True`` decides only the turns the
-new lines name, unless the run's reason or the live timeline moved.
+Three speed paths, each exact: the process keeps the fold that wrote a snapshot and folds the next batch
+into it instead of reading the bytes back (engine/warm.py); that fold keeps an undo log of the live branch's
+last records, so that a fork or checkpoint reaching a little before the batch goes on (engine/rewind.py);
+and ``changed_only=True`` decides only the turns the new lines name, unless the run's reason or the live
+timeline moved.
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@ fork or checkpoint whose point lies a little before the fold's head is served wi
 
 A resumed fold pre-scanned only its new lines, so it did not keep the fold at a point that an earlier line
 reached and a new fork or checkpoint names (docs/engine.md, "Incremental assessment"). Real runtimes
-rewind a few turns. Each branch keeps an ``UndoLog`` of its last ``window`` records: for each, the state
+rewind a few turns. The live branch keeps an ``UndoLog`` of its last ``window`` records: for each, the state
 its turn had before it (the state object itself, made copy-on-write so the record cannot change it in
 place), the view's schema and its ``unplanned`` violations. The view at a point is the branch's view now
 with the records after the point undone, newest first; its cost grows with how far back the point lies
 (plus one copy of the branch's table of turns), not with the run. A point further back than the log reaches
-is not served: the fold stops with ``fork_into_past`` or ``checkpoint_into_past`` as before.
+is not served: the fold stops with ``fork_into_past`` or ``checkpoint_into_past`` as before. Forks are
+written on the live branch, so the other branches keep none (a stale writer's checkpoint that reaches back
+folds from the start).
 
 The view built is the one a fold from the start keeps at that point, state for state: a state no record
 after the point wrote is the very object the branch's view still holds, and a state written since is the
@@ -94,13 +96,13 @@ class UndoLog:
 
 
 def undo_logs_keep(assessor: Assessor, window: int) -> None:
-    """Give every branch of ``assessor`` (a fold about to go on) an undo log of ``window`` records, and its
-    branches to come (forks) one each; ``window`` 0 keeps none. A log a kept fold already has goes on (cut
-    to ``window``); a new one starts at the branch's head, when the view is still the fold through it."""
+    """Give the live branch of ``assessor`` (a fold about to go on) an undo log of ``window`` records, and
+    the branches its forks create one each; ``window`` 0 keeps none. A log a kept fold already has goes on
+    (cut to ``window``); a new one starts at the branch's head, when the view is still the fold through it."""
     assessor.rewind_window = window
-    for info in assessor.branches.values():
+    for b, info in assessor.branches.items():
         log = info.undo
-        if not window:
+        if not window or b != assessor.live:
             info.undo = None
         elif log is None:
             info.undo = UndoLog(window, info.next_lsn - 1 if info.dirty_at != info.next_lsn else None)
