@@ -48,7 +48,7 @@ from .fold import (
     merge_outcome,
     next_generation,
 )
-from .rewind import UndoLog
+from .rewind import UndoLog, turns_since
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
     EFFECT_INDETERMINATE,
@@ -625,6 +625,8 @@ class Assessor:
         # and how many entries there were (a fold kept in memory writes only what its batch named again).
         self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
         self.rewind_window = 0  # records per branch that a resumed fold can undo (rewind.undo_logs_keep)
+        # The turns whose fold the forks of this batch left behind (None: not known), for incremental.py.
+        self.forked_turns: set[str] | None = None
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -1356,10 +1358,12 @@ class Assessor:
         info = self.branches[new_branch] = _Branch(
             new_branch, b, from_lsn, ln, digest(obj), self._point_lsns.setdefault(new_branch, set())
         )
+        old = self.branches[b]
+        self.forked_turns = turns_since(old.undo, from_lsn, self.forked_turns)
         if self.rewind_window:
             # Only the live branch keeps an undo log (rewind.py): forks are written on it.
             info.undo = UndoLog(self.rewind_window, -1)
-            self.branches[b].undo = None
+            old.undo = None
         self.branches[b].discarded_from = from_lsn
         base.gen = next_generation()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base

@@ -253,6 +253,23 @@ def assess_kept(
     return _assess_from(start, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
 
 
+def _changed(
+    named: set[str] | None, before: tuple[Any, ...] | None, assessor: Assessor, wanted: dict[int, int]
+) -> frozenset[str] | None:
+    """The turns whose decisions may differ from those of the fold before the batch: the turns the new lines
+    name, and when a fork moved the live timeline, the turns its branch's records after the fork's point
+    named (the live view differs from the one before in those turns only, and so do the intents that are on
+    the live timeline). None (every turn) when the run's reason moved, or a fork's records are not known."""
+    if named is None or before is None:
+        return None
+    after = assessor.outlook(wanted)
+    if after == before:
+        return frozenset(named)
+    if after[0] != before[0] or assessor.forked_turns is None:
+        return None
+    return frozenset(named | assessor.forked_turns)
+
+
 def _kept_digest(key: str) -> str:
     # A caller's key never meets a snapshot's digest (the other keys of engine/warm.py): it is hashed apart.
     return "kept:" + hashlib.sha256(key.encode()).hexdigest()
@@ -299,7 +316,7 @@ def _assess_from(
         named = named_turns(new_lines) if start is not None else None
         # A kept fold may have skipped writing the batches before this one: all its world rows are written.
         after = _seal(assessor, evidence_id, None if isinstance(start, Assessor) else named) if seal else None
-        changed = frozenset(named) if named is not None and before and before[0] == assessor.outlook(wanted) else None
+        changed = _changed(named, before[0] if before else None, assessor, wanted)
         result = assessor.finish(wanted, set(changed) if changed_only and changed is not None else None)
         kept = KeptFold(keep if keep is not None else "", assessor.line_no)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the

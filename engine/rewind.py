@@ -1,4 +1,4 @@
-"""A resumed fold's way back: the last lines of each branch with what they changed in its view, so that a
+"""A resumed fold's way back: the live branch's last records with what they changed in its view, so that a
 fork or checkpoint whose point lies a little before the fold's head is served without a fold from the start.
 
 A resumed fold pre-scanned only its new lines, so it did not keep the fold at a point that an earlier line
@@ -18,8 +18,9 @@ object the branch held before (a fold from the start shares and copies the same 
 bytes are the same). The log is not part of a snapshot's bytes: a fold read back from them starts a new
 log at its head.
 
-Justified by ``benchmarks/bench_incremental.py`` ("resumed batch with a fork 440 records back") and the
-growth benchmark (docs/perf/2026-12-06-fork-rewind.md): without it, such a batch folds the whole prefix.
+Justified by ``benchmarks/bench_incremental.py --grow`` ("batches with a fork": the journal's forks rewind
+about 440 records) and the growth benchmark (docs/perf/2026-12-06-fork-rewind.md): without it, a batch
+whose fork reaches before it folds the whole prefix.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from .fold import TurnState, View
 if TYPE_CHECKING:
     from .assess import Assessor
 
-# The default depth, in records per branch, of the log a resumed fold keeps (the engine's caller sets its
-# own: LOOPX_REWIND_WINDOW_LINES for the worker).
+# The default depth, in records of the live branch, of the log a resumed fold keeps (the engine's caller sets
+# its own: LOOPX_REWIND_WINDOW_LINES for the worker).
 REWIND_WINDOW = 20_000
 # The generation of a state an undo log holds: no view has it, so whoever writes the state copies it first.
 _FROZEN = -1
@@ -95,11 +96,29 @@ class UndoLog:
         return back
 
 
+def turns_since(log: UndoLog | None, lsn: int, turns: set[str] | None) -> set[str] | None:
+    """``turns`` with those the branch's records after its point ``lsn`` named (the only turns whose fold a
+    fork from that point leaves behind); None when the log does not reach that far, or ``turns`` is None."""
+    if log is None or turns is None:
+        return None
+    since: list[str | None] = []
+    for entry in reversed(log.entries):
+        if entry[0] == lsn and entry[1]:
+            break
+        since.append(entry[2])
+    else:
+        if log.origin != lsn:
+            return None
+    turns.update(turn for turn in since if turn is not None)
+    return turns
+
+
 def undo_logs_keep(assessor: Assessor, window: int) -> None:
     """Give the live branch of ``assessor`` (a fold about to go on) an undo log of ``window`` records, and
     the branches its forks create one each; ``window`` 0 keeps none. A log a kept fold already has goes on
     (cut to ``window``); a new one starts at the branch's head, when the view is still the fold through it."""
     assessor.rewind_window = window
+    assessor.forked_turns = set() if window else None
     for b, info in assessor.branches.items():
         log = info.undo
         if not window or b != assessor.live:

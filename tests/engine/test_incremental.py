@@ -20,6 +20,7 @@ import engine.incremental as incremental
 import engine.warm as warm
 from engine import (
     REWIND_WINDOW,
+    Decision,
     FoldSnapshot,
     KeptFold,
     SnapshotUnusable,
@@ -155,7 +156,7 @@ def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel
     assert_changed_only(lines, cuts, evidence=model.evidence, expect=expect)
 
 
-def test_changed_only_lists_the_turns_a_batch_names() -> None:
+def _five_turns() -> tuple[JournalWriter, int]:
     w = JournalWriter("r")
     for n in range(5):
         w.plan(f"t{n}")
@@ -163,15 +164,43 @@ def test_changed_only_lists_the_turns_a_batch_names() -> None:
     cut = len(w.lines)
     w.commit("t3", "envelope")
     w.plan("t5")
+    return w, cut
+
+
+def test_changed_only_lists_the_turns_a_batch_names() -> None:
+    w, cut = _five_turns()
     _, snapshot = assess_incremental(None, w.lines[:cut])
     got, _ = assess_incremental(snapshot, w.lines[cut:], changed_only=True)
     assert [d.turn for d in got.turns] == ["t3", "t5"]
     assert assert_changed_only(w.lines, [cut]) == 1
     head = len(w.lines)
     _, snapshot = assess_incremental(None, w.lines)
-    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch: every turn may change
+    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch, with the same fold
     got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == []
+    # Without an undo log the fold does not know which records a fork left behind: every turn is listed.
+    _, snapshot = assess_incremental(None, w.lines[:head], rewind_window=0)
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True, rewind_window=0)
     assert [d.turn for d in got.turns] == [f"t{n}" for n in range(6)]
+
+
+def test_changed_only_after_a_fork_lists_the_turns_it_left_behind() -> None:
+    w, _ = _five_turns()
+    head = len(w.lines)
+    w.fork(1)  # back to t0's commit: the turns that the records after it named are left behind
+    w.commit("t0", "envelope")
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t0", "t1", "t2", "t3", "t4", "t5"]
+    assert [d.decision for d in got.turns[1:]] == [Decision.DISCARDED] * 5
+    assert assert_changed_only(w.lines, [head]) == 0
+    w.plan("t6")
+    head = len(w.lines)
+    w.fork(-1)  # back to where branch 1 starts: the envelope and t6 are left behind
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t0", "t6"]
+    assert assert_changed_only(w.lines, [head]) == 1
 
 
 # -- resuming at and before the head ---------------------------------------------------------------------
