@@ -190,12 +190,13 @@ def assess_incremental(
     the start: ``assess_incremental(None, all lines)``) and JournalUnreadable.
 
     ``changed_only``: the assessment's ``turns`` hold only the decisions that may differ from those of the
-    snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
-    reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
-    the assessment is whole. A caller that keeps the decisions it had replaces those listed.
+    snapshot's lines under the same ``expect``: the turns the new lines name and, when a fork moved the live
+    timeline, the turns it left behind; every turn when the run's reason moved, when the undo log does not
+    hold what a fork left behind, and without a snapshot. The rest of the assessment is whole. A caller
+    that keeps the decisions it had replaces those listed.
 
-    ``rewind_window``: how many records of each branch the fold can undo, so that a later batch's fork or
-    checkpoint whose point lies that close before the fold's head goes on without a fold from the start
+    ``rewind_window``: how many records of the live branch the fold can undo, so that a later batch's fork
+    or checkpoint whose point lies that close before the fold's head goes on without a fold from the start
     (engine/rewind.py; 0: none). It holds about one turn state per record, and changes no result."""
     result, _, after, _ = _assess_from(
         snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True, window=rewind_window

@@ -70,17 +70,22 @@ class UndoLog:
             turn = None
         entries.append((lsn, first, turn, state, view.schema, view.unplanned))
 
+    def since(self, lsn: int) -> list[Entry] | None:
+        """The entries of the records after the branch's point ``lsn`` (the first record it read at that
+        lsn), newest first; None when the log does not reach back that far."""
+        later: list[Entry] = []
+        for entry in reversed(self.entries):
+            if entry[0] == lsn and entry[1]:
+                return later
+            later.append(entry)
+        return later if self.origin == lsn else None
+
     def rewound(self, view: View, lsn: int) -> View | None:
         """The branch's view just after the first record it read at ``lsn`` (``view``: the branch's view
         now, which is left as it is), or None when the log does not reach back that far."""
-        undo: list[Entry] = []
-        for entry in reversed(self.entries):
-            if entry[0] == lsn and entry[1]:
-                break
-            undo.append(entry)
-        else:
-            if self.origin != lsn:
-                return None
+        undo = self.since(lsn)
+        if undo is None:
+            return None
         back = view.snapshot()  # shares every state; the branch copies a state before it next writes it
         turns = back.turns
         # Newest first, so that each turn ends as the oldest record after the point found it. Turns are
@@ -99,17 +104,10 @@ class UndoLog:
 def turns_since(log: UndoLog | None, lsn: int, turns: set[str] | None) -> set[str] | None:
     """``turns`` with those the branch's records after its point ``lsn`` named (the only turns whose fold a
     fork from that point leaves behind); None when the log does not reach that far, or ``turns`` is None."""
-    if log is None or turns is None:
+    later = log.since(lsn) if log is not None and turns is not None else None
+    if later is None or turns is None:
         return None
-    since: list[str | None] = []
-    for entry in reversed(log.entries):
-        if entry[0] == lsn and entry[1]:
-            break
-        since.append(entry[2])
-    else:
-        if log.origin != lsn:
-            return None
-    turns.update(turn for turn in since if turn is not None)
+    turns.update(entry[2] for entry in later if entry[2] is not None)
     return turns
 
 
