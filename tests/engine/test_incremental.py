@@ -31,7 +31,7 @@ from engine import (
     snapshot_load,
     state_digest,
 )
-from engine.assess import Assessor, normalise_evidence
+from engine.assess import Assessor, Source, normalise_evidence
 from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
 from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, obj, put, write_journal
@@ -248,20 +248,27 @@ def test_a_fork_into_the_past_beyond_the_undo_log_is_refused_and_the_fallback_is
     assert fold_in_batches(w.lines, [head], round_trip=True, rewind_window=3)[0] == []
 
 
-def _fallbacks(lines: Sequence[bytes], ends: Sequence[int], window: int) -> int:
+def _fallbacks(lines: Sequence[bytes], ends: Sequence[int], window: int, files: Path | None = None) -> int:
     """How many batches (cut before each of `ends`) the worker's kept fold could not continue (each one a fold
-    from the start); every result is the full fold's, and the last snapshot the full fold's bytes."""
+    from the start); every result is the full fold's, and the last snapshot the full fold's bytes. `files`:
+    each batch is read from a file written there (the engine reads a file in blocks), not from a list."""
     forget_warm_folds()
     start: KeptFold | None = None
     fallbacks = done = 0
     last = b""
+
+    def source(first: int, end: int) -> Source:
+        if files is None:
+            return lines[first:end]
+        return write_journal(files / f"{first}-{end}.jsonl", lines[first:end])
+
     for end in [*ends, len(lines)]:
         try:
-            got = assess_kept(start, lines[done:end], keep=f"k{end}", seal=True, rewind_window=window)
+            got = assess_kept(start, source(done, end), keep=f"k{end}", seal=True, rewind_window=window)
         except SnapshotUnusable as exc:
             assert exc.reason in {"fork_into_past", "checkpoint_into_past"}
             fallbacks += 1
-            got = assess_kept(None, lines[:end], keep=f"k{end}", seal=True, rewind_window=window)
+            got = assess_kept(None, source(0, end), keep=f"k{end}", seal=True, rewind_window=window)
         assert got is not None and got.snapshot is not None
         assert_same(got.result, lines[:end])
         start, done, last = got.kept, end, got.snapshot.data
@@ -278,7 +285,7 @@ def _rewinding_run(turns: int) -> tuple[JournalWriter, list[int]]:
     ends: list[int] = []
     for n in range(turns):
         points.append(w.next_lsn[w.branch])
-        w.complete_turn(f"t{w.branch}.{n:05d}")
+        w.complete_turn(f"t{w.branch}-{n:05d}")  # no float marker in any line: files take the block path
         if n % 50 == 49:
             ends.append(len(w.lines))
             if n % 100 == 99:
@@ -296,6 +303,13 @@ def test_a_fork_and_a_checkpoint_within_the_undo_log_do_not_fall_back() -> None:
     assert _fallbacks(w.lines, ends, window=REWIND_WINDOW) == 0
     assert _fallbacks(w.lines, ends, window=400) == 0  # a fork reaches 361 records back, a checkpoint 91
     assert [c["verified"] for c in assess(w.lines).checkpoints] == [True] * 4
+
+
+def test_a_fork_within_the_undo_log_read_from_files(tmp_path: Path) -> None:
+    """Read from a file, runs of a writer's records may be folded together: each one is in the log all the
+    same, so what a fork or checkpoint undoes is exact."""
+    w, ends = _rewinding_run(400)
+    assert _fallbacks(w.lines, ends, window=REWIND_WINDOW, files=tmp_path) == 0
 
 
 def test_a_fork_beyond_the_undo_log_falls_back() -> None:
