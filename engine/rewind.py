@@ -57,7 +57,9 @@ class UndoLog:
         self.origin = origin
 
     def note(self, view: View, lsn: int, first: bool, turn: Any) -> None:
-        """Before a record of the branch at ``lsn`` changes ``view`` (its ``turn``, as the record spells it)."""
+        """Before a record of the branch at ``lsn`` changes ``view`` (its ``turn``, as the record spells it).
+        Every path of assess.py that folds a record of a branch that has a log calls it first: a record
+        folded without it would not be undone."""
         entries = self.entries
         if len(entries) == entries.maxlen:
             self.origin = None  # the oldest entry goes: what came before it is out of reach
