@@ -204,6 +204,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
                 keep=keep,
                 seal=seal,
                 evidence=inputs.evidence,
+                rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
             )
         except SnapshotUnusable:
             continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
@@ -212,7 +213,14 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
             since = newest[0] if newest is not None and done.changed is not None and begin.lines == newest[1] else None
             # A warm continuation names the stored snapshot it could equally have started from.
             return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since)
-    full = assess_kept(None, lambda: _lines_through(run.pk, last_seq), keep=keep, seal=True, evidence=inputs.evidence)
+    full = assess_kept(
+        None,
+        lambda: _lines_through(run.pk, last_seq),
+        keep=keep,
+        seal=True,
+        evidence=inputs.evidence,
+        rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
+    )
     if full is None:
         raise RuntimeError("a full fold starts from nothing kept")
     return Fold(full.result, full.snapshot)
