@@ -834,7 +834,10 @@ def turns_matching(*, filters: Mapping[str, Any], scope: RunScope) -> QuerySet[T
     if filters.get("status"):
         turns = turns.filter(status=filters["status"])
     if filters.get("run"):
-        turns = turns.filter(run__run_id=filters["run"])
+        # The run's key first (a subquery the database runs once): then the run's turns are read along its
+        # index in the list's order (turn_run_updated_id), and a page reads its own rows, not every turn of
+        # the run (``python -m benchmarks.bench_pages --scale 10``: the turns list of one run).
+        turns = turns.filter(run_id=Subquery(Run.objects.filter(run_id=filters["run"]).values("pk")[:1]))
     if filters.get("age"):
         turns = turns.filter(age_q(filters["age"], "updated_at"))
     return turns
