@@ -88,10 +88,12 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
     with psycopg.connect(url) as conn:
         for r in range(runs):
             run_id = f"run-{r:05d}"
+            # Every run holds blocked turns (DECISIONS): its stored status is needs_attention (run_status_compute).
             inserted = conn.execute(
-                "INSERT INTO journals_run (run_id, created_at, updated_at, record_count, last_seq, prefix_digest,"
-                " live_branch, assessed_seq) VALUES (%s, %s, %s, %s, %s, %s, 0, %s) RETURNING id",
-                [run_id, now, now, TURNS_PER_RUN * 10, TURNS_PER_RUN * 10, "0" * 64, TURNS_PER_RUN * 10],
+                "INSERT INTO journals_run (run_id, created_at, updated_at, changed_at, record_count, last_seq,"
+                " prefix_digest, live_branch, assessed_seq, status)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, 0, %s, 'needs_attention') RETURNING id",
+                [run_id, now, now, now, TURNS_PER_RUN * 10, TURNS_PER_RUN * 10, "0" * 64, TURNS_PER_RUN * 10],
             ).fetchone()
             assert inserted is not None  # RETURNING id: one row
             run_pk = inserted[0]

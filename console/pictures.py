@@ -17,7 +17,6 @@ _held_age.html, _repair_picture.html). No script and nothing from another host, 
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -240,20 +239,25 @@ class HeldAge:
 
 def held_age(*, scope: RunScope, now: datetime | None = None, hours: int = HELD_AGE_HOURS) -> HeldAge:
     """How long the oldest held turn of ``scope``'s runs had waited at each of the last ``hours`` hours and
-    now. One query along the held queue's index (gate, since)."""
+    now. One query along the held queue's index (gate, since): over the oldest HELD_AGE_CAP + 1 held turns,
+    the oldest start and, for each hour, how many had started by then, counted in the database. Reading
+    their times instead costs the overview a parse of up to 10,001 timestamps on every view, more than all
+    its other reads together (``python -m benchmarks.bench_pages``: the overview)."""
     now = now or timezone.now()
-    sinces = list(
-        TurnEffective.objects.filter(scope.q("run__run_id"), gate=HOLD)
-        .order_by("since", "turn_id")
-        .values_list("since", flat=True)[: HELD_AGE_CAP + 1]
+    marks = [now - timedelta(hours=hours - k) for k in range(hours + 1)]
+    oldest_first = TurnEffective.objects.filter(scope.q("run__run_id"), gate=HOLD).order_by("since", "turn_id")[
+        : HELD_AGE_CAP + 1
+    ]
+    found = oldest_first.aggregate(
+        oldest=Min("since"),
+        n=Count("since"),
+        **{f"by{k}": Count("since", filter=Q(since__lte=at)) for k, at in enumerate(marks)},
     )
-    capped = len(sinces) > HELD_AGE_CAP
-    sinces = sinces[:HELD_AGE_CAP]
+    capped = found["n"] > HELD_AGE_CAP
     points = []
-    for k in range(hours + 1):
-        at = now - timedelta(hours=hours - k)
-        held = bisect.bisect_right(sinces, at)
-        points.append(AgePoint(at=at, age=at - sinces[0] if held else None, held=held))
+    for k, at in enumerate(marks):
+        held = min(found[f"by{k}"], HELD_AGE_CAP)  # the oldest HELD_AGE_CAP: those started by ``at`` come first
+        points.append(AgePoint(at=at, age=at - found["oldest"] if held else None, held=held))
     ages = [p.age.total_seconds() / 3600 for p in points if p.age is not None]
     top = max([1.0, *ages])
     step = (WIDTH - AGE_LEFT - RIGHT) / hours
@@ -263,7 +267,7 @@ def held_age(*, scope: RunScope, now: datetime | None = None, hours: int = HELD_
         hours_waited = p.age.total_seconds() / 3600 if p.age is not None else 0.0
         p.y = round(AGE_TOP + plot * (1 - hours_waited / top), 1)
     ticks = [Tick(round(AGE_TOP + plot * (1 - f), 1), f"{top * f:.1f} h") for f in (0.0, 0.5, 1.0)]
-    return HeldAge(points=points, held_now=len(sinces), capped=capped, max_hours=top, ticks=ticks)
+    return HeldAge(points=points, held_now=min(found["n"], HELD_AGE_CAP), capped=capped, max_hours=top, ticks=ticks)
 
 
 # --- The repair preview ------------------------------------------------------------------------------------

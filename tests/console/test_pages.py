@@ -114,3 +114,25 @@ def test_the_overview_counts_and_charts(op_pages, pay, torn):
     assert 'data-tile="waiting"' in live and 'id="blocked-queue"' in live and '<svg class="bars"' in live
     assert 'hx-get="/queue/blocked/"' not in html
     assert "t-skip" in html  # in the blocked queue
+
+
+@pytest.mark.parametrize("runs_by_key", [1_000, 1])
+def test_a_search_matches_a_turn_a_lineage_or_a_run_id_in_any_case(op_pages, db, monkeypatch, runs_by_key):
+    from recovery import state
+    from tests.console.scenarios import many_runs
+
+    # The runs a search matches are named by key up to SEARCH_RUNS, and matched in the turns' query past it:
+    # the same turns either way.
+    monkeypatch.setattr(state, "SEARCH_RUNS", runs_by_key)
+    many_runs(3, 2, prefix="Findme")
+    many_runs(2, 1, prefix="other")
+
+    def shown(q: str) -> str:
+        return op_pages.get(reverse("console:turns") + f"?q={q}").content.decode()
+
+    html = shown("findme-000")  # three run ids, in another case
+    assert "<strong>6</strong> turns match" in html and "Findme-0002" in html and "other-0000" not in html
+    html = shown("JOB-1-")  # the lineages job-1-0 and job-1-1 in Findme-0001, job-1-0 in other-0001
+    assert "<strong>3</strong> turns match" in html and "other-0001" in html and "Findme-0000" not in html
+    assert "<strong>1</strong> turn matches" in shown("turn-2-1")
+    assert "No turn matches these filters." in shown("nowhere")

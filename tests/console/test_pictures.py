@@ -94,6 +94,21 @@ def test_the_held_age_is_the_oldest_held_turn_s_wait_hour_by_hour(op_pages, pay)
     assert "The held age as a table" in html and 'id="held-age-note"' in html
 
 
+def test_the_held_age_past_its_cap_reads_the_oldest_held_turns(pay, monkeypatch) -> None:
+    from console import pictures
+
+    now = timezone.now()
+    first, second = TurnEffective.objects.filter(run=pay.run, gate="hold").order_by("turn_id")
+    TurnEffective.objects.filter(pk=first.pk).update(since=now - timedelta(hours=5, minutes=30))
+    TurnEffective.objects.filter(pk=second.pk).update(since=now - timedelta(hours=2))
+    monkeypatch.setattr(pictures, "HELD_AGE_CAP", 1)
+    age = held_age(scope=RunScope.of(["pay-"]), now=now)
+    # The oldest one is read; there are more than that: "at least" one held, since 5 h 30 min.
+    assert age.capped and age.held_now == 1 and age.now.age == timedelta(hours=5, minutes=30)
+    by_hours_ago = {24 - k: p for k, p in enumerate(age.points)}
+    assert by_hours_ago[0].held == 1 and by_hours_ago[4].held == 1 and by_hours_ago[6].held == 0
+
+
 def broken_run() -> Run:
     """A run over two branches (a rewind) whose second-to-last record names a wrong ``prev``: blocked by
     ``chain_broken``, a run-level fault a repair accepts a prefix of."""
