@@ -16,6 +16,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
+from kernel.dialect import rows_update
 
 _MAX_BRANCH = 2**31 - 1
 
@@ -67,11 +68,8 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
             turn.updated_at = now
             changed.append((turn, td))
     if changed:
-        Turn.objects.bulk_update(
-            [t for t, _ in changed],
-            [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"],
-            batch_size=2000,
-        )
+        written = [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"]
+        rows_update(model=Turn, rows=[t for t, _ in changed], fields=written)
         _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
     return {engine_id: existing[key] for engine_id, key in keys.items()}
 
