@@ -41,6 +41,7 @@ from recovery.models import (
     TurnAssessment,
     TurnClaim,
 )
+from recovery.output import output_entries_store, output_head, output_plan
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
 from recovery.repair.models import JournalRepair, repair_in_force
@@ -300,7 +301,8 @@ def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
 
 
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
-    """The stored output: the engine's stable JSON, redacted; a repaired run's names its repair."""
+    """The output in the shape readers get (recovery/output.py): the engine's stable JSON, redacted; a
+    repaired run's names its repair."""
     repair = inputs.repair
     return storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})}))
 
@@ -334,42 +336,54 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
+        newest = Assessment.objects.filter(run=locked).order_by("-id").first()
+        listed = _turns_listed(newest, fold)
         try:
-            stored = _assessment_create(inputs, fold)
+            stored = _assessment_create(inputs, fold, newest, listed)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**inputs.identity)
-        _assessment_project(locked, stored, fold, run.last_seq)
+        _assessment_project(locked, stored, fold, run.last_seq, listed)
         _snapshot_store(locked, fold, inputs)
     return stored
 
 
-def _assessment_create(inputs: AssessmentInputs, fold: Fold) -> Assessment:
+def _assessment_create(
+    inputs: AssessmentInputs, fold: Fold, newest: Assessment | None, listed: frozenset[str] | None
+) -> Assessment:
+    """Store the assessment and its output: the run-level part on it, and the turns' entries that differ
+    from those in force (only the listed turns' are made and compared when the fold lists them)."""
     result = fold.result
-    output = assessment_output(inputs, result)
+    positions = None if listed is None else [i for i, td in enumerate(result.turns) if td.turn in listed]
+    repair = inputs.repair.summary() if inputs.repair is not None else None
+    plan = output_plan(run_pk=inputs.run.pk, result=result, repair=repair, positions=positions, before=newest)
     blocked = result.run_blocked
     with transaction.atomic():
-        return Assessment.objects.create(
+        stored = Assessment.objects.create(
             **inputs.identity,
             prefix_records=inputs.run.record_count,
             prefix_last_seq=inputs.run.last_seq,
             prefix_digest=inputs.run.prefix_digest,
-            output=output,
-            output_digest=output_digest(output),
+            output=plan.head,
+            output_digest=plan.digest,
+            turn_entries=plan.turn_entries,
+            entries_sum=plan.entries_sum,
             live_branch=result.live_branch,
             blocked_reason=blocked.code if blocked else None,
             turn_count=len(result.turns),
             from_snapshot=fold.started_from,
         )
+        output_entries_store(assessment=stored, plan=plan)
+    return stored
 
 
-def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: int) -> None:
+def _assessment_project(
+    locked: Run, stored: Assessment, fold: Fold, last_seq: int, listed: frozenset[str] | None
+) -> None:
     """Store the assessment's changed rows and move the run's projections (under the run's lock). Only the
-    turns the fold lists as changed are read and written when the run's newest assessment, before this one,
-    is still the one the fold began from (else every turn is)."""
+    turns ``listed`` are read and written (see ``_turns_listed``; None: every turn is)."""
     result, blocked = fold.result, fold.result.run_blocked
     keyed = {td.turn for td in result.turns if turn_key(td) is not None}
-    listed = _turns_listed(locked, stored, fold)
     shown = result
     if listed is not None:
         shown = dataclasses.replace(result, turns=tuple(td for td in result.turns if td.turn in listed))
@@ -394,13 +408,13 @@ def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: i
     assessments_compact(run=locked)
 
 
-def _turns_listed(locked: Run, stored: Assessment, fold: Fold) -> frozenset[str] | None:
-    """The engine turns whose rows this assessment may change, or None for every turn: the fold's list holds
-    while the run's newest assessment before this one is the one the fold began from (read under the lock)."""
-    if fold.changed is None or fold.since is None:
+def _turns_listed(newest: Assessment | None, fold: Fold) -> frozenset[str] | None:
+    """The engine turns whose rows and output entries this assessment may change, or None for every turn:
+    the fold's list holds while the run's newest assessment (``newest``, read under the run's lock before
+    this one is stored) is the one the fold began from."""
+    if fold.changed is None or fold.since is None or newest is None:
         return None
-    before = Assessment.objects.filter(run=locked, pk__lt=stored.pk).order_by("-id").values_list("id", flat=True)
-    return fold.changed if before.first() == fold.since else None
+    return fold.changed if newest.pk == fold.since else None
 
 
 _PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
@@ -567,7 +581,7 @@ def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
         prefix_records=run.record_count,
         prefix_last_seq=run.last_seq,
         prefix_digest=run.prefix_digest,
-        output=assessment_output(inputs, result),
+        output=output_head(result=result, repair=inputs.repair.summary() if inputs.repair is not None else None),
         live_branch=result.live_branch,
         blocked_reason=blocked.code if blocked else None,
         turn_count=len(result.turns),

@@ -15,6 +15,7 @@ from ops.demo import workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.models import Assessment, FoldSnapshot, OperatorEvidence
+from recovery.output import assessment_output_read
 from recovery.services import turn_decision
 from recovery.state import picture_rows, turn_states_refresh
 from tests.tasks.conftest import ingest
@@ -145,7 +146,7 @@ def test_the_snapshot_is_written_every_n_records_and_the_kept_fold_serves_betwee
         previous = snapshot.digest
         # A warm continuation equals the whole fold: every turn's decision and the whole stored output.
         assert _decisions(run) == _whole(lines[: start + 6])
-        assert newest.output == _full_output(run)
+        assert assessment_output_read(assessment=newest) == _full_output(run)
     assert written[:6] == [6, 6, 18, 18, 30, 30]
 
 
@@ -167,7 +168,7 @@ def test_a_worker_without_the_kept_fold_resumes_from_the_older_snapshot(publishe
     newest = Assessment.objects.filter(run=run).latest()
     assert newest.from_snapshot == stored.digest
     assert _decisions(run) == _whole(lines)
-    assert newest.output == _full_output(run)
+    assert assessment_output_read(assessment=newest) == _full_output(run)
     # The states written for the listed turns alone are those a refresh of every turn writes.
     before = set(TurnEffective.objects.filter(run=run).values_list("turn_id", "state", "reason", "gate"))
     turn_states_refresh(run=run)
