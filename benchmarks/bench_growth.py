@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,10 +135,10 @@ def stored_rows() -> tuple[int, int, float]:
     return TurnAssessment.objects.count(), Assessment.objects.count(), (size[0] if size else 0) / 1e6
 
 
-def grow(bodies: list[bytes], profile: int | None = None) -> list[Tenth]:
+def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
     """Ingest and assess every batch in turn; the figures by tenth of the run's length. ``profile``: the
-    number of a batch whose assessment runs under cProfile (its top entries printed; that batch's time then
-    counts the profiler too)."""
+    numbers of batches whose assessment runs under cProfile (its top entries printed; that batch's time
+    then counts the profiler too)."""
     # Django is set up at run time, in the child, on the scratch database: services load once the app registry is ready.
     from journals.services import records_ingest
     from recovery.background import assessment_run
@@ -149,11 +150,13 @@ def grow(bodies: list[bytes], profile: int | None = None) -> list[Tenth]:
         started = time.perf_counter()
         result = records_ingest(run_id=RUN, body=body, content_type="application/x-ndjson", token=None)
         ingested = time.perf_counter()
-        if index == profile:
+        if index in profile:
             profiler = cProfile.Profile()
             outcome = profiler.runcall(assessment_run, run_id=RUN)
             bar.close()
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+            print(f"batch {index}:")
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
         else:
             outcome = assessment_run(run_id=RUN)
         assessed = time.perf_counter()
@@ -215,7 +218,7 @@ def report(tenths: list[Tenth], check: bool) -> int:
     return 1 if check and not (growth_ok and batch_ok) else 0
 
 
-def child(records: int, size: int, check: bool, profile: int | None = None) -> int:
+def child(records: int, size: int, check: bool, profile: Sequence[int] = ()) -> int:
     """The measurement, in the child process whose environment names the scratch database."""
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
@@ -235,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1_000, help="records per batch (default 1,000)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
-    parser.add_argument("--profile", type=int, default=None, help="profile the assessment of this batch (0-based)")
+    parser.add_argument(
+        "--profile", type=int, action="append", default=[], help="profile this batch's assessment (0-based; repeat)"
+    )
     default_url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL", "")
     parser.add_argument("--database-url", default=default_url)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manage_command(scratch, "migrate", "--noinput")
         argv_child = ["--child", "--records", str(args.records), "--batch", str(args.batch)]
-        argv_child += ["--profile", str(args.profile)] if args.profile is not None else []
+        argv_child += [f"--profile={n}" for n in args.profile]
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks.bench_growth", *argv_child, *(["--check"] if args.check else [])],
             cwd=REPO,
