@@ -136,6 +136,8 @@ class OutputEntry(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
     assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="entries")
     ordinal = models.IntegerField()
+    # sha256 of the engine's turn id: where a turn stands, for an assessment that lists only some turns.
+    turn_digest = models.CharField(max_length=64)
     entry = models.JSONField()
     # sha256 of the canonical [ordinal, entry]: the next assessment compares its entries with it.
     digest = models.CharField(max_length=64)
@@ -143,7 +145,10 @@ class OutputEntry(models.Model):
     class Meta:
         ordering = ["assessment", "ordinal"]
         constraints = [models.UniqueConstraint(fields=["assessment", "ordinal"], name="outputentry_unique")]
-        indexes = [models.Index(fields=["run", "ordinal", "-assessment"], name="outputentry_latest")]
+        indexes = [
+            models.Index(fields=["run", "ordinal", "-assessment"], name="outputentry_latest"),
+            models.Index(fields=["run", "turn_digest"], name="outputentry_turn"),
+        ]
 
     def __str__(self) -> str:
         return f"entry {self.ordinal} of assessment {self.assessment_id}"

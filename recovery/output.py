@@ -21,6 +21,7 @@ k steps: minus each old entry's digest, plus the new one's (``Assessment.entries
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ def output_entry(td: TurnDecision) -> Any:
     return storable(redact(td.to_dict()))
 
 
+def turn_digest(turn: str) -> str:
+    """sha256 of the engine's turn id, whatever it holds: what an entry names its turn by."""
+    return hashlib.sha256(turn.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def entry_digest(ordinal: int, entry: Any) -> str:
     return hashlib.sha256(canonical_bytes([ordinal, entry])).hexdigest()
 
@@ -87,13 +93,15 @@ def output_digest_whole(output: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class OutputPlan:
     """What an assessment stores of its output: the run-level part, the turn count, the digests' sum, the
-    output's digest, and the entries that differ from those in force before it (unsaved, no assessment)."""
+    output's digest, the entries that differ from those in force before it (unsaved, no assessment), and
+    the turns it lists that the assessment before did not have (``output_plan_listed``)."""
 
     head: dict[str, Any]
     turn_entries: int
     entries_sum: str
     digest: str
     entries: list[OutputEntry]
+    new_turns: tuple[str, ...] = ()
 
 
 def output_plan(
@@ -104,51 +112,89 @@ def output_plan(
     positions: Iterable[int] | None,
     before: Assessment | None,
 ) -> OutputPlan:
-    """The output of ``result`` as the run's next assessment stores it. ``positions``: the only positions
-    whose entries may differ from those of ``before`` (the run's newest assessment), or None for any
-    position. Then only those entries are made and compared; otherwise every turn's entry is, and compared
-    in memory with the entries in force."""
+    """The output of ``result`` (whole) as the run's next assessment stores it. ``positions``: the only
+    positions whose entries may differ from those of ``before`` (the run's newest assessment), or None for
+    any position. Then only those entries are made and compared; otherwise every turn's entry is, and
+    compared in memory with the entries in force."""
     head = output_head(result=result, repair=repair)
     count = len(result.turns)
     plan = None
-    if positions is not None and before is not None:
-        plan = _plan_changed(run_pk, result, sorted(set(positions)), before)
+    had = before.turn_entries if before is not None and _in_parts(before) else None
+    if positions is not None and before is not None and had is not None and had <= count:
+        listed = sorted(set(positions))
+        # The positions ``before`` did not have are new turns: the engine lists them all.
+        if set(range(had, count)) <= set(listed) and (not listed or listed[-1] < count):
+            plan = _plan_changed(run_pk, [(i, result.turns[i]) for i in listed], before)
     if plan is None:
         made = {i: output_entry(td) for i, td in enumerate(result.turns)}
         digests = {i: entry_digest(i, entry) for i, entry in made.items()}
         stored = _digests_in_force(run_pk, None)
         total = sum(int(d, 16) for d in digests.values()) % _MODULUS
-        plan = (total, [(i, made[i], d) for i, d in digests.items() if stored.get(i) != d])
+        changed = [(i, result.turns[i].turn, made[i], d) for i, d in digests.items() if stored.get(i) != d]
+        plan = (total, changed)
+    return _planned(run_pk, head, count, plan)
+
+
+def output_plan_listed(
+    *, run_pk: int, result: EngineAssessment, repair: Mapping[str, Any] | None, before: Assessment
+) -> OutputPlan | None:
+    """The output as the run's next assessment stores it, from a ``result`` that holds only the turns whose
+    decisions may differ from ``before``'s (the engine's ``changed_only``). A listed turn keeps the position
+    it has under ``before``; a turn it did not have comes after them all, in the engine's order (the order
+    of first planning, so a growing journal only appends). None when ``before`` was not stored in parts."""
+    if not _in_parts(before):
+        return None
+    had = int(before.turn_entries or 0)
+    named = {turn_digest(td.turn): td for td in result.turns}
+    found = _in_force(run_pk, None).filter(turn_digest__in=list(named), ordinal__lt=had)
+    position = dict(found.values_list("turn_digest", "ordinal"))
+    new = [td for key, td in named.items() if key not in position]
+    placed = [(position[key], td) for key, td in named.items() if key in position]
+    placed += [(had + k, td) for k, td in enumerate(new)]
+    plan = _plan_changed(run_pk, placed, before)
+    if plan is None:
+        return None
+    head = output_head(result=result, repair=repair)
+    planned = _planned(run_pk, head, had + len(new), plan)
+    return dataclasses.replace(planned, new_turns=tuple(td.turn for td in new))
+
+
+def _in_parts(before: Assessment) -> bool:
+    return before.turn_entries is not None and before.entries_sum is not None
+
+
+def _planned(
+    run_pk: int, head: dict[str, Any], count: int, plan: tuple[int, list[tuple[int, str, Any, str]]]
+) -> OutputPlan:
     total, changed = plan
-    entries = [OutputEntry(run_id=run_pk, ordinal=i, entry=entry, digest=d) for i, entry, d in changed]
+    entries = [
+        OutputEntry(run_id=run_pk, ordinal=i, turn_digest=turn_digest(turn), entry=entry, digest=d)
+        for i, turn, entry, d in changed
+    ]
     return OutputPlan(head, count, f"{total:064x}", _digest_of(head, count, total), entries)
 
 
 def _plan_changed(
-    run_pk: int, result: EngineAssessment, positions: list[int], before: Assessment
-) -> tuple[int, list[tuple[int, Any, str]]] | None:
-    """The digests' sum and the changed entries, made from ``before``'s sum and the listed positions only;
-    None when ``before`` was not stored in parts, or the listed positions do not cover the turns it did not
-    have (then every entry is compared)."""
-    count = len(result.turns)
-    if before.turn_entries is None or before.entries_sum is None or before.turn_entries > count:
-        return None
-    if not set(range(before.turn_entries, count)) <= set(positions) or (positions and positions[-1] >= count):
-        return None
-    stored = _digests_in_force(run_pk, positions)
-    total = int(before.entries_sum, 16)
-    changed: list[tuple[int, Any, str]] = []
-    for i in positions:
-        old = stored.get(i) if i < before.turn_entries else None
-        if i < before.turn_entries and old is None:
-            return None  # a position the assessment before had without its entry: compare them all
-        entry = output_entry(result.turns[i])
+    run_pk: int, placed: Sequence[tuple[int, TurnDecision]], before: Assessment
+) -> tuple[int, list[tuple[int, str, Any, str]]] | None:
+    """The digests' sum and the changed entries, made from ``before``'s sum and the placed turns only (the
+    positions ``before`` did not have are all among them); None when a position ``before`` had has no
+    entry in force (then every entry is compared)."""
+    had = int(before.turn_entries or 0)
+    stored = _digests_in_force(run_pk, [i for i, _ in placed])
+    total = int(str(before.entries_sum), 16)
+    changed: list[tuple[int, str, Any, str]] = []
+    for i, td in placed:
+        old = stored.get(i) if i < had else None
+        if i < had and old is None:
+            return None
+        entry = output_entry(td)
         new = entry_digest(i, entry)
         if new == old:
             continue
         total += int(new, 16) - (int(old, 16) if old is not None else 0)
         if new != stored.get(i):
-            changed.append((i, entry, new))
+            changed.append((i, td.turn, entry, new))
     return total % _MODULUS, changed
 
 

@@ -15,6 +15,7 @@ from engine.secrets import redact
 from journals.models import Phase, Run, Turn
 from journals.projection import turns_project
 from journals.storable import storable
+from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.models import Assessment, FoldSnapshot, OutputEntry
 from recovery.output import output_entry
@@ -50,8 +51,17 @@ def _journal(run: str) -> JournalBuilder:
 
 
 def test_the_assessment_endpoint_answers_the_engines_whole_output_after_every_batch(
-    published, runtime, viewer_client
+    published, runtime, viewer_client, monkeypatch
 ):
+    listing: list[bool] = []
+    real = recovery_services.assess_kept
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        done = real(*args, **kwargs)
+        listing.append(bool(kwargs.get("changed_only")) and done is not None and done.changed is not None)
+        return done
+
+    monkeypatch.setattr(recovery_services, "assess_kept", spy)
     b = _journal("run-grow")
     for end in range(5, len(b.lines) + 5, 5):
         lines = b.lines[:end]
@@ -63,7 +73,9 @@ def test_the_assessment_endpoint_answers_the_engines_whole_output_after_every_ba
         newest = Assessment.objects.filter(run__run_id="run-grow").latest()
         got = viewer_client.get(f"/api/v1/runs/run-grow/assessments/{newest.pk}").json()
         assert got["output"] == _whole(lines)
-        assert newest.turn_entries == len(got["output"]["turns"])
+        assert newest.turn_entries == newest.turn_count == len(got["output"]["turns"])
+    # Most batches were decided for their listed turns alone, and stored as such.
+    assert sum(listing) > len(listing) // 2
     run = Run.objects.get(run_id="run-grow")
     assessments = Assessment.objects.filter(run=run).count()
     entries = OutputEntry.objects.filter(run=run).count()
