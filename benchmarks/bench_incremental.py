@@ -3,6 +3,7 @@
     python -m benchmarks.bench_incremental                    # ~1,000,000 records, ~100,000 turns
     python -m benchmarks.bench_incremental --records 100000   # smaller
     python -m benchmarks.bench_incremental --grow 1000        # the run grown batch by batch (see grow)
+    python -m benchmarks.bench_incremental --grow 1000 --rewind-window 0   # ... without the undo log
 
 The journal is bench_engine's (generated once and cached). Its last ``--tail`` lines are the new batch;
 the rest is folded once into a snapshot. Printed, the least CPU time of ``--rounds`` (other load on a
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from benchmarks.bench_engine import journal
-from engine import SnapshotUnusable, assess, assess_incremental, snapshot_load
+from engine import REWIND_WINDOW, SnapshotUnusable, assess, assess_incremental, snapshot_load
 from engine.assess import Assessor, cycle_collection_paused
 from engine.warm import forget_warm_folds
 
@@ -67,28 +68,38 @@ def _split(path: Path, tail: int) -> tuple[Path, Path]:
     return head_path, tail_path
 
 
-def grow(path: Path, batch: int) -> None:
-    """The journal fed in batches of `batch` lines as a worker would (changed_only, the fold kept in memory,
-    a refused batch folded from the start), each batch's CPU time kept: the median of the first tenth of
-    batches beside the median of the last tenth says how a batch's cost grows with the run."""
+def grow(path: Path, batch: int, window: int = REWIND_WINDOW) -> None:
+    """The journal fed in batches of `batch` lines as a worker would (changed_only, the fold kept in memory
+    with an undo log of `window` records per branch, a refused batch folded from the start), each batch's
+    CPU time kept: the median of the first tenth of batches beside the median of the last tenth says how a
+    batch's cost grows with the run; the slowest batch and the batches with a fork say what a fork costs (the
+    journal's forks rewind 40 turns, about 440 records: engine/rewind.py)."""
     lines = path.read_bytes().splitlines()
     snapshot = None
     times: list[float] = []
+    forked: list[float] = []
     refused = 0
     forget_warm_folds()
     for start in range(0, len(lines), batch):
+        new = lines[start : start + batch]
         started = time.process_time()
         try:
-            _, snapshot = assess_incremental(snapshot, lines[start : start + batch], changed_only=True)
+            _, snapshot = assess_incremental(snapshot, new, changed_only=True, rewind_window=window)
         except SnapshotUnusable:
             refused += 1
-            _, snapshot = assess_incremental(None, lines[: start + batch], changed_only=True)
+            _, snapshot = assess_incremental(None, lines[: start + batch], changed_only=True, rewind_window=window)
         times.append(time.process_time() - started)
+        if any(b'"kind":"fork"' in line for line in new):
+            forked.append(times[-1])
     tenth = max(1, len(times) // 10)
     first, last = statistics.median(times[:tenth]), statistics.median(times[-tenth:])
-    print(f"grown in {len(times):,} batches of {batch:,} lines ({refused} refused, folded from the start)")
+    print(f"grown in {len(times):,} batches of {batch:,} lines, undo log {window:,} records per branch")
+    print(f"  ({refused} refused, folded from the start)")
     print(f"  median batch, first tenth:     {first:7.4f} s")
     print(f"  median batch, last tenth:      {last:7.4f} s   ({last / first:.1f}x the first)")
+    print(f"  median batch, all:             {statistics.median(times):7.4f} s")
+    print(f"  slowest batch:                 {max(times):7.4f} s")
+    print(f"  batches with a fork:           {', '.join(f'{t:.4f}' for t in forked)} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", type=int, default=100, help="lines in the resumed batch")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--grow", type=int, default=0, help="only grow the run in batches of this many lines")
+    parser.add_argument("--rewind-window", type=int, default=REWIND_WINDOW, help="the undo log's depth (--grow)")
     args = parser.parse_args(argv)
     path = journal(args.records)
     if args.grow:
-        grow(path, args.grow)
+        grow(path, args.grow, args.rewind_window)
         return 0
     head, tail = _split(path, args.tail)
     rounds = args.rounds

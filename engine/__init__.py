@@ -8,9 +8,10 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``fold_state(source, branch, through_lsn) -> dict``: the canonical fold of a timeline (checkpoints)
 - ``ENGINE_VERSION`` (decisions) and ``PROJECTION_VERSION`` (the canonical fold's shape)
 - ``redact(obj)``: section 8's public-safety projection
-- ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None, changed_only=False)
-  -> (Assessment, FoldSnapshot)``; ``snapshot_load(bytes) -> FoldSnapshot``; ``SnapshotUnusable`` (its
-  ``reason``: fold from the start); ``forget_warm_folds()`` (the folds kept in memory, engine/warm.py)
+- ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None, changed_only=False,
+  rewind_window=REWIND_WINDOW) -> (Assessment, FoldSnapshot)``; ``snapshot_load(bytes) -> FoldSnapshot``;
+  ``SnapshotUnusable`` (its ``reason``: fold from the start); ``forget_warm_folds()`` (the folds kept in
+  memory, engine/warm.py)
 """
 
 from .canonical import ParsedLine, canonical_bytes, digest, is_int, parse_line
@@ -70,6 +71,7 @@ from .assess import (
 )
 from .assess import parse_batch as parse_canonical_batch  # ingest proves a batch canonical the same way
 from .incremental import (
+    REWIND_WINDOW,
     SNAPSHOT_REASONS,
     FoldSnapshot,
     KeptFold,
@@ -93,6 +95,7 @@ __all__ += [
     "proven_canonical",
     "rebuild_state",
     "state_digest",
+    "REWIND_WINDOW",
     "SNAPSHOT_REASONS",
     "FoldSnapshot",
     "KeptFold",

@@ -48,6 +48,7 @@ from .fold import (
     merge_outcome,
     next_generation,
 )
+from .rewind import UndoLog, turns_since
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
 from .types import (
     EFFECT_INDETERMINATE,
@@ -404,6 +405,7 @@ class _Branch:
         "discarded_from",
         "dirty_at",
         "points",
+        "undo",
     )
 
     def __init__(
@@ -426,6 +428,7 @@ class _Branch:
         # no longer its fold through next_lsn - 1 (a resumed fold cannot serve that point from it).
         self.dirty_at: int | None = None
         self.points = points  # own lsns whose fold a later fork or checkpoint needs (shared, may grow)
+        self.undo: UndoLog | None = None  # a resumed fold's way back to points it did not keep (rewind.py)
 
     def row(self) -> list[Any]:
         return [
@@ -621,6 +624,9 @@ class Assessor:
         # The world ledger's rows as the last state_rows wrote them, where each turn's entries are in them,
         # and how many entries there were (a fold kept in memory writes only what its batch named again).
         self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
+        self.rewind_window = 0  # records per branch that a resumed fold can undo (rewind.undo_logs_keep)
+        # The turns whose fold the forks of this batch left behind (None: not known), for incremental.py.
+        self.forked_turns: set[str] | None = None
         self._take_snapshot(0, -1)
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -735,13 +741,19 @@ class Assessor:
     def _use_snapshot(self, branch: int, lsn: int, *, to_write: bool = False) -> View | None:
         snap = self.snapshots.get((branch, lsn))
         if snap is None:
-            if (branch, lsn) in self.unreachable:
-                # A fold from the start would hold this point (its pre-scan reads the whole journal).
+            if (branch, lsn) not in self.unreachable:
+                return None
+            # A fold from the start would hold this point (its pre-scan reads the whole journal); the
+            # branch's undo log may still reach it.
+            log = self.branches[branch].undo
+            snap = log.rewound(self.views[branch], lsn) if log is not None else None
+            if snap is None:
                 raise SnapshotUnusable(
                     "fork_into_past" if to_write else "checkpoint_into_past",
                     f"line {self.line_no} needs the fold of branch {branch} at lsn {lsn}, which was not kept",
                 )
-            return None
+            self.unreachable.discard((branch, lsn))
+            self.snapshots[(branch, lsn)] = snap
         self.points[(branch, lsn)] -= 1
         if self.points[(branch, lsn)] <= 0:
             del self.snapshots[(branch, lsn)]  # nothing else needs it: free the memory
@@ -881,6 +893,8 @@ class Assessor:
                 continue
             # Every run-level check passed: the turn rules.
             fast += 1
+            if info.undo is not None:
+                info.undo.note(view, ln, True, obj.get(k_turn))
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
@@ -1006,6 +1020,8 @@ class Assessor:
             info.next_lsn = max(info.next_lsn, ln + 1)
             if not first_at_lsn:
                 info.dirty_at = info.next_lsn
+        if info.undo is not None:
+            info.undo.note(self.views[b], ln, first_at_lsn, obj.get("turn"))
         if not _chain_holds(obj, v, info.last_digest):
             self._chain(obj, info, b, ln, error)
         info.last_digest = record_digest or _INVALID_DIGEST
@@ -1339,9 +1355,15 @@ class Assessor:
             self._violate(Code.FORK_INVALID, b, ln, None, f"line {n}: {why}")
             return
         assert base is not None
-        self.branches[new_branch] = _Branch(
+        info = self.branches[new_branch] = _Branch(
             new_branch, b, from_lsn, ln, digest(obj), self._point_lsns.setdefault(new_branch, set())
         )
+        old = self.branches[b]
+        self.forked_turns = turns_since(old.undo, from_lsn, self.forked_turns)
+        if self.rewind_window:
+            # Only the live branch keeps an undo log (rewind.py): forks are written on it.
+            info.undo = UndoLog(self.rewind_window, -1)
+            old.undo = None
         self.branches[b].discarded_from = from_lsn
         base.gen = next_generation()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base

@@ -15,9 +15,11 @@ A snapshot is plain bytes, read back without executing anything (JSON, never pic
 The same lines fed in the same batches give the same bytes. Operator evidence changes the fold itself (an
 unsafe retry is judged when it is read), so the evidence is part of a snapshot's identity.
 
-Two speed paths, each exact: the process keeps the fold that wrote a snapshot and folds the next batch into
-it instead of reading the bytes back (engine/warm.py), and ``changed_only=True`` decides only the turns the
-new lines name, unless the run's reason or the live timeline moved.
+Three speed paths, each exact: the process keeps the fold that wrote a snapshot and folds the next batch
+into it instead of reading the bytes back (engine/warm.py); that fold keeps an undo log of the live branch's
+last records, so that a fork or checkpoint reaching a little before the batch goes on (engine/rewind.py);
+and ``changed_only=True`` decides only the turns the new lines name, unless the run's reason or the live
+timeline moved.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .assess import (
     normalise_evidence,
 )
 from .canonical import HAVE_ORJSON, canonical_bytes, is_int
+from .rewind import REWIND_WINDOW, undo_logs_keep
 from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
 from .warm import warm_fold
 
@@ -55,6 +58,7 @@ __all__ = [
     "SNAPSHOT_REASONS",
     "FoldSnapshot",
     "KeptFold",
+    "REWIND_WINDOW",
     "SnapshotUnusable",
     "assess_incremental",
     "assess_kept",
@@ -178,6 +182,7 @@ def assess_incremental(
     evidence: EvidenceMap | None = None,
     expect: Mapping[int, int] | None = None,
     changed_only: bool = False,
+    rewind_window: int = REWIND_WINDOW,
 ) -> tuple[Assessment, FoldSnapshot]:
     """``snapshot`` None: ``new_lines`` is the whole journal (a full fold). Otherwise ``new_lines`` are the
     lines after the snapshot's last line. Returns the assessment of the whole prefix (identical to
@@ -185,10 +190,17 @@ def assess_incremental(
     the start: ``assess_incremental(None, all lines)``) and JournalUnreadable.
 
     ``changed_only``: the assessment's ``turns`` hold only the decisions that may differ from those of the
-    snapshot's lines under the same ``expect``: the turns the new lines name, or every turn when the run's
-    reason, the live branch or the live timeline changed (and every turn without a snapshot). The rest of
-    the assessment is whole. A caller that keeps the decisions it had replaces those listed."""
-    result, _, after, _ = _assess_from(snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True)
+    snapshot's lines under the same ``expect``: the turns the new lines name and, when a fork moved the live
+    timeline, the turns it left behind; every turn when the run's reason moved, when the undo log does not
+    hold what a fork left behind, and without a snapshot. The rest of the assessment is whole. A caller
+    that keeps the decisions it had replaces those listed.
+
+    ``rewind_window``: how many records of the live branch the fold can undo, so that a later batch's fork
+    or checkpoint whose point lies that close before the fold's head goes on without a fold from the start
+    (engine/rewind.py; 0: none). It holds about one turn state per record, and changes no result."""
+    result, _, after, _ = _assess_from(
+        snapshot, new_lines, evidence, expect, changed_only, keep=None, seal=True, window=rewind_window
+    )
     if after is None:
         raise RuntimeError("a sealed fold has a snapshot")
     return result, after
@@ -223,6 +235,7 @@ def assess_kept(
     evidence: EvidenceMap | None = None,
     expect: Mapping[int, int] | None = None,
     changed_only: bool = False,
+    rewind_window: int = REWIND_WINDOW,
 ) -> Kept | None:
     """``assess_incremental`` for a caller that writes its snapshot only now and then. ``start``: None (a
     full fold), a stored snapshot, or a fold kept under a key; None is returned, and nothing read, when no
@@ -230,14 +243,32 @@ def assess_kept(
     The fold after the new lines is kept under ``keep``; its snapshot is sealed only when ``seal``. The
     assessment is exactly ``assess(all lines)``, whichever start (the tests compare them); ``changed``
     names the turns whose decisions may differ from the start's under the same ``expect`` (None: any
-    turn's may), whether or not ``changed_only`` kept the others out of the assessment."""
+    turn's may), whether or not ``changed_only`` kept the others out of the assessment.
+    ``rewind_window`` as for ``assess_incremental``: a fold kept in memory keeps its records' undo log."""
     if isinstance(start, KeptFold):
         evidence_id = evidence_digest(normalise_evidence(evidence))
         kept = warm_fold(_kept_digest(start.key), evidence_id, start.key.encode())
         if kept is None or kept.line_no != start.lines:
             return None
-        return _assess_from(kept, new_lines, evidence, expect, changed_only, keep=keep, seal=seal)
-    return _assess_from(start, new_lines, evidence, expect, changed_only, keep=keep, seal=seal)
+        return _assess_from(kept, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
+    return _assess_from(start, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
+
+
+def _changed(
+    named: set[str] | None, before: tuple[Any, ...] | None, assessor: Assessor, wanted: dict[int, int]
+) -> frozenset[str] | None:
+    """The turns whose decisions may differ from those of the fold before the batch: the turns the new lines
+    name, and when a fork moved the live timeline, the turns its branch's records after the fork's point
+    named (the live view differs from the one before in those turns only, and so do the intents that are on
+    the live timeline). None (every turn) when the run's reason moved, or a fork's records are not known."""
+    if named is None or before is None:
+        return None
+    after = assessor.outlook(wanted)
+    if after == before:
+        return frozenset(named)
+    if after[0] != before[0] or assessor.forked_turns is None:
+        return None
+    return frozenset(named | assessor.forked_turns)
 
 
 def _kept_digest(key: str) -> str:
@@ -254,6 +285,7 @@ def _assess_from(
     *,
     keep: str | None,
     seal: bool,
+    window: int,
 ) -> Kept:
     normalised = normalise_evidence(evidence)
     evidence_id = evidence_digest(normalised)
@@ -262,7 +294,9 @@ def _assess_from(
 
     def opened(points: Counter[tuple[int, int]]) -> Assessor:
         if start is None:
-            return Assessor(points, normalised)
+            fresh = Assessor(points, normalised)
+            undo_logs_keep(fresh, window)
+            return fresh
         if isinstance(start, Assessor):
             assessor = start
         else:
@@ -274,6 +308,7 @@ def _assess_from(
                 found = _resumed(start, normalised, evidence_id)
             assessor = found
         before.append(assessor.outlook(wanted))
+        undo_logs_keep(assessor, window)
         assessor.resume_points(points)
         return assessor
 
@@ -282,7 +317,7 @@ def _assess_from(
         named = named_turns(new_lines) if start is not None else None
         # A kept fold may have skipped writing the batches before this one: all its world rows are written.
         after = _seal(assessor, evidence_id, None if isinstance(start, Assessor) else named) if seal else None
-        changed = frozenset(named) if named is not None and before and before[0] == assessor.outlook(wanted) else None
+        changed = _changed(named, before[0] if before else None, assessor, wanted)
         result = assessor.finish(wanted, set(changed) if changed_only and changed is not None else None)
         kept = KeptFold(keep if keep is not None else "", assessor.line_no)
         # Kept for the run's next batch in this process; the fold it pushes out is freed while the

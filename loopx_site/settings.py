@@ -325,6 +325,9 @@ LOOPX_ASSESSMENT_COMPACT_AFTER_SECONDS = env_int("LOOPX_ASSESSMENT_COMPACT_AFTER
 # once this many records or seconds passed since the stored one (docs/engine.md, "The worker's fold").
 LOOPX_SNAPSHOT_EVERY_RECORDS = env_int("LOOPX_SNAPSHOT_EVERY_RECORDS", 10_000)
 LOOPX_SNAPSHOT_EVERY_SECONDS = env_int("LOOPX_SNAPSHOT_EVERY_SECONDS", 60)
+# The kept fold's undo log, in records per branch: a fork or checkpoint reaching back this far continues it;
+# one reaching further folds the whole prefix (docs/engine.md, "Incremental assessment").
+LOOPX_REWIND_WINDOW_LINES = env_int("LOOPX_REWIND_WINDOW_LINES", 20_000)
 # How many runs the re-fold audit folds again whole, each time it runs, to check their stored assessment.
 LOOPX_REFOLD_AUDIT_SAMPLE = env_int("LOOPX_REFOLD_AUDIT_SAMPLE", 20)
 LOOPX_PACKAGE_MAX_MEMBER_BYTES = env_int("LOOPX_PACKAGE_MAX_MEMBER_BYTES", 64 * 1024 * 1024)

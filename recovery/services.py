@@ -210,6 +210,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
                 keep=keep,
                 seal=seal,
                 evidence=inputs.evidence,
+                rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
                 changed_only=listing,
             )
         except SnapshotUnusable:
@@ -220,7 +221,14 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
             # A warm continuation names the stored snapshot it could equally have started from.
             listed = listing and done.changed is not None
             return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since, listed)
-    full = assess_kept(None, lambda: _lines_through(run.pk, last_seq), keep=keep, seal=True, evidence=inputs.evidence)
+    full = assess_kept(
+        None,
+        lambda: _lines_through(run.pk, last_seq),
+        keep=keep,
+        seal=True,
+        evidence=inputs.evidence,
+        rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
+    )
     if full is None:
         raise RuntimeError("a full fold starts from nothing kept")
     return Fold(full.result, full.snapshot)

@@ -32,6 +32,7 @@ from engine import (
     snapshot_load,
 )
 from engine.canonical import canonical_bytes, digest
+from engine.rewind import REWIND_WINDOW
 from engine.warm import forget_warm_folds
 from engine.writer import JournalWriter
 
@@ -237,14 +238,15 @@ def fold_in_batches(
     round_trip: bool,
     cold: bool = False,
     written: list[bytes] | None = None,
+    rewind_window: int = REWIND_WINDOW,
     **kwargs: Any,
 ) -> tuple[list[str], FoldSnapshot]:
     """Fold the journal batch by batch as a caller would (`assess_incremental`, cut before each of `cuts`), each
     snapshot fed to the next batch as it is or read back from its bytes (`round_trip`), checking the result
     after every batch against the full fold of the prefix. `cold`: every batch reads its snapshot's bytes (the
     folds this process keeps in memory are dropped first), as a process that never folded the run would.
-    `written` receives each batch's snapshot bytes. Returns the reasons of the refusals met, each followed by
-    the caller's fallback (a fold from the start)."""
+    `written` receives each batch's snapshot bytes; `rewind_window` is the engine's. Returns the reasons of the
+    refusals met, each followed by the caller's fallback (a fold from the start)."""
     refusals: list[str] = []
     snapshot: FoldSnapshot | None = None
     done = 0
@@ -253,11 +255,12 @@ def fold_in_batches(
         if cold:
             forget_warm_folds()
         try:
-            result, after = assess_incremental(snapshot, list(batch), **kwargs)
+            result, after = assess_incremental(snapshot, list(batch), rewind_window=rewind_window, **kwargs)
         except SnapshotUnusable as exc:
             assert exc.reason in SNAPSHOT_REASONS
             refusals.append(exc.reason)
-            result, after = assess_incremental(None, list(prefix), **kwargs)  # the caller's fallback
+            # The caller's fallback.
+            result, after = assess_incremental(None, list(prefix), rewind_window=rewind_window, **kwargs)
         assert_same(result, prefix, **kwargs)
         assert after.lines == end
         assert after.digest == hashlib.sha256(after.data).hexdigest()

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import DEFAULT_PHASES
+from engine import DEFAULT_PHASES, fold_state, state_digest
 from engine.writer import JournalWriter
 
 DEFINITIVE = ("succeeded", "failed")
@@ -214,6 +214,14 @@ class JournalModel:
 
     def checkpoint(self, with_state: bool) -> None:
         self.w.checkpoint(with_state=with_state)
+        self._written(self.live)
+
+    def checkpoint_back(self, covers: int) -> None:
+        """A checkpoint of the live timeline through one of its earlier points (a marked lsn, or -1), its
+        digest that of the fold from the start through that point (what a runtime that kept it writes)."""
+        self.w.append(
+            "checkpoint", covers_lsn=covers, state_digest=state_digest(fold_state(self.w.lines, self.live, covers))
+        )
         self._written(self.live)
 
     def upgrade(self) -> None:

@@ -54,7 +54,18 @@ _ACTIONS = (
     + ["retry"] * 2
     + ["observe"] * 3
     + ["terminal"] * 2
-    + ["evidence", "fail-and-retry", "replan", "mark", "mark", "fork", "checkpoint", "upgrade", "stale"]
+    + [
+        "evidence",
+        "fail-and-retry",
+        "replan",
+        "mark",
+        "mark",
+        "fork",
+        "checkpoint",
+        "checkpoint-back",
+        "upgrade",
+        "stale",
+    ]
 )
 
 
@@ -135,6 +146,8 @@ def valid_journals(
             model.fork(draw(st.sampled_from(model.rewind_points())))
         elif action == "checkpoint":
             model.checkpoint(draw(st.booleans()))
+        elif action == "checkpoint-back" and forks:
+            model.checkpoint_back(draw(st.sampled_from(model.rewind_points())))
         elif action == "upgrade" and upgrades and model.w.version == 1:
             model.upgrade()
         elif action == "stale" and stale and model.stale_branches():

@@ -19,15 +19,19 @@ from hypothesis import strategies as st
 import engine.incremental as incremental
 import engine.warm as warm
 from engine import (
+    REWIND_WINDOW,
+    Decision,
     FoldSnapshot,
     KeptFold,
     SnapshotUnusable,
     assess,
     assess_incremental,
     assess_kept,
+    fold_state,
     snapshot_load,
+    state_digest,
 )
-from engine.assess import Assessor, normalise_evidence
+from engine.assess import Assessor, Source, normalise_evidence
 from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
 from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, obj, put, write_journal
@@ -41,6 +45,11 @@ def cuts_of(data: st.DataObject, size: int) -> list[int]:
     return data.draw(st.lists(st.integers(0, size), max_size=8), label="cuts")
 
 
+def window_of(data: st.DataObject) -> int:
+    """An undo log none, a few records deep (forks and checkpoints reach back beyond it), or the default."""
+    return data.draw(st.sampled_from([0, 1, 3, 8, REWIND_WINDOW]), label="rewind window")
+
+
 # -- the property -------------------------------------------------------------------------------------------
 
 
@@ -51,14 +60,21 @@ def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
 ) -> None:
     lines = list(model.w.lines)
     cuts = cuts_of(data, len(lines))
+    window = window_of(data)
     expect = {model.live: model.w.next_lsn[model.live] - 1}
     whole = assess_incremental(None, lines, evidence=model.evidence)[1]
     # The fold this process kept in memory (engine/warm.py) or the snapshot's bytes read back: the same.
     for round_trip, cold in ((False, False), (True, False), (True, True)):
-        refusals, last = fold_in_batches(lines, cuts, round_trip=round_trip, cold=cold, evidence=model.evidence)
-        # Forks rewind into the past: a batch boundary between the point and the fork needs a fold from the
-        # start; nothing else does in a valid journal.
+        refusals, last = fold_in_batches(
+            lines, cuts, round_trip=round_trip, cold=cold, rewind_window=window, evidence=model.evidence
+        )
+        # Forks and checkpoints reach into the past: a batch boundary between the point and the fork needs
+        # a fold from the start when the point lies beyond the kept fold's undo log; nothing else does in a
+        # valid journal. A log as long as the journal serves every point, unless the fold was read back
+        # from bytes (the log is not in them).
         assert set(refusals) <= {"fork_into_past", "checkpoint_into_past"}
+        if window >= len(lines) and not cold:
+            assert refusals == []
         # Every fork and checkpoint of a valid journal uses its point: no fold is left kept, and the snapshot
         # is the same bytes whatever the batches.
         assert last.data == whole.data
@@ -108,11 +124,13 @@ def test_a_damaged_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     cuts = cuts_of(data, len(lines))
     warm: list[bytes] = []
     cold: list[bytes] = []
-    fold_in_batches(lines, cuts, round_trip=True, written=warm, evidence=model.evidence)
-    fold_in_batches(lines, cuts, round_trip=True, cold=True, written=cold, evidence=model.evidence)
+    fold_in_batches(lines, cuts, round_trip=True, written=warm, rewind_window=0, evidence=model.evidence)
+    fold_in_batches(lines, cuts, round_trip=True, cold=True, written=cold, rewind_window=0, evidence=model.evidence)
     # A fold kept in memory goes on as one read back from its bytes would: the same bytes after every batch
-    # (damaged journals leave points named and unused, and lsns read again).
+    # (damaged journals leave points named and unused, and lsns read again). With an undo log, the kept fold
+    # serves points the one read back cannot: each batch's result is still the full fold's.
     assert warm == cold
+    fold_in_batches(lines, cuts, round_trip=False, rewind_window=window_of(data), evidence=model.evidence)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,7 +156,7 @@ def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel
     assert_changed_only(lines, cuts, evidence=model.evidence, expect=expect)
 
 
-def test_changed_only_lists_the_turns_a_batch_names() -> None:
+def _five_turns() -> tuple[JournalWriter, int]:
     w = JournalWriter("r")
     for n in range(5):
         w.plan(f"t{n}")
@@ -146,15 +164,43 @@ def test_changed_only_lists_the_turns_a_batch_names() -> None:
     cut = len(w.lines)
     w.commit("t3", "envelope")
     w.plan("t5")
+    return w, cut
+
+
+def test_changed_only_lists_the_turns_a_batch_names() -> None:
+    w, cut = _five_turns()
     _, snapshot = assess_incremental(None, w.lines[:cut])
     got, _ = assess_incremental(snapshot, w.lines[cut:], changed_only=True)
     assert [d.turn for d in got.turns] == ["t3", "t5"]
     assert assert_changed_only(w.lines, [cut]) == 1
     head = len(w.lines)
     _, snapshot = assess_incremental(None, w.lines)
-    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch: every turn may change
+    w.fork(w.next_lsn[0] - 1)  # the live timeline moves to a new branch, with the same fold
     got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == []
+    # Without an undo log the fold does not know which records a fork left behind: every turn is listed.
+    _, snapshot = assess_incremental(None, w.lines[:head], rewind_window=0)
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True, rewind_window=0)
     assert [d.turn for d in got.turns] == [f"t{n}" for n in range(6)]
+
+
+def test_changed_only_after_a_fork_lists_the_turns_it_left_behind() -> None:
+    w, _ = _five_turns()
+    head = len(w.lines)
+    w.fork(1)  # back to t0's commit: the turns that the records after it named are left behind
+    w.commit("t0", "envelope")
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t0", "t1", "t2", "t3", "t4", "t5"]
+    assert [d.decision for d in got.turns[1:]] == [Decision.DISCARDED] * 5
+    assert assert_changed_only(w.lines, [head]) == 0
+    w.plan("t6")
+    head = len(w.lines)
+    w.fork(-1)  # back to where branch 1 starts: the envelope and t6 are left behind
+    _, snapshot = assess_incremental(None, w.lines[:head])
+    got, _ = assess_incremental(snapshot, w.lines[head:], changed_only=True)
+    assert [d.turn for d in got.turns] == ["t0", "t6"]
+    assert assert_changed_only(w.lines, [head]) == 1
 
 
 # -- resuming at and before the head ---------------------------------------------------------------------
@@ -180,22 +226,112 @@ def test_a_fork_from_the_head_is_served_from_the_live_view() -> None:
     assert [b.live for b in result.branches] == [False, True]
 
 
-def assert_refused(lines: Sequence[bytes], cut: int, reason: str) -> None:
-    """The snapshot of the first `cut` lines cannot continue with the rest, for `reason`; the caller's
-    fallback then gives the full fold."""
-    _, snapshot = assess_incremental(None, lines[:cut])
+def assert_refused(lines: Sequence[bytes], cut: int, reason: str, window: int = 0) -> None:
+    """The snapshot of the first `cut` lines cannot continue with the rest, for `reason`, with an undo log of
+    `window` records (kept in memory) or none (the snapshot read back); the caller's fallback then gives the
+    full fold."""
+    _, snapshot = assess_incremental(None, lines[:cut], rewind_window=window)
     with pytest.raises(SnapshotUnusable) as refused:
-        assess_incremental(snapshot, lines[cut:])
+        assess_incremental(snapshot, lines[cut:], rewind_window=window)
     assert refused.value.reason == reason
-    assert fold_in_batches(lines, [cut], round_trip=True)[0] == [reason]
+    assert fold_in_batches(lines, [cut], round_trip=True, rewind_window=window)[0] == [reason]
+    assert fold_in_batches(lines, [cut], round_trip=True, cold=True)[0] == [reason]
 
 
-def test_a_fork_into_the_past_is_refused_and_the_fallback_is_the_full_fold() -> None:
+def test_a_fork_into_the_past_beyond_the_undo_log_is_refused_and_the_fallback_is_the_full_fold() -> None:
     w, point = _forked_journal()
     w.commit("t1", "envelope")
     head = len(w.lines)
-    w.fork(point)
+    w.fork(point)  # lsn 2, behind the head (lsn 3): the log must hold its record, the commit and the fork
     assert_refused(w.lines, head, "fork_into_past")
+    assert_refused(w.lines, head, "fork_into_past", window=2)
+    assert fold_in_batches(w.lines, [head], round_trip=True, rewind_window=3)[0] == []
+
+
+def _fallbacks(lines: Sequence[bytes], ends: Sequence[int], window: int, files: Path | None = None) -> int:
+    """How many batches (cut before each of `ends`) the worker's kept fold could not continue (each one a fold
+    from the start); every result is the full fold's, and the last snapshot the full fold's bytes. `files`:
+    each batch is read from a file written there (the engine reads a file in blocks), not from a list."""
+    forget_warm_folds()
+    start: KeptFold | None = None
+    fallbacks = done = 0
+    last = b""
+
+    def source(first: int, end: int) -> Source:
+        if files is None:
+            return lines[first:end]
+        return write_journal(files / f"{first}-{end}.jsonl", lines[first:end])
+
+    for end in [*ends, len(lines)]:
+        try:
+            got = assess_kept(start, source(done, end), keep=f"k{end}", seal=True, rewind_window=window)
+        except SnapshotUnusable as exc:
+            assert exc.reason in {"fork_into_past", "checkpoint_into_past"}
+            fallbacks += 1
+            got = assess_kept(None, source(0, end), keep=f"k{end}", seal=True, rewind_window=window)
+        assert got is not None and got.snapshot is not None
+        assert_same(got.result, lines[:end])
+        start, done, last = got.kept, end, got.snapshot.data
+    assert last == assess_incremental(None, lines)[1].data
+    return fallbacks
+
+
+def _rewinding_run(turns: int) -> tuple[JournalWriter, list[int]]:
+    """A run of `turns` full turns (9 records each) cut into batches of 50 turns. The batch after every
+    hundredth turn starts with a fork 40 turns back; each other batch with a checkpoint of the point 10 turns
+    back. Returns the writer and the batch ends."""
+    w = JournalWriter("r")
+    points: list[int] = []  # the lsn of each turn's plan on the live branch
+    ends: list[int] = []
+    for n in range(turns):
+        points.append(w.next_lsn[w.branch])
+        w.complete_turn(f"t{w.branch}-{n:05d}")  # no float marker in any line: files take the block path
+        if n % 50 == 49:
+            ends.append(len(w.lines))
+            if n % 100 == 99:
+                w.fork(points[-40])
+                points = []
+            else:
+                covers = points[-10]
+                digest = state_digest(fold_state(w.lines, w.branch, covers))
+                w.append("checkpoint", covers_lsn=covers, state_digest=digest)
+    return w, ends
+
+
+def test_a_fork_and_a_checkpoint_within_the_undo_log_do_not_fall_back() -> None:
+    w, ends = _rewinding_run(400)
+    assert _fallbacks(w.lines, ends, window=REWIND_WINDOW) == 0
+    assert _fallbacks(w.lines, ends, window=400) == 0  # a fork reaches 361 records back, a checkpoint 91
+    assert [c["verified"] for c in assess(w.lines).checkpoints] == [True] * 4
+
+
+def test_a_fork_within_the_undo_log_read_from_files(tmp_path: Path) -> None:
+    """Read from a file, runs of a writer's records may be folded together: each one is in the log all the
+    same, so what a fork or checkpoint undoes is exact."""
+    w, ends = _rewinding_run(400)
+    assert _fallbacks(w.lines, ends, window=REWIND_WINDOW, files=tmp_path) == 0
+
+
+def test_a_fork_beyond_the_undo_log_falls_back() -> None:
+    w, ends = _rewinding_run(400)
+    assert _fallbacks(w.lines, ends, window=0) == 8  # every batch that reaches back
+    assert _fallbacks(w.lines, ends, window=100) == 4  # the four forks: 40 turns back lie beyond 100 records
+
+
+def test_a_checkpoint_within_the_undo_log_is_served_and_verified() -> None:
+    w = JournalWriter("r")
+    w.plan("t1")
+    w.commit("t1", "plan")
+    w.commit("t1", "envelope")
+    cut = len(w.lines)
+    put(w, "checkpoint", covers_lsn=1, state_digest=state_digest(fold_state(w.lines, 0, 1)))
+    put(w, "checkpoint", covers_lsn=0, state_digest="0" * 64)  # a wrong digest is found wrong
+    assert fold_in_batches(w.lines, [cut], round_trip=True)[0] == []
+    _, snapshot = assess_incremental(None, w.lines[:cut])
+    result, _ = assess_incremental(snapshot, w.lines[cut:])
+    assert [c["verified"] for c in result.checkpoints] == [True, False]
+    assert_same(result, w.lines)
+    assert_refused(w.lines, cut, "checkpoint_into_past", window=1)
 
 
 def test_a_checkpoint_into_the_past_is_refused_but_one_of_the_head_is_served() -> None:
@@ -208,13 +344,14 @@ def test_a_checkpoint_into_the_past_is_refused_but_one_of_the_head_is_served() -
     assert [c["verified"] for c in result.checkpoints] == [True]
     w.commit("t1", "plan")
     w.commit("t1", "envelope")
-    _, snapshot = assess_incremental(snapshot, w.lines[2:])
+    _, snapshot = assess_incremental(snapshot, w.lines[2:], rewind_window=0)
     put(w, "checkpoint", covers_lsn=2, state_digest="0" * 64)  # the first commit: behind the head (lsn 3)
     with pytest.raises(SnapshotUnusable) as refused:
-        assess_incremental(snapshot, w.lines[4:])
+        assess_incremental(snapshot, w.lines[4:], rewind_window=0)
     assert refused.value.reason == "checkpoint_into_past"
     assert [c["verified"] for c in assess(w.lines).checkpoints] == [True, False]
-    assert fold_in_batches(w.lines, [1, 2, 4], round_trip=True)[0] == ["checkpoint_into_past"]
+    assert fold_in_batches(w.lines, [1, 2, 4], round_trip=True, rewind_window=0)[0] == ["checkpoint_into_past"]
+    assert fold_in_batches(w.lines, [1, 2, 4], round_trip=True)[0] == []  # the undo log reaches lsn 2
 
 
 def test_a_head_folded_again_by_a_repeated_lsn_is_not_served() -> None:
@@ -226,6 +363,8 @@ def test_a_head_folded_again_by_a_repeated_lsn_is_not_served() -> None:
     cut = len(w.lines)
     w.fork(head_lsn)
     assert_refused(w.lines, cut, "fork_into_past")
+    # An undo log reaches it: the repeated record is undone.
+    assert fold_in_batches(w.lines, [cut], round_trip=True)[0] == []
 
 
 def test_a_point_the_snapshot_still_holds_is_served_after_a_resume() -> None:
@@ -239,7 +378,7 @@ def test_a_point_the_snapshot_still_holds_is_served_after_a_resume() -> None:
     w.plan("t2")
     refusals, _ = fold_in_batches(w.lines, [cut], round_trip=True)
     assert refusals == []
-    refusals, _ = fold_in_batches(w.lines, [4, cut], round_trip=True)
+    refusals, _ = fold_in_batches(w.lines, [4, cut], round_trip=True, rewind_window=0)
     assert refusals == ["fork_into_past"]  # cut past the point before it was named
 
 
@@ -417,6 +556,7 @@ def test_a_kept_fold_written_now_and_then_is_the_full_fold_after_every_batch(
     lines = list(model.w.lines)
     ends = [*sorted(set(cuts_of(data, len(lines)))), len(lines)]
     seals = data.draw(st.lists(st.booleans(), min_size=len(ends), max_size=len(ends)), label="seals")
+    window = window_of(data)
     forget_warm_folds()
     start: FoldSnapshot | KeptFold | None = None
     stored: FoldSnapshot | None = None
@@ -424,10 +564,13 @@ def test_a_kept_fold_written_now_and_then_is_the_full_fold_after_every_batch(
     for number, (end, seal) in enumerate(zip(ends, seals, strict=True)):
         key = f"kept:{number}:{end}"
         try:
-            got = assess_kept(start, lines[done:end], keep=key, seal=seal, evidence=model.evidence)
+            got = assess_kept(
+                start, lines[done:end], keep=key, seal=seal, evidence=model.evidence, rewind_window=window
+            )
         except SnapshotUnusable as exc:
             assert exc.reason in {"fork_into_past", "checkpoint_into_past"}
-            got = assess_kept(None, lines[:end], keep=key, seal=seal, evidence=model.evidence)
+            assert window < len(lines)  # a log as long as the journal reaches every point
+            got = assess_kept(None, lines[:end], keep=key, seal=seal, evidence=model.evidence, rewind_window=window)
         assert got is not None  # the fold kept by the batch before is served
         result, kept, after, _ = got
         assert_same(result, lines[:end], evidence=model.evidence)

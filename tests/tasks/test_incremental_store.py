@@ -10,7 +10,9 @@ import pytest
 
 from engine import assess as engine_assess
 from engine import forget_warm_folds
-from journals.models import Run, Turn, TurnEffective
+from engine.writer import JournalWriter
+from journals.models import TURN_ASSESSED_FIELDS, Intent, Phase, Run, Turn, TurnEffective
+from journals.projection import turns_project
 from ops.demo import workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
@@ -174,3 +176,61 @@ def test_a_worker_without_the_kept_fold_resumes_from_the_older_snapshot(publishe
     turn_states_refresh(run=run)
     assert set(TurnEffective.objects.filter(run=run).values_list("turn_id", "state", "reason", "gate")) == before
     assert len(before) == Turn.objects.filter(run=run).count()
+
+
+def _forking_lines(run_id: str) -> tuple[list[bytes], int]:
+    """Twelve turns (every third with a safe dispatch), then, in the next batch, a fork back to the planning
+    of the ninth (its commit and the three turns after it left behind) and four more turns. Returns the lines
+    and where the second batch starts."""
+    w = JournalWriter(run_id)
+    planned: list[int] = []
+    for n in range(12):
+        planned.append(w.next_lsn[w.branch])
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+        if n % 3 == 0:
+            w.dispatch(f"t{n}", f"i{n}", "safe")
+    cut = len(w.lines)
+    w.fork(planned[8])
+    for n in range(12, 16):
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+    return w.lines, cut
+
+
+def _rows(run: Run) -> tuple[set[Any], set[Any], set[Any]]:
+    turns = {repr(row) for row in Turn.objects.filter(run=run).values_list("turn_id", *TURN_ASSESSED_FIELDS)}
+    phases = set(
+        Phase.objects.filter(turn__run=run).values_list(
+            "turn__turn_id", "position", "name", "committed", "record_id", "committed_at"
+        )
+    )
+    intents = set(
+        Intent.objects.filter(turn__run=run).values_list(
+            "turn__turn_id", "intent_id", "effect_class", "resolution", "branch", "live", "dispatches", "outcome"
+        )
+    )
+    return turns, phases, intents
+
+
+def test_a_fork_into_an_earlier_batch_continues_the_kept_fold(published, reads, settings):
+    """The fork's point lies in the batch before: the kept fold's undo log serves it, so the batch reads its
+    own records alone, and only the turns the fork left behind and the new ones are written again."""
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 10**6
+    settings.LOOPX_SNAPSHOT_EVERY_SECONDS = 10**6
+    lines, cut = _forking_lines("run-fork")
+    forget_warm_folds()
+    for start, end in ((0, cut), (cut, len(lines))):
+        ingest("run-fork", lines[start:end])
+        reads.clear()
+        assert assessment_run(run_id="run-fork") == "stored"
+        run = Run.objects.get(run_id="run-fork")
+        assert set(reads) == {(start, run.last_seq)}  # no fold of the whole prefix
+        assert _decisions(run) == _whole(lines[:end])
+        assert assessment_output_read(assessment=Assessment.objects.filter(run=run).latest()) == _full_output(run)
+    assert run.live_branch == 1
+    # The rows of the turns it did not write again are those a projection of every turn writes.
+    before = _rows(run)
+    turns_project(run=run, result=engine_assess(lines), last_seq=run.last_seq)
+    assert _rows(run) == before
+    assert ("t9", "i9", "safe", "replay", 0, False, 1, None) in before[2]  # left behind: no longer live
