@@ -29,6 +29,7 @@ from recovery.background import assessment_enqueue
 from recovery.findings.models import UNRESOLVED, Finding
 from recovery.findings.services import finding_clear, finding_open_or_touch, repair_covers
 from recovery.models import Assessment, TurnAssessment
+from recovery.output import assessment_output_digest, output_digest_whole
 from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
@@ -399,9 +400,10 @@ def _refold_one(run: Run) -> str:
         return "moved"
     result = recovery_services.assessment_fold(inputs, whole=True).result
     output = recovery_services.assessment_output(inputs, result)
-    fresh = recovery_services.output_digest(output)
-    kept = Assessment.objects.filter(pk=stored.pk).values_list("output", flat=True).first()
-    output_differs = fresh != stored.output_digest or recovery_services.output_digest(kept) != fresh
+    # Made the way the stored one was: whole, or from its run-level part and its turns' entries.
+    fresh = recovery_services.output_digest(output) if stored.turn_entries is None else output_digest_whole(output)
+    kept = assessment_output_digest(assessment=stored)
+    output_differs = fresh != stored.output_digest or kept != fresh
     want = recovery_services.assessment_picture(run=run, result=result)
     have = recovery_services.assessment_picture_stored(assessment=stored)
     turns = sorted(t for t in want.keys() | have.keys() if want.get(t) != have.get(t))

@@ -33,14 +33,17 @@ median assessment within 1.5x the first tenth's, and every batch's assessment wi
 from __future__ import annotations
 
 import argparse
+import cProfile
 import hashlib
 import os
+import pstats
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,23 +119,26 @@ class Tenth:
 
 
 def stored_rows() -> tuple[int, int, float]:
-    """TurnAssessment and Assessment rows stored so far, and the two tables' size on disk (MB)."""
+    """TurnAssessment and Assessment rows stored so far, and the size on disk (MB) of those two tables and
+    of the output entries'."""
     from django.db import connection
 
     # Django is set up at run time, in the child, on the scratch database: models load once the app registry is ready.
-    from recovery.models import Assessment, TurnAssessment
+    from recovery.models import Assessment, OutputEntry, TurnAssessment
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
-            [TurnAssessment._meta.db_table, Assessment._meta.db_table],
+            "SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s) + pg_total_relation_size(%s)",
+            [TurnAssessment._meta.db_table, Assessment._meta.db_table, OutputEntry._meta.db_table],
         )
         size = cursor.fetchone()
     return TurnAssessment.objects.count(), Assessment.objects.count(), (size[0] if size else 0) / 1e6
 
 
-def grow(bodies: list[bytes]) -> list[Tenth]:
-    """Ingest and assess every batch in turn; the figures by tenth of the run's length."""
+def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
+    """Ingest and assess every batch in turn; the figures by tenth of the run's length. ``profile``: the
+    numbers of batches whose assessment runs under cProfile (its top entries printed; that batch's time
+    then counts the profiler too)."""
     # Django is set up at run time, in the child, on the scratch database: services load once the app registry is ready.
     from journals.services import records_ingest
     from recovery.background import assessment_run
@@ -144,7 +150,15 @@ def grow(bodies: list[bytes]) -> list[Tenth]:
         started = time.perf_counter()
         result = records_ingest(run_id=RUN, body=body, content_type="application/x-ndjson", token=None)
         ingested = time.perf_counter()
-        outcome = assessment_run(run_id=RUN)
+        if index in profile:
+            profiler = cProfile.Profile()
+            outcome = profiler.runcall(assessment_run, run_id=RUN)
+            bar.close()
+            print(f"batch {index}:")
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+        else:
+            outcome = assessment_run(run_id=RUN)
         assessed = time.perf_counter()
         lines = body.count(b"\n")
         if result.stored != lines or outcome != "stored":
@@ -204,7 +218,7 @@ def report(tenths: list[Tenth], check: bool) -> int:
     return 1 if check and not (growth_ok and batch_ok) else 0
 
 
-def child(records: int, size: int, check: bool) -> int:
+def child(records: int, size: int, check: bool, profile: Sequence[int] = ()) -> int:
     """The measurement, in the child process whose environment names the scratch database."""
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
@@ -215,7 +229,7 @@ def child(records: int, size: int, check: bool) -> int:
     bodies = batches(path, size)
     lines = sum(body.count(b"\n") for body in bodies)
     print(f"bench_growth: one run, {lines:,} records in {len(bodies):,} batches of {size:,}", flush=True)
-    return report(grow(bodies), check)
+    return report(grow(bodies, profile), check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1_000, help="records per batch (default 1,000)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
+    parser.add_argument(
+        "--profile", type=int, action="append", default=[], help="profile this batch's assessment (0-based; repeat)"
+    )
     default_url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL", "")
     parser.add_argument("--database-url", default=default_url)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.records, args.batch, args.check)
+        return child(args.records, args.batch, args.check, args.profile)
     if not args.database_url.startswith(("postgres://", "postgresql://")):
         print(SKIP)
         return 0
@@ -244,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manage_command(scratch, "migrate", "--noinput")
         argv_child = ["--child", "--records", str(args.records), "--batch", str(args.batch)]
+        argv_child += [f"--profile={n}" for n in args.profile]
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks.bench_growth", *argv_child, *(["--check"] if args.check else [])],
             cwd=REPO,

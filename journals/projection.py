@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from engine.canonical import canonical_bytes, parse_line
@@ -16,6 +17,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
+from kernel.dialect import rows_update
 
 _MAX_BRANCH = 2**31 - 1
 
@@ -35,6 +37,7 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         Turn.objects.bulk_create(missing, ignore_conflicts=True)
         existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
     now = timezone.now()
+    commits = _live_commits(run, result, list(keys.values()), last_seq)
     changed: list[tuple[Turn, TurnDecision]] = []
     for td in result.turns:
         key = keys.get(td.turn)
@@ -55,10 +58,10 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
             [i.intent, i.effect_class, i.idempotency_key, i.resolution, i.branch, i.live, i.dispatches, i.outcome]
             for i in td.intents
         ]
-        # One digest of everything the turn's rows show (the live branch too: a fork moves committing
-        # records) so that unchanged turns cost nothing on a refresh.
+        # One digest of everything the turn's rows show, its committing records included, so that unchanged
+        # turns cost nothing on a refresh, and a fork rewrites only the turns whose live commits it moved.
         signature = hashlib.sha256(
-            canonical_bytes(storable([fields, intents, td.terminal, result.live_branch]))
+            canonical_bytes(storable([fields, intents, td.terminal, commits.get(key, (0, 0))]))
         ).hexdigest()
         if turn.assessed_digest != signature:
             for k, v in fields.items():
@@ -67,13 +70,30 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
             turn.updated_at = now
             changed.append((turn, td))
     if changed:
-        Turn.objects.bulk_update(
-            [t for t, _ in changed],
-            [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"],
-            batch_size=2000,
-        )
+        written = [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"]
+        rows_update(model=Turn, rows=[t for t, _ in changed], fields=written)
         _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
     return {engine_id: existing[key] for engine_id, key in keys.items()}
+
+
+_TURNS_NAMED_AT_MOST = 1000  # beyond this many turns, the run's live commits are read whole
+
+
+def _live_commits(run: Run, result: EngineAssessment, turn_ids: list[str], last_seq: int) -> dict[str, tuple[int, int]]:
+    """turn id -> (how many, sum of seqs) of its `phase_committed` records on the live timeline through
+    ``last_seq``: the records its Phase rows take their committing record from (``_rewrite_timelines``).
+    On a branch the live records are those up to its cutoff, so a fork or a late record changes the set
+    exactly when it changes its count, and the sum tells a set that lost one record and gained another."""
+    live = Q()
+    for branch, cutoff in _live_cutoffs(result.branches, result.live_branch).items():
+        live |= Q(branch=branch) if cutoff == float("inf") else Q(branch=branch, lsn__lte=cutoff)
+    rows = JournalRecord.objects.filter(live, run=run, kind="phase_committed", seq__lte=last_seq)
+    if not turn_ids:
+        return {}
+    if len(turn_ids) <= _TURNS_NAMED_AT_MOST:
+        rows = rows.filter(turn__in=turn_ids)
+    counted = rows.order_by().values("turn").annotate(n=Count("pk"), s=Sum("seq")).values_list("turn", "n", "s")
+    return {turn: (count, int(total)) for turn, count, total in counted if turn is not None}
 
 
 def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int, float]:

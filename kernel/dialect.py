@@ -6,15 +6,16 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
 - ``on_postgresql``: the test itself, for the few callers that take a PostgreSQL-only path (the journal
   store's choice, journals/store.py);
 - ``set_local``: a transaction-local setting (``set_config(..., true)``), which SQLite has no notion of;
-- ``postgres_only``: a migration operation for triggers and functions, which only PostgreSQL gets.
+- ``postgres_only``: a migration operation for triggers and functions, which only PostgreSQL gets;
+- ``rows_update``: many rows' fields set to values of their own, one statement per table on PostgreSQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, models
 
 Step = str | Callable[[Any, Any], None] | None
 
@@ -55,3 +56,58 @@ def postgres_only(forward: Step, reverse: Step = None) -> Any:
         return run
 
     return migrations.RunPython(step(forward), step(reverse))
+
+
+ROWS_UPDATE_CHUNK = 1000  # rows per statement: a batch's changed turns in one, a full fold's in a few
+
+
+def rows_update(*, model: type[models.Model], rows: Sequence[models.Model], fields: Sequence[str]) -> int:
+    """Write ``fields`` of each of ``rows`` (saved instances of ``model``) with its own values; returns how
+    many rows were given.
+
+    On PostgreSQL it is one ``UPDATE ... FROM (VALUES ...)`` per 1,000 rows. Django's ``bulk_update`` builds
+    a ``CASE`` per row and field instead, and that building was most of the cost of an assessment's
+    projections (benchmarks/bench_growth.py, docs/perf/2026-12-06-growth-bounded.md). Elsewhere (SQLite)
+    it is one plain ``UPDATE`` per row."""
+    if not rows:
+        return 0
+    connection = connections["default"]
+    meta = model._meta
+    pk = meta.pk
+    if pk is None:
+        raise ValueError(f"{model.__name__} has no primary key")
+    columns: list[models.Field[Any, Any]] = []
+    for name in fields:
+        found = meta.get_field(name)
+        if not isinstance(found, models.Field) or found.column is None:
+            raise ValueError(f"{model.__name__}.{name} is not a column")
+        columns.append(found)
+    table = connection.ops.quote_name(meta.db_table)
+    quoted = [connection.ops.quote_name(str(f.column)) for f in columns]
+    pk_column = connection.ops.quote_name(str(pk.column))
+
+    def values(row: models.Model) -> list[Any]:
+        return [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
+
+    with connection.cursor() as cursor:
+        if not on_postgresql(connection):
+            assigned = ", ".join(f"{c} = %s" for c in quoted)
+            # Names are the model's own quoted columns, never input; the values go as parameters.
+            sql = f"UPDATE {table} SET {assigned} WHERE {pk_column} = %s"  # noqa: S608
+            cursor.executemany(sql, [[*values(row), pk.get_db_prep_save(row.pk, connection)] for row in rows])
+            return len(rows)
+        # Each value is cast to its column's type: a VALUES list has no column types of its own.
+        casts = [f"%s::{pk.db_type(connection)}"] + [f"%s::{f.db_type(connection)}" for f in columns]
+        one = "(" + ", ".join(casts) + ")"
+        names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
+        sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
+        for start in range(0, len(rows), ROWS_UPDATE_CHUNK):
+            chunk = rows[start : start + ROWS_UPDATE_CHUNK]
+            params: list[Any] = []
+            for row in chunk:
+                params.append(pk.get_db_prep_save(row.pk, connection))
+                params.extend(values(row))
+            listed = ", ".join([one] * len(chunk))
+            sql = f"UPDATE {table} SET {sets} FROM (VALUES {listed}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
+            cursor.execute(sql, params)
+    return len(rows)

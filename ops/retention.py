@@ -56,7 +56,15 @@ from journals.services import records_ingest
 from kernel import context
 from kernel.dialect import set_local
 from kernel.events import emit, package_rejected
-from recovery.models import Assessment, FoldSnapshot, GateDecision, OperatorEvidence, TurnAssessment, TurnClaim
+from recovery.models import (
+    Assessment,
+    FoldSnapshot,
+    GateDecision,
+    OperatorEvidence,
+    OutputEntry,
+    TurnAssessment,
+    TurnClaim,
+)
 from recovery.packages import build_package, check_package, restore_package
 from recovery.recovery_audits.models import RecoveryAudit
 from trail.models import OperatorAction
@@ -146,6 +154,7 @@ _DELETED_HERE = frozenset(
         ("audits", "chaincursor"),
         ("journals", "pendingassessment"),
         ("recovery", "turnassessment"),
+        ("recovery", "outputentry"),
         ("recovery", "foldsnapshot"),
         ("recovery", "assessment"),
         ("recovery", "turnclaim"),
@@ -267,6 +276,7 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
     remove("pending_assessments", PendingAssessment.objects.filter(run=run))
     remove("chain_cursors", ChainCursor.objects.filter(run=run))
     remove("turn_assessments", TurnAssessment.objects.filter(assessment__run=run))
+    remove("output_entries", OutputEntry.objects.filter(run=run))
     remove("fold_snapshots", FoldSnapshot.objects.filter(run=run))
     remove("assessments", Assessment.objects.filter(run=run))
     remove("claims", TurnClaim.objects.filter(turn__run=run))

@@ -80,6 +80,11 @@ class Assessment(models.Model):
     # The digest of the fold snapshot the engine started from (only the records after it were read);
     # null: the whole prefix was folded.
     from_snapshot = models.CharField(max_length=64, null=True, blank=True)
+    # How many turns the engine's output lists, and the sum of their entries' digests (recovery/output.py):
+    # ``output`` then holds the run-level part only and each turn's entry is an OutputEntry row where it
+    # changed. Null on an assessment stored whole (its ``output`` lists the turns itself).
+    turn_entries = models.IntegerField(null=True, blank=True)
+    entries_sum = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["run", "-prefix_last_seq", "-id"]
@@ -120,6 +125,33 @@ class TurnAssessment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.turn_id}: {self.decision}"
+
+
+class OutputEntry(models.Model):
+    """One turn's entry in an assessment's output (the engine's stable JSON of the turn, redacted), where it
+    changed: an assessment writes an entry only at a position of its output whose entry differs from the
+    one in force before it. The entry in force at a position under an assessment is the newest one at or
+    before it (``recovery.output.assessment_output_read``). Positions are the engine's order of turns."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="entries")
+    ordinal = models.IntegerField()
+    # sha256 of the engine's turn id: where a turn stands, for an assessment that lists only some turns.
+    turn_digest = models.CharField(max_length=64)
+    entry = models.JSONField()
+    # sha256 of the canonical [ordinal, entry]: the next assessment compares its entries with it.
+    digest = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["assessment", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["assessment", "ordinal"], name="outputentry_unique")]
+        indexes = [
+            models.Index(fields=["run", "ordinal", "-assessment"], name="outputentry_latest"),
+            models.Index(fields=["run", "turn_digest"], name="outputentry_turn"),
+        ]
+
+    def __str__(self) -> str:
+        return f"entry {self.ordinal} of assessment {self.assessment_id}"
 
 
 class FoldSnapshot(models.Model):

@@ -8,6 +8,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from recovery.models import FINDINGS, Assessment, GateDecision, OperatorEvidence, TurnClaim
+from recovery.output import assessment_output_read
 from recovery.selectors import GateView
 from recovery.services import BULK_ACTIONS
 from recovery.state import FILTER_CHOICES, FILTER_NAMES, state_version
@@ -41,12 +42,20 @@ class AssessmentSummarySerializer(serializers.ModelSerializer[Assessment]):
         ]
 
 
+class AssessmentOutputField(serializers.JSONField):
+    """The output as readers get it, however it is stored (recovery/output.py)."""
+
+    def get_attribute(self, instance: Assessment) -> Any:
+        return assessment_output_read(assessment=instance)
+
+
 class AssessmentSerializer(AssessmentSummarySerializer):
-    output = serializers.JSONField(
+    output = AssessmentOutputField(
+        read_only=True,
         help_text=(
             "The engine's stable JSON (assess_journal --json shape); `{\"compacted\": true}` once a newer "
             "assessment superseded it (`compacted_at`)."
-        )
+        ),
     )
     repair = serializers.SerializerMethodField(
         help_text="The journal repair this assessment was made after (docs/repair.md), or null."

@@ -41,6 +41,7 @@ from recovery.models import (
     TurnAssessment,
     TurnClaim,
 )
+from recovery.output import OutputPlan, output_entries_store, output_head, output_plan, output_plan_listed
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
 from recovery.repair.models import JournalRepair, repair_in_force
@@ -168,12 +169,16 @@ class Fold:
     # newest when the fold began; None: any turn's may (the projections then read every turn).
     changed: frozenset[str] | None = None
     since: int | None = None
+    # The result holds the ``changed`` turns only (the engine's ``changed_only``), the rest of it whole.
+    partial: bool = False
 
 
-def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
+def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: bool = False) -> Fold:
     """The engine's answer for the inputs' prefix: a pure computation, nothing stored. It starts from the
     run's fold snapshot and reads only the records after it when the snapshot is usable; otherwise, or when
-    the engine refuses the snapshot, it folds the whole prefix (``whole``: always, with the plain engine)."""
+    the engine refuses the snapshot, it folds the whole prefix (``whole``: always, with the plain engine).
+    ``partial``: when it continues the fold of the run's newest assessment, the result decides only the
+    turns that may have changed since (``Fold.partial``): the worker's store needs no more."""
     run, last_seq, repair = inputs.run, inputs.run.last_seq, inputs.repair
     if inputs.corrupt or repair is not None:
         # Kept lines are read after every stored record, and a repair rewrites records anywhere in the
@@ -197,6 +202,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
         begin = start if start is not None else _snapshot_usable(inputs)
         if begin is None:
             continue
+        listing = partial and newest is not None and begin.lines == newest[1]
         try:
             done = assess_kept(
                 begin,
@@ -205,6 +211,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
                 seal=seal,
                 evidence=inputs.evidence,
                 rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
+                changed_only=listing,
             )
         except SnapshotUnusable:
             continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
@@ -212,7 +219,8 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False) -> Fold:
             # The turns it lists changed since the newest assessment only when it started from that very prefix.
             since = newest[0] if newest is not None and done.changed is not None and begin.lines == newest[1] else None
             # A warm continuation names the stored snapshot it could equally have started from.
-            return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since)
+            listed = listing and done.changed is not None
+            return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since, listed)
     full = assess_kept(
         None,
         lambda: _lines_through(run.pk, last_seq),
@@ -308,7 +316,8 @@ def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
 
 
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
-    """The stored output: the engine's stable JSON, redacted; a repaired run's names its repair."""
+    """The output in the shape readers get (recovery/output.py): the engine's stable JSON, redacted; a
+    repaired run's names its repair."""
     repair = inputs.repair
     return storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})}))
 
@@ -328,7 +337,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     existing = Assessment.objects.filter(**inputs.identity).first()
     if existing is not None:
         return existing
-    fold = assessment_fold(inputs)
+    fold = assessment_fold(inputs, partial=True)
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
@@ -342,42 +351,81 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
             # corrupt lines in force without moving the prefix: that newer input has its own task too.
             raise PrefixSuperseded(run.run_id)
+        newest = Assessment.objects.filter(run=locked).order_by("-id").first()
+        listed = _turns_listed(newest, fold)
+        plan = _output_planned(inputs, fold, newest, listed)
+        if plan is None:
+            # The fold listed its turns against an assessment that is no longer the run's newest (another
+            # one was stored meanwhile), or one stored whole: this store needs every turn's decision.
+            fold = assessment_fold(inputs)
+            listed = _turns_listed(newest, fold)
+            plan = _output_planned(inputs, fold, newest, listed)
+        if plan is None:
+            raise RuntimeError("an assessment of every turn has an output to store")
         try:
-            stored = _assessment_create(inputs, fold)
+            stored = _assessment_create(inputs, fold, plan)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
             return Assessment.objects.get(**inputs.identity)
-        _assessment_project(locked, stored, fold, run.last_seq)
+        counted = None
+        if fold.partial and newest is not None:
+            # The turns it decides: those of the newest assessment, and the new ones a Turn row can hold.
+            new = set(plan.new_turns)
+            counted = newest.turn_count + sum(1 for td in fold.result.turns if td.turn in new and turn_key(td))
+        _assessment_project(locked, stored, fold, run.last_seq, listed, counted)
         _snapshot_store(locked, fold, inputs)
     return stored
 
 
-def _assessment_create(inputs: AssessmentInputs, fold: Fold) -> Assessment:
+def _output_planned(
+    inputs: AssessmentInputs, fold: Fold, newest: Assessment | None, listed: frozenset[str] | None
+) -> OutputPlan | None:
+    """The output the assessment stores: only the listed turns' entries are made and compared when the fold
+    lists them; None when the fold decided only some turns and that cannot be stored as it is (its list no
+    longer holds, the newest assessment was stored whole, or the run is blocked: a blocked run's turns
+    that the engine does not know are counted from every turn)."""
     result = fold.result
-    output = assessment_output(inputs, result)
+    repair = inputs.repair.summary() if inputs.repair is not None else None
+    if fold.partial:
+        if listed is None or newest is None or result.run_blocked is not None:
+            return None
+        return output_plan_listed(run_pk=inputs.run.pk, result=result, repair=repair, before=newest)
+    positions = None if listed is None else [i for i, td in enumerate(result.turns) if td.turn in listed]
+    return output_plan(run_pk=inputs.run.pk, result=result, repair=repair, positions=positions, before=newest)
+
+
+def _assessment_create(inputs: AssessmentInputs, fold: Fold, plan: OutputPlan) -> Assessment:
+    """Store the assessment and its output: the run-level part on it, and the turns' entries that differ
+    from those in force."""
+    result = fold.result
     blocked = result.run_blocked
     with transaction.atomic():
-        return Assessment.objects.create(
+        stored = Assessment.objects.create(
             **inputs.identity,
             prefix_records=inputs.run.record_count,
             prefix_last_seq=inputs.run.last_seq,
             prefix_digest=inputs.run.prefix_digest,
-            output=output,
-            output_digest=output_digest(output),
+            output=plan.head,
+            output_digest=plan.digest,
+            turn_entries=plan.turn_entries,
+            entries_sum=plan.entries_sum,
             live_branch=result.live_branch,
             blocked_reason=blocked.code if blocked else None,
-            turn_count=len(result.turns),
+            turn_count=plan.turn_entries,
             from_snapshot=fold.started_from,
         )
+        output_entries_store(assessment=stored, plan=plan)
+    return stored
 
 
-def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: int) -> None:
+def _assessment_project(
+    locked: Run, stored: Assessment, fold: Fold, last_seq: int, listed: frozenset[str] | None, counted: int | None
+) -> None:
     """Store the assessment's changed rows and move the run's projections (under the run's lock). Only the
-    turns the fold lists as changed are read and written when the run's newest assessment, before this one,
-    is still the one the fold began from (else every turn is)."""
+    turns ``listed`` are read and written (see ``_turns_listed``; None: every turn is). ``counted``: the
+    turns the assessment decides, when its result lists only some of them."""
     result, blocked = fold.result, fold.result.run_blocked
     keyed = {td.turn for td in result.turns if turn_key(td) is not None}
-    listed = _turns_listed(locked, stored, fold)
     shown = result
     if listed is not None:
         shown = dataclasses.replace(result, turns=tuple(td for td in result.turns if td.turn in listed))
@@ -386,7 +434,7 @@ def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: i
     rows = _turn_assessments(stored, shown, turns, orphans)
     changed = _rows_changed(locked, rows, None if listed is None else [row.turn_id for row in rows])
     TurnAssessment.objects.bulk_create(changed, batch_size=2000)
-    stored.turn_count = len(keyed) + len(orphans)
+    stored.turn_count = counted if counted is not None else len(keyed) + len(orphans)
     stored.rows_written = len(changed)
     stored.save(update_fields=["turn_count", "rows_written"])
     # Projections follow the newest prefix only: an older assessment finishing late never rewinds them.
@@ -402,13 +450,13 @@ def _assessment_project(locked: Run, stored: Assessment, fold: Fold, last_seq: i
     assessments_compact(run=locked)
 
 
-def _turns_listed(locked: Run, stored: Assessment, fold: Fold) -> frozenset[str] | None:
-    """The engine turns whose rows this assessment may change, or None for every turn: the fold's list holds
-    while the run's newest assessment before this one is the one the fold began from (read under the lock)."""
-    if fold.changed is None or fold.since is None:
+def _turns_listed(newest: Assessment | None, fold: Fold) -> frozenset[str] | None:
+    """The engine turns whose rows and output entries this assessment may change, or None for every turn:
+    the fold's list holds while the run's newest assessment (``newest``, read under the run's lock before
+    this one is stored) is the one the fold began from."""
+    if fold.changed is None or fold.since is None or newest is None:
         return None
-    before = Assessment.objects.filter(run=locked, pk__lt=stored.pk).order_by("-id").values_list("id", flat=True)
-    return fold.changed if before.first() == fold.since else None
+    return fold.changed if newest.pk == fold.since else None
 
 
 _PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
@@ -575,7 +623,7 @@ def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
         prefix_records=run.record_count,
         prefix_last_seq=run.last_seq,
         prefix_digest=run.prefix_digest,
-        output=assessment_output(inputs, result),
+        output=output_head(result=result, repair=inputs.repair.summary() if inputs.repair is not None else None),
         live_branch=result.live_branch,
         blocked_reason=blocked.code if blocked else None,
         turn_count=len(result.turns),

@@ -42,6 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
+from kernel.dialect import rows_update
 from kernel.errors import ServiceError
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
@@ -575,7 +576,7 @@ def _states_store(
         if create:
             TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
         if update:
-            TurnEffective.objects.bulk_update(update, [*_FIELDS, "since", "updated_at"], batch_size=2000)
+            rows_update(model=TurnEffective, rows=update, fields=[*_FIELDS, "since", "updated_at"])
         run_status_refresh(run=run, integrity=integrity)
         for turn_id, value in newly_held:
             emit(

@@ -19,6 +19,7 @@ from kernel.appendonly import AppendOnlyError
 from recovery.findings.models import Finding
 from recovery.findings.services import finding_acknowledge, finding_resolve
 from recovery.models import Assessment, PackageUpload, TurnAssessment
+from recovery.output import assessment_output_read
 from recovery.packages import build_package, check_package, restore_package
 from recovery.packages.models import JournalCorruption
 from recovery.packages.services import MAX_CORRUPT_LINES, package_sweep, run_journal_bytes
@@ -78,7 +79,7 @@ def imported(operator, tmp_path, django_capture_on_commit_callbacks):
 
 def decisions(run: Run) -> dict[str, tuple[str, str | None]]:
     assessment = assessment_refresh(run=run)
-    return {t["turn"]: (t["decision"], t["reason"]) for t in assessment.output["turns"]}
+    return {t["turn"]: (t["decision"], t["reason"]) for t in assessment_output_read(assessment=assessment)["turns"]}
 
 
 # --- The torn tail is kept, the records are stored, the run is blocked -----------------------------------
@@ -117,7 +118,7 @@ def test_the_run_is_blocked_with_storage_corruption_on_every_turn(imported):
     imported(journal().body() + TORN)
     run = Run.objects.get(run_id=RUN)
     assert decisions(run) == {"t1": ("blocked", "storage_corruption"), "t2": ("blocked", "storage_corruption")}
-    output = Assessment.objects.filter(run=run).latest().output
+    output = assessment_output_read(assessment=Assessment.objects.filter(run=run).latest())
     codes = [v["code"] for v in output["violations"]]
     assert codes == ["storage_corruption"]
     assert output["records"] == journal().body().count(b"\n")  # the torn line is not a record
@@ -150,7 +151,7 @@ def test_the_torn_bytes_are_never_shown_or_logged(imported, viewer_client, opera
         assert TORN_SECRET.encode() not in answer.content
         assert TORN not in answer.content and TORN[-24:] not in answer.content  # nor the torn line's bytes
     assert TORN_SECRET not in json.dumps(Finding.objects.get().evidence)
-    assert TORN_SECRET not in json.dumps(assessment.output)
+    assert TORN_SECRET not in json.dumps(assessment_output_read(assessment=assessment))
     assert TORN_SECRET not in json.dumps(upload.result)
     assert TORN_SECRET not in caplog.text
     assert TORN_SECRET not in str(JournalCorruption.objects.get())

@@ -11,6 +11,7 @@ from journals.models import Run, Turn
 from ops.demo import workload_lines
 from recovery.background import assessment_run
 from recovery.models import COMPACTED_OUTPUT, Assessment, GateDecision, TurnAssessment
+from recovery.output import assessment_output_read
 from recovery.services import assessment_refresh, assessments_compact, turn_block
 from recovery.state import AssessmentCompacted, assessment_violations, picture_row, picture_rows
 from tests.tasks.conftest import ingest
@@ -120,7 +121,7 @@ def test_superseded_assessments_are_compacted_and_what_names_them_stays(publishe
     newest = assessments[-1]
     assert len(assessments) > 3
     # Only the assessment the run shows keeps its output; the others keep identity, digests and counts.
-    assert newest.compacted_at is None and newest.output["turns"]
+    assert newest.compacted_at is None and assessment_output_read(assessment=newest)["turns"]
     for old in assessments[:-1]:
         assert old.output == COMPACTED_OUTPUT and old.compacted_at is not None
         assert old.prefix_key and len(old.output_digest) == 64 and old.turn_count > 0

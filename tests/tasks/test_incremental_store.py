@@ -17,6 +17,7 @@ from ops.demo import workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.models import Assessment, FoldSnapshot, OperatorEvidence
+from recovery.output import assessment_output_read
 from recovery.services import turn_decision
 from recovery.state import picture_rows, turn_states_refresh
 from tests.tasks.conftest import ingest
@@ -147,7 +148,7 @@ def test_the_snapshot_is_written_every_n_records_and_the_kept_fold_serves_betwee
         previous = snapshot.digest
         # A warm continuation equals the whole fold: every turn's decision and the whole stored output.
         assert _decisions(run) == _whole(lines[: start + 6])
-        assert newest.output == _full_output(run)
+        assert assessment_output_read(assessment=newest) == _full_output(run)
     assert written[:6] == [6, 6, 18, 18, 30, 30]
 
 
@@ -169,7 +170,7 @@ def test_a_worker_without_the_kept_fold_resumes_from_the_older_snapshot(publishe
     newest = Assessment.objects.filter(run=run).latest()
     assert newest.from_snapshot == stored.digest
     assert _decisions(run) == _whole(lines)
-    assert newest.output == _full_output(run)
+    assert assessment_output_read(assessment=newest) == _full_output(run)
     # The states written for the listed turns alone are those a refresh of every turn writes.
     before = set(TurnEffective.objects.filter(run=run).values_list("turn_id", "state", "reason", "gate"))
     turn_states_refresh(run=run)
@@ -226,7 +227,7 @@ def test_a_fork_into_an_earlier_batch_continues_the_kept_fold(published, reads, 
         run = Run.objects.get(run_id="run-fork")
         assert set(reads) == {(start, run.last_seq)}  # no fold of the whole prefix
         assert _decisions(run) == _whole(lines[:end])
-        assert Assessment.objects.filter(run=run).latest().output == _full_output(run)
+        assert assessment_output_read(assessment=Assessment.objects.filter(run=run).latest()) == _full_output(run)
     assert run.live_branch == 1
     # The rows of the turns it did not write again are those a projection of every turn writes.
     before = _rows(run)

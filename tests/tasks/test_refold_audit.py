@@ -12,7 +12,7 @@ from journals.models import Run
 from ops.demo import workload_lines
 from recovery.background import assessment_run
 from recovery.findings.models import Finding
-from recovery.models import Assessment
+from recovery.models import Assessment, OutputEntry
 from recovery.state import picture_rows
 from tests.tasks.conftest import ingest
 
@@ -53,14 +53,40 @@ def test_a_tampered_row_is_a_finding_naming_the_run(published):
     assert Finding.objects.filter(kind="assessment_diverged").count() == 1
 
 
-def test_a_tampered_output_is_a_finding(published):
+def _output_tampered(run: Run) -> dict[str, object]:
+    report = audit_refold(sample=5).as_dict()
+    assert report["diverged"] == 1
+    finding = Finding.objects.get(kind="assessment_diverged")
+    assert finding.run == run and finding.evidence["output_differs"] is True
+    return report
+
+
+def test_a_tampered_output_entry_is_a_finding(published):
     run = _grown("run-output")
     shown = Assessment.objects.filter(run=run).latest()
-    output = shown.output
-    output["turns"][0]["decision"] = "complete" if output["turns"][0]["decision"] != "complete" else "resume"
-    Assessment.objects.filter(pk=shown.pk).update(output=output)
-    assert audit_refold(sample=5).as_dict()["diverged"] == 1
-    assert Finding.objects.get(kind="assessment_diverged").evidence["output_differs"] is True
+    # The first turn's entry in force was written by an older assessment: the last batch did not change it.
+    entry = OutputEntry.objects.filter(run=run, ordinal=0).order_by("-assessment_id").first()
+    assert entry is not None and entry.assessment_id < shown.pk
+    assert audit_refold(sample=5).as_dict()["agreed"] == 1
+    entry.entry = {**entry.entry, "decision": "resume" if entry.entry["decision"] == "complete" else "complete"}
+    entry.save(update_fields=["entry"])
+    _output_tampered(run)
+
+
+def test_a_tampered_run_level_output_is_a_finding(published):
+    run = _grown("run-head")
+    shown = Assessment.objects.filter(run=run).latest()
+    Assessment.objects.filter(pk=shown.pk).update(output={**shown.output, "records": shown.output["records"] + 1})
+    _output_tampered(run)
+
+
+def test_a_dropped_output_entry_is_a_finding(published):
+    run = _grown("run-dropped")
+    shown = Assessment.objects.filter(run=run).latest()
+    newest = OutputEntry.objects.filter(run=run, assessment=shown).order_by("ordinal").first()
+    assert newest is not None
+    newest.delete()  # the entry before it (or none) is in force again
+    _output_tampered(run)
 
 
 def test_a_run_whose_prefix_moved_is_left_for_later(published):
