@@ -87,21 +87,7 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
     sample: list[tuple[str, str]] = []
     with psycopg.connect(url) as conn:
         for r in range(runs):
-            run_id = f"run-{r:05d}"
-            # Every run holds blocked turns (DECISIONS): its stored status is needs_attention (run_status_compute).
-            inserted = conn.execute(
-                "INSERT INTO journals_run (run_id, created_at, updated_at, changed_at, record_count, last_seq,"
-                " prefix_digest, live_branch, assessed_seq, status)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, 0, %s, 'needs_attention') RETURNING id",
-                [run_id, now, now, now, TURNS_PER_RUN * 10, TURNS_PER_RUN * 10, "0" * 64, TURNS_PER_RUN * 10],
-            ).fetchone()
-            assert inserted is not None  # RETURNING id: one row
-            run_pk = inserted[0]
-            conn.execute(
-                "INSERT INTO journals_branch (run_id, number, last_lsn, committed_lsn, record_count, live)"
-                " VALUES (%s, 0, %s, %s, %s, true)",
-                [run_pk, TURNS_PER_RUN * 10 - 1, TURNS_PER_RUN * 10 - 1, TURNS_PER_RUN * 10],
-            )
+            run_id, run_pk = _insert_run(conn, r, now)
             records, turn_rows, phase_rows, intent_rows = [], [], [], []
             seq = 0
             for t in range(TURNS_PER_RUN):
@@ -178,6 +164,26 @@ def load(url: str, turns: int) -> list[tuple[str, str]]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return sample
+
+
+def _insert_run(conn: psycopg.Connection[Any], r: int, now: datetime) -> tuple[str, int]:
+    """The run's row and its one branch; returns (run id, run pk)."""
+    run_id = f"run-{r:05d}"
+    # Every run holds blocked turns (DECISIONS): its stored status is needs_attention (run_status_compute).
+    inserted = conn.execute(
+        "INSERT INTO journals_run (run_id, created_at, updated_at, changed_at, record_count, last_seq,"
+        " prefix_digest, live_branch, assessed_seq, status)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 0, %s, 'needs_attention') RETURNING id",
+        [run_id, now, now, now, TURNS_PER_RUN * 10, TURNS_PER_RUN * 10, "0" * 64, TURNS_PER_RUN * 10],
+    ).fetchone()
+    assert inserted is not None  # RETURNING id: one row
+    run_pk: int = inserted[0]
+    conn.execute(
+        "INSERT INTO journals_branch (run_id, number, last_lsn, committed_lsn, record_count, live)"
+        " VALUES (%s, 0, %s, %s, %s, true)",
+        [run_pk, TURNS_PER_RUN * 10 - 1, TURNS_PER_RUN * 10 - 1, TURNS_PER_RUN * 10],
+    )
+    return run_id, run_pk
 
 
 def _copy(conn: psycopg.Connection[Any], table: str, columns: str, rows: Sequence[tuple[object, ...]]) -> None:

@@ -624,7 +624,7 @@ class Assessor:
         # The world ledger's rows as the last state_rows wrote them, where each turn's entries are in them,
         # and how many entries there were (a fold kept in memory writes only what its batch named again).
         self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
-        self.rewind_window = 0  # records per branch that a resumed fold can undo (rewind.undo_logs_keep)
+        self.rewind_window = 0  # records per branch that a resumed fold can undo (incremental.undo_logs_keep)
         # The turns whose fold the forks of this batch left behind (None: not known), for incremental.py.
         self.forked_turns: set[str] | None = None
         self._take_snapshot(0, -1)

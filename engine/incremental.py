@@ -43,7 +43,7 @@ from .assess import (
     normalise_evidence,
 )
 from .canonical import HAVE_ORJSON, canonical_bytes, is_int
-from .rewind import REWIND_WINDOW, undo_logs_keep
+from .rewind import REWIND_WINDOW, UndoLog
 from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
 from .warm import warm_fold
 
@@ -328,3 +328,21 @@ def _assess_from(
             warm_fold(after.digest, evidence_id, after.data, assessor)
         del assessor
     return Kept(result, kept, after, changed)
+
+
+def undo_logs_keep(assessor: Assessor, window: int) -> None:
+    """Give the live branch of ``assessor`` (a fold about to go on) an undo log of ``window`` records, and
+    the branches its forks create one each; ``window`` 0 keeps none. A log a kept fold already has goes on
+    (cut to ``window``); a new one starts at the branch's head, when the view is still the fold through it."""
+    assessor.rewind_window = window
+    assessor.forked_turns = set() if window else None
+    for b, info in assessor.branches.items():
+        log = info.undo
+        if not window or b != assessor.live:
+            info.undo = None
+        elif log is None:
+            info.undo = UndoLog(window, info.next_lsn - 1 if info.dirty_at != info.next_lsn else None)
+        elif log.entries.maxlen != window:
+            resized = UndoLog(window, log.origin if len(log.entries) <= window else None)
+            resized.entries.extend(log.entries)
+            info.undo = resized

@@ -26,12 +26,9 @@ whose fork reaches before it folds the whole prefix.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .fold import TurnState, View
-
-if TYPE_CHECKING:
-    from .assess import Assessor
 
 # The default depth, in records of the live branch, of the log a resumed fold keeps (the engine's caller sets
 # its own: LOOPX_REWIND_WINDOW_LINES for the worker).
@@ -111,21 +108,3 @@ def turns_since(log: UndoLog | None, lsn: int, turns: set[str] | None) -> set[st
         return None
     turns.update(entry[2] for entry in later if entry[2] is not None)
     return turns
-
-
-def undo_logs_keep(assessor: Assessor, window: int) -> None:
-    """Give the live branch of ``assessor`` (a fold about to go on) an undo log of ``window`` records, and
-    the branches its forks create one each; ``window`` 0 keeps none. A log a kept fold already has goes on
-    (cut to ``window``); a new one starts at the branch's head, when the view is still the fold through it."""
-    assessor.rewind_window = window
-    assessor.forked_turns = set() if window else None
-    for b, info in assessor.branches.items():
-        log = info.undo
-        if not window or b != assessor.live:
-            info.undo = None
-        elif log is None:
-            info.undo = UndoLog(window, info.next_lsn - 1 if info.dirty_at != info.next_lsn else None)
-        elif log.entries.maxlen != window:
-            resized = UndoLog(window, log.origin if len(log.entries) <= window else None)
-            resized.entries.extend(log.entries)
-            info.undo = resized
