@@ -29,7 +29,7 @@ from recovery.background import assessment_enqueue
 from recovery.findings.models import UNRESOLVED, Finding
 from recovery.findings.services import finding_clear, finding_open_or_touch, repair_covers
 from recovery.models import Assessment, TurnAssessment
-from recovery.output import assessment_output_digest, output_digest_whole
+from recovery.output import assessment_output_digest, output_digest
 from recovery.repair.models import repair_in_force
 from recovery.selectors import RUN_LEVEL_CODES
 from recovery.services import assessment_refresh
@@ -400,8 +400,7 @@ def _refold_one(run: Run) -> str:
         return "moved"
     result = recovery_services.assessment_fold(inputs, whole=True).result
     output = recovery_services.assessment_output(inputs, result)
-    # Made the way the stored one was: whole, or from its run-level part and its turns' entries.
-    fresh = recovery_services.output_digest(output) if stored.turn_entries is None else output_digest_whole(output)
+    fresh = output_digest(assessment=stored, output=output)
     kept = assessment_output_digest(assessment=stored)
     output_differs = fresh != stored.output_digest or kept != fresh
     want = recovery_services.assessment_picture(run=run, result=result)

@@ -1364,7 +1364,7 @@ class Assessor:
             # Only the live branch keeps an undo log (rewind.py): forks are written on it.
             info.undo = UndoLog(self.rewind_window, -1)
             old.undo = None
-        self.branches[b].discarded_from = from_lsn
+        old.discarded_from = from_lsn
         base.gen = next_generation()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base
         self.live = new_branch

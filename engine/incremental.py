@@ -245,13 +245,13 @@ def assess_kept(
     names the turns whose decisions may differ from the start's under the same ``expect`` (None: any
     turn's may), whether or not ``changed_only`` kept the others out of the assessment.
     ``rewind_window`` as for ``assess_incremental``: a fold kept in memory keeps its records' undo log."""
+    begin: FoldSnapshot | Assessor | None = start if not isinstance(start, KeptFold) else None
     if isinstance(start, KeptFold):
         evidence_id = evidence_digest(normalise_evidence(evidence))
-        kept = warm_fold(_kept_digest(start.key), evidence_id, start.key.encode())
-        if kept is None or kept.line_no != start.lines:
+        begin = warm_fold(_kept_digest(start.key), evidence_id, start.key.encode())
+        if begin is None or begin.line_no != start.lines:
             return None
-        return _assess_from(kept, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
-    return _assess_from(start, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
+    return _assess_from(begin, new_lines, evidence, expect, changed_only, keep=keep, seal=seal, window=rewind_window)
 
 
 def _changed(

@@ -84,12 +84,12 @@ def _live_commits(run: Run, result: EngineAssessment, turn_ids: list[str], last_
     ``last_seq``: the records its Phase rows take their committing record from (``_rewrite_timelines``).
     On a branch the live records are those up to its cutoff, so a fork or a late record changes the set
     exactly when it changes its count, and the sum tells a set that lost one record and gained another."""
+    if not turn_ids:
+        return {}
     live = Q()
     for branch, cutoff in _live_cutoffs(result.branches, result.live_branch).items():
         live |= Q(branch=branch) if cutoff == float("inf") else Q(branch=branch, lsn__lte=cutoff)
     rows = JournalRecord.objects.filter(live, run=run, kind="phase_committed", seq__lte=last_seq)
-    if not turn_ids:
-        return {}
     if len(turn_ids) <= _TURNS_NAMED_AT_MOST:
         rows = rows.filter(turn__in=turn_ids)
     counted = rows.order_by().values("turn").annotate(n=Count("pk"), s=Sum("seq")).values_list("turn", "n", "s")

@@ -229,7 +229,7 @@ def assessment_output_read(*, assessment: Assessment) -> Any:
     """The assessment's output in the engine's shape, whichever way it was stored: whole (or compacted:
     ``{"compacted": true}``), or in parts, its turns then read from the entries in force under it, in the
     engine's order."""
-    head = Assessment.objects.filter(pk=assessment.pk).values_list("output", flat=True).first()
+    head = assessment.output  # read now if the instance deferred it
     if assessment.turn_entries is None or not isinstance(head, dict) or head.get("compacted"):
         return head
     rows = _in_force(assessment.run_id, assessment.pk).filter(ordinal__lt=assessment.turn_entries)
@@ -237,10 +237,15 @@ def assessment_output_read(*, assessment: Assessment) -> Any:
     return output_whole(head, entries)
 
 
-def assessment_output_digest(*, assessment: Assessment) -> str:
-    """The digest of the output as read back now from what is stored (see ``assessment_output_read``), made
-    the way it was stored: compared with ``output_digest`` it tells whether a stored part changed since."""
-    output = assessment_output_read(assessment=assessment)
-    if assessment.turn_entries is None or not isinstance(output, dict):
+def output_digest(*, assessment: Assessment, output: Any) -> str:
+    """The digest of ``output`` (in the engine's shape) made the way ``assessment`` was stored: from its
+    run-level part and its turns' entries when it was stored in parts, else sha256 of the whole."""
+    if assessment.turn_entries is None or not isinstance(output, Mapping):
         return hashlib.sha256(canonical_bytes(output)).hexdigest()
     return output_digest_whole(output)
+
+
+def assessment_output_digest(*, assessment: Assessment) -> str:
+    """The digest of the output as read back now from what is stored (see ``assessment_output_read``):
+    compared with ``Assessment.output_digest`` it tells whether a stored part changed since."""
+    return output_digest(assessment=assessment, output=assessment_output_read(assessment=assessment))

@@ -20,7 +20,6 @@ from django.utils import timezone
 import engine
 from engine import assess as _engine_assess
 from engine.canonical import canonical_bytes
-from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import SnapshotUnusable, TurnDecision
 from journals.actors import Actor, person_of
@@ -41,7 +40,15 @@ from recovery.models import (
     TurnAssessment,
     TurnClaim,
 )
-from recovery.output import OutputPlan, output_entries_store, output_head, output_plan, output_plan_listed
+from recovery.output import (
+    OutputPlan,
+    output_entries_store,
+    output_entry,
+    output_head,
+    output_plan,
+    output_plan_listed,
+    output_whole,
+)
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
 from recovery.repair.models import JournalRepair, repair_in_force
@@ -140,6 +147,11 @@ class AssessmentInputs:
     def corrupt(self) -> list[int]:
         return [pk for pk, _, in_force in self.kept if in_force]  # the lines the engine reads
 
+    @property
+    def repair_summary(self) -> dict[str, Any] | None:
+        """What the output says of the repair in force (None: no repair)."""
+        return self.repair.summary() if self.repair is not None else None
+
 
 def assessment_inputs(*, run: Run) -> AssessmentInputs:
     """The inputs of the assessment of the run's committed prefix as ``run`` holds it."""
@@ -202,7 +214,8 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
         begin = start if start is not None else _snapshot_usable(inputs)
         if begin is None:
             continue
-        listing = partial and newest is not None and begin.lines == newest[1]
+        # It continues the very prefix of the run's newest assessment: the turns it lists changed since that one.
+        continues = newest is not None and begin.lines == newest[1]
         try:
             done = assess_kept(
                 begin,
@@ -211,15 +224,14 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
                 seal=seal,
                 evidence=inputs.evidence,
                 rewind_window=settings.LOOPX_REWIND_WINDOW_LINES,
-                changed_only=listing,
+                changed_only=partial and continues,
             )
         except SnapshotUnusable:
             continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
         if done is not None:
-            # The turns it lists changed since the newest assessment only when it started from that very prefix.
-            since = newest[0] if newest is not None and done.changed is not None and begin.lines == newest[1] else None
+            since = newest[0] if newest is not None and continues and done.changed is not None else None
             # A warm continuation names the stored snapshot it could equally have started from.
-            listed = listing and done.changed is not None
+            listed = partial and continues and done.changed is not None
             return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since, listed)
     full = assess_kept(
         None,
@@ -318,8 +330,8 @@ def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
     """The output in the shape readers get (recovery/output.py): the engine's stable JSON, redacted; a
     repaired run's names its repair."""
-    repair = inputs.repair
-    return storable(redact({**result.to_dict(), **({"repair": repair.summary()} if repair else {})}))
+    head = output_head(result=result, repair=inputs.repair_summary)
+    return output_whole(head, [output_entry(td) for td in result.turns])
 
 
 def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
@@ -385,7 +397,7 @@ def _output_planned(
     longer holds, the newest assessment was stored whole, or the run is blocked: a blocked run's turns
     that the engine does not know are counted from every turn)."""
     result = fold.result
-    repair = inputs.repair.summary() if inputs.repair is not None else None
+    repair = inputs.repair_summary
     if fold.partial:
         if listed is None or newest is None or result.run_blocked is not None:
             return None
@@ -492,11 +504,6 @@ def assessment_picture_stored(*, assessment: Assessment) -> dict[str, tuple[Any,
     """turn id -> the row in force under a stored assessment (see ``assessment_picture``)."""
     rows = picture_rows(run_id=assessment.run_id, through=assessment.pk)
     return {values[0]: tuple(values[1:]) for values in rows.values_list("turn__turn_id", *_PICTURE)}
-
-
-def output_digest(output: Any) -> str:
-    """The sha256 of an assessment's stored output (kept when the output is compacted)."""
-    return hashlib.sha256(canonical_bytes(output)).hexdigest()
 
 
 def assessments_compact(*, run: Run) -> int:
@@ -623,7 +630,7 @@ def _gate_in_memory(turn: Turn, inputs: AssessmentInputs) -> GateView:
         prefix_records=run.record_count,
         prefix_last_seq=run.last_seq,
         prefix_digest=run.prefix_digest,
-        output=output_head(result=result, repair=inputs.repair.summary() if inputs.repair is not None else None),
+        output=output_head(result=result, repair=inputs.repair_summary),
         live_branch=result.live_branch,
         blocked_reason=blocked.code if blocked else None,
         turn_count=len(result.turns),
