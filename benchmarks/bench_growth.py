@@ -23,6 +23,10 @@ each batch, in this order, timed alone:
   the worker calls it for that message: the flag lowered, the committed prefix assessed, stored, projected;
 - floor: the batch's lines parsed with orjson and hashed with sha256, the work no ingest can avoid.
 
+On a server whose autovacuum is off, the tables are analyzed between batches, untimed, as autovacuum's
+defaults would (``analyze_as_autovacuum``): without statistics the planner reads a whole run's records to
+find one batch's turns, which no production server with its default settings does.
+
 Printed per tenth of the run's length: ingest and assessment p50/p95, the floor's p50, and the
 TurnAssessment and Assessment rows stored so far (with the two tables' size on disk). Then the ratios: the
 last tenth's median assessment to the first tenth's; assessment / ingest per batch (max and p95); ingest
@@ -135,6 +139,34 @@ def stored_rows() -> tuple[int, int, float]:
     return TurnAssessment.objects.count(), Assessment.objects.count(), (size[0] if size else 0) / 1e6
 
 
+def autovacuum_on() -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        row = cursor.fetchone()
+    return bool(row) and str(row[0]) == "on"
+
+
+def analyze_as_autovacuum() -> list[str]:
+    """ANALYZE each table as PostgreSQL's autovacuum would by default: once the rows changed since its last
+    analysis pass 50 + 10% of its rows (``autovacuum_analyze_threshold``, ``..._scale_factor``). For a
+    server whose autovacuum is off (this machine's): production runs it, and the worker's reads are planned
+    from the statistics it keeps. Called between batches, outside the timed steps, as autovacuum works in
+    its own process. Returns the tables analyzed."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+            " WHERE s.n_mod_since_analyze > 50 + 0.1 * GREATEST(c.reltuples, 0)"
+        )
+        tables = [str(name) for (name,) in cursor.fetchall()]
+        for name in tables:
+            cursor.execute(f'ANALYZE "{name}"')
+    return tables
+
+
 def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
     """Ingest and assess every batch in turn; the figures by tenth of the run's length. ``profile``: the
     numbers of batches whose assessment runs under cProfile (its top entries printed; that batch's time
@@ -145,7 +177,12 @@ def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
 
     tenths = [Tenth() for _ in range(10)]
     bar = Bar(len(bodies))
+    analyze = not autovacuum_on()
+    if analyze:
+        print("autovacuum is off on this server: its analysis is done between batches, untimed", flush=True)
     for index, body in enumerate(bodies):
+        if analyze:
+            analyze_as_autovacuum()
         tenth = tenths[index * 10 // len(bodies)]
         started = time.perf_counter()
         result = records_ingest(run_id=RUN, body=body, content_type="application/x-ndjson", token=None)

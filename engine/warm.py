@@ -9,10 +9,15 @@ A kept fold is served only for exactly the bytes it wrote (the same digest, evid
 once: the batch that takes it folds into it, so nothing else may read it afterwards. Before it is kept, it
 drops what a fold read back from its bytes would not have (points already used, points found unreachable
 in the batch before), so both go on alike and write the same next bytes (tests/engine compares them).
+
+A kept fold is also moved out of the cyclic collector's sight (``_out_of_collector_sight``): it holds
+millions of objects and no cycle, and a full collection that walked them all grew with the run on every
+batch of a long one (``benchmarks/bench_growth.py``; docs/perf/2026-12-06-growth-flat.md).
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections import OrderedDict
 from typing import NamedTuple
@@ -22,6 +27,9 @@ from .assess import Assessor
 # A worker serves many runs, and a kept fold holds about 1.4 kB per turn (140 MB for 100,000 turns,
 # measured with tracemalloc): a few, not more.
 KEEP = 2
+# One full collection every this many folds kept: it finds the cycles that the rest of the process dropped
+# after they were moved out of the collector's sight, so that they cannot pile up in a long-lived worker.
+FULL_COLLECTION_EVERY = 100
 
 
 class _Kept(NamedTuple):
@@ -32,6 +40,7 @@ class _Kept(NamedTuple):
 
 _kept: OrderedDict[str, _Kept] = OrderedDict()
 _lock = threading.Lock()
+_keeps = 0
 
 
 def warm_fold(digest: str, evidence: str, data: bytes, assessor: Assessor | None = None) -> Assessor | None:
@@ -45,12 +54,31 @@ def warm_fold(digest: str, evidence: str, data: bytes, assessor: Assessor | None
             _kept.move_to_end(digest)
             while len(_kept) > KEEP:
                 _kept.popitem(last=False)
+        _out_of_collector_sight()
         return None
     with _lock:
         kept = _kept.pop(digest, None)
     if kept is None or kept.evidence != evidence or (kept.data is not data and kept.data != data):
         return None
     return kept.assessor
+
+
+def _out_of_collector_sight() -> None:
+    """Move every object alive now, the kept fold's among them, to the collector's permanent generation
+    (``gc.freeze``), which no collection walks. Reference counting still frees them when they are dropped:
+    the fold's objects form no cycle (tests/engine/test_incremental.py proves it). The young generations are
+    collected first, so that a cycle dropped just now is freed, not frozen; and every
+    ``FULL_COLLECTION_EVERY`` keeps, one full collection frees those dropped since."""
+    global _keeps
+    with _lock:
+        _keeps += 1
+        full = _keeps % FULL_COLLECTION_EVERY == 0
+    if full:
+        gc.unfreeze()
+        gc.collect()
+    else:
+        gc.collect(1)
+    gc.freeze()
 
 
 def forget_warm_folds() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from engine.canonical import canonical_bytes, parse_line
@@ -83,17 +82,23 @@ def _live_commits(run: Run, result: EngineAssessment, turn_ids: list[str], last_
     """turn id -> (how many, sum of seqs) of its `phase_committed` records on the live timeline through
     ``last_seq``: the records its Phase rows take their committing record from (``_rewrite_timelines``).
     On a branch the live records are those up to its cutoff, so a fork or a late record changes the set
-    exactly when it changes its count, and the sum tells a set that lost one record and gained another."""
+    exactly when it changes its count, and the sum tells a set that lost one record and gained another.
+
+    The named turns' records are read along the run's turn index and the live ones picked here: a filter
+    on the branches would have the database read every record of the live branch, a cost that grows with
+    the run (benchmarks/bench_growth.py)."""
     if not turn_ids:
         return {}
-    live = Q()
-    for branch, cutoff in _live_cutoffs(result.branches, result.live_branch).items():
-        live |= Q(branch=branch) if cutoff == float("inf") else Q(branch=branch, lsn__lte=cutoff)
-    rows = JournalRecord.objects.filter(live, run=run, kind="phase_committed", seq__lte=last_seq)
+    cutoffs = _live_cutoffs(result.branches, result.live_branch)
+    rows = JournalRecord.objects.filter(run=run, kind="phase_committed", seq__lte=last_seq)
     if len(turn_ids) <= _TURNS_NAMED_AT_MOST:
         rows = rows.filter(turn__in=turn_ids)
-    counted = rows.order_by().values("turn").annotate(n=Count("pk"), s=Sum("seq")).values_list("turn", "n", "s")
-    return {turn: (count, int(total)) for turn, count, total in counted if turn is not None}
+    counted: dict[str, tuple[int, int]] = {}
+    for turn, branch, lsn, seq in rows.values_list("turn", "branch", "lsn", "seq").iterator(chunk_size=5000):
+        if turn is not None and _live(cutoffs, branch, lsn):
+            count, total = counted.get(turn, (0, 0))
+            counted[turn] = (count + 1, total + seq)
+    return counted
 
 
 def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int, float]:
@@ -106,6 +111,11 @@ def _live_cutoffs(branches: Iterable[BranchView], live_branch: int) -> dict[int,
         cutoffs[current.parent] = min(cutoffs.get(current.parent, float("inf")), keep)
         current = views.get(current.parent)
     return cutoffs
+
+
+def _live(cutoffs: dict[int, float], branch: int, lsn: int) -> bool:
+    """Whether the record at (branch, lsn) is on the live timeline (``_live_cutoffs``)."""
+    return lsn <= cutoffs.get(branch, -1)
 
 
 def _rewrite_timelines(
@@ -128,7 +138,7 @@ def _rewrite_timelines(
             .values_list("pk", "branch", "lsn", "turn", "line")
         )
         for pk, branch, lsn, turn_id, line in rows.iterator(chunk_size=2000):
-            if lsn > cutoffs.get(branch, -1):
+            if not _live(cutoffs, branch, lsn):
                 continue
             obj = parse_line(bytes(line)).obj or {}
             phase, at = obj.get("phase"), obj.get("at")

@@ -146,8 +146,10 @@ def output_plan_listed(
         return None
     had = int(before.turn_entries or 0)
     named = {turn_digest(td.turn): td for td in result.turns}
-    found = _in_force(run_pk, None).filter(turn_digest__in=list(named), ordinal__lt=had)
-    position = dict(found.values_list("turn_digest", "ordinal"))
+    # Read along the turns' index; the positions are bounded here, not in the query, so that no planner
+    # prefers a scan of every position below ``had``, a cost that grows with the run (bench_growth).
+    found = _in_force(run_pk, None).filter(turn_digest__in=list(named)).values_list("turn_digest", "ordinal")
+    position = {key: ordinal for key, ordinal in found if ordinal < had}
     new = [td for key, td in named.items() if key not in position]
     placed = [(position[key], td) for key, td in named.items() if key in position]
     placed += [(had + k, td) for k, td in enumerate(new)]

@@ -5,6 +5,7 @@ start) is then what it gets."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -612,3 +613,67 @@ def test_a_kept_fold_is_served_only_for_its_key_evidence_and_line_count() -> Non
     assert resumed is not None and resumed[2] is not None
     assert resumed[2].data == assess_incremental(None, lines)[1].data
     assert assess_kept(KeptFold("run:5", 5), lines[5:], keep="again", seal=False) is None  # served once
+
+
+def _cycles_left_by(make: Any) -> int:
+    """The objects the cyclic collector finds unreachable after ``make()`` ran and its result was dropped."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        made = make()
+        del made
+        return gc.collect()
+    finally:
+        if was:
+            gc.enable()
+
+
+def _kept_fold(lines: Sequence[bytes], cuts: Sequence[int], evidence: Any = None) -> Assessor:
+    """The fold a worker keeps after folding ``lines`` in batches cut before each of ``cuts`` (with its undo
+    log; a fork beyond it folds the prefix from the start, as the worker does)."""
+    forget_warm_folds()
+    start: KeptFold | None = None
+    done = 0
+    for end in [*sorted(set(cuts)), len(lines)]:
+        keep, seal = f"k{end}", end == len(lines)
+        try:
+            got = assess_kept(start, lines[done:end], keep=keep, seal=seal, evidence=evidence)
+        except SnapshotUnusable:
+            got = assess_kept(None, lines[:end], keep=keep, seal=seal, evidence=evidence)
+        assert got is not None
+        start, done = got.kept, end
+    assert start is not None
+    evidence_id = incremental.evidence_digest(normalise_evidence(evidence))
+    kept = warm_fold(incremental._kept_digest(start.key), evidence_id, start.key.encode())
+    assert kept is not None
+    return kept
+
+
+def test_a_kept_fold_holds_no_cycle_so_the_collector_may_look_away() -> None:
+    """engine/warm.py moves a kept fold out of the cyclic collector's sight: that is sound only because
+    reference counting alone frees every object of a fold once it is dropped (a fold with forks, rewinds
+    and checkpoints, its undo log, and a fold read back from a snapshot's bytes)."""
+    w, ends = _rewinding_run(200)
+    assert _cycles_left_by(lambda: _kept_fold(w.lines, ends)) == 0
+    assert _cycles_left_by(lambda: snapshot_load(assess_incremental(None, w.lines)[1].data)) == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_journals(), st.data())
+def test_no_journal_leaves_a_kept_fold_with_a_cycle(model: JournalModel, data: st.DataObject) -> None:
+    lines = list(model.w.lines)
+    cuts = cuts_of(data, len(lines))
+    assert _cycles_left_by(lambda: _kept_fold(lines, cuts, model.evidence)) == 0
+
+
+def test_keeping_a_fold_moves_it_out_of_the_collectors_sight() -> None:
+    w, _ = _rewinding_run(100)
+    gc.unfreeze()
+    forget_warm_folds()
+    assess_kept(None, w.lines, keep="k", seal=False)
+    assert gc.get_freeze_count() > 0
+    kept = warm_fold(incremental._kept_digest("k"), incremental.evidence_digest(normalise_evidence(None)), b"k")
+    assert kept is not None
+    assert not any(o is kept for o in gc.get_objects())  # no generation the collector walks holds it
+    gc.unfreeze()
