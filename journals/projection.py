@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from django.utils import timezone
 
@@ -16,7 +17,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
-from kernel.dialect import rows_update
+from kernel.dialect import rows_insert, rows_update
 
 _MAX_BRANCH = 2**31 - 1
 
@@ -145,8 +146,6 @@ def _rewrite_timelines(
             if isinstance(phase, str):
                 committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
     turns = [t for t, _ in changed]
-    Phase.objects.filter(turn__in=turns).delete()
-    Intent.objects.filter(turn__in=turns).delete()
     phases: list[Phase] = []
     intents: list[Intent] = []
     for turn, td in changed:
@@ -164,8 +163,37 @@ def _rewrite_timelines(
                 )
             )
         intents.extend(intents_of(turn, td))
-    Phase.objects.bulk_create(phases, batch_size=2000)
-    Intent.objects.bulk_create(intents, batch_size=2000)
+    _rows_sync(Phase, turns, phases, "position", ("name", "committed", "record", "committed_at"))
+    fields = ("effect_class", "idempotency_key", "resolution", "branch", "live", "dispatches", "outcome", "position")
+    _rows_sync(Intent, turns, intents, "intent_id", fields)
+
+
+def _rows_sync(
+    model: type[Phase | Intent], turns: list[Turn], wanted: list[Any], key: str, fields: tuple[str, ...]
+) -> None:
+    """Make the turns' rows of ``model`` exactly ``wanted`` (unsaved, keyed within a turn by ``key``, the
+    model's unique field beside the turn), writing only the rows that differ: a turn that committed one more
+    phase changes one Phase row, not its whole timeline."""
+    attnames = [getattr(model._meta.get_field(name), "attname", name) for name in fields]
+    have = {
+        (turn_pk, found_key): (pk, tuple(values))
+        for pk, turn_pk, found_key, *values in model.objects.filter(turn__in=turns)
+        .values_list("pk", "turn_id", key, *fields)
+        .iterator(chunk_size=5000)
+    }
+    create: list[Any] = []
+    update: list[Any] = []
+    for row in wanted:
+        found = have.pop((row.turn_id, getattr(row, key)), None)
+        if found is None:
+            create.append(row)
+        elif found[1] != tuple(getattr(row, name) for name in attnames):
+            row.pk = found[0]
+            update.append(row)
+    if have:
+        model.objects.filter(pk__in=[pk for pk, _ in have.values()]).delete()
+    rows_update(model=model, rows=update, fields=fields)
+    rows_insert(model=model, rows=create)
 
 
 def intents_of(turn: Turn, td: TurnDecision) -> list[Intent]:

@@ -7,7 +7,8 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
   store's choice, journals/store.py);
 - ``set_local``: a transaction-local setting (``set_config(..., true)``), which SQLite has no notion of;
 - ``postgres_only``: a migration operation for triggers and functions, which only PostgreSQL gets;
-- ``rows_update``: many rows' fields set to values of their own, one statement per table on PostgreSQL.
+- ``rows_update``: many rows' fields set to values of their own, one statement per table on PostgreSQL;
+- ``rows_insert``: new rows whose ids nobody reads back, through COPY on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -110,4 +111,33 @@ def rows_update(*, model: type[models.Model], rows: Sequence[models.Model], fiel
             listed = ", ".join([one] * len(chunk))
             sql = f"UPDATE {table} SET {sets} FROM (VALUES {listed}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
             cursor.execute(sql, params)
+    return len(rows)
+
+
+def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> int:
+    """Insert ``rows`` (unsaved instances of ``model``; their ids are not set); returns how many.
+
+    On PostgreSQL it is one ``COPY ... FROM STDIN``, each value adapted by psycopg's own (compiled) dumpers.
+    ``bulk_create`` sends the rows as arrays bound on the client, and escaping each array's text was most
+    of the client's cost of an assessment's inserts after its queries (benchmarks/bench_growth.py,
+    docs/perf/2026-12-06-growth-flat.md). Elsewhere (SQLite) it is ``bulk_create``."""
+    if not rows:
+        return 0
+    connection = connections["default"]
+    if not on_postgresql(connection):
+        model._default_manager.bulk_create(rows, batch_size=2000)
+        return len(rows)
+    meta = model._meta
+    # The columns bulk_create would write for a new row: every concrete field but the generated id.
+    fields = [
+        f
+        for f in meta.concrete_fields
+        if f.column is not None and not isinstance(f, models.AutoField) and not getattr(f, "generated", False)
+    ]
+    table = connection.ops.quote_name(meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    statement = f"COPY {table} ({columns}) FROM STDIN"  # the model's own quoted columns; values go as data
+    with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row([f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields])
     return len(rows)

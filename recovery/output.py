@@ -34,6 +34,7 @@ from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import TurnDecision
 from journals.storable import storable
+from kernel.dialect import rows_insert
 from recovery.models import Assessment, OutputEntry
 
 _MODULUS = 2**256
@@ -223,7 +224,7 @@ def output_entries_store(*, assessment: Assessment, plan: OutputPlan) -> int:
     """Write the plan's entries under ``assessment``; returns how many."""
     for entry in plan.entries:
         entry.assessment = assessment
-    OutputEntry.objects.bulk_create(plan.entries, batch_size=2000)
+    rows_insert(model=OutputEntry, rows=plan.entries)
     return len(plan.entries)
 
 

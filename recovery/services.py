@@ -27,6 +27,7 @@ from journals.changes import turn_change_mark
 from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, intents_of, turn_key, turns_project
 from journals.storable import storable
+from kernel.dialect import rows_insert
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
@@ -445,7 +446,7 @@ def _assessment_project(
     orphans = _orphan_turns(run=locked, known=keyed, blocked=blocked)
     rows = _turn_assessments(stored, shown, turns, orphans)
     changed = _rows_changed(locked, rows, None if listed is None else [row.turn_id for row in rows])
-    TurnAssessment.objects.bulk_create(changed, batch_size=2000)
+    rows_insert(model=TurnAssessment, rows=changed)
     stored.turn_count = counted if counted is not None else len(keyed) + len(orphans)
     stored.rows_written = len(changed)
     stored.save(update_fields=["turn_count", "rows_written"])

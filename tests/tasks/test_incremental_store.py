@@ -234,3 +234,36 @@ def test_a_fork_into_an_earlier_batch_continues_the_kept_fold(published, reads, 
     turns_project(run=run, result=engine_assess(lines), last_seq=run.last_seq)
     assert _rows(run) == before
     assert ("t9", "i9", "safe", "replay", 0, False, 1, None) in before[2]  # left behind: no longer live
+
+
+def test_a_turn_that_commits_one_more_phase_rewrites_that_phase_row_alone(published, settings):
+    """The timeline rows of a turn that changed are written where they differ: the phase it committed, not
+    its whole plan; its other phases and its intent keep their rows."""
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 10**6
+    w = JournalWriter("run-rows")
+    w.plan("t1")
+    w.commit("t1", "plan")
+    w.dispatch("t1", "i1", "safe")
+    cut = len(w.lines)
+    w.commit("t1", "envelope")
+    ingest("run-rows", w.lines[:cut])
+    assert assessment_run(run_id="run-rows") == "stored"
+    run = Run.objects.get(run_id="run-rows")
+    phases_before = dict(Phase.objects.filter(turn__run=run).values_list("name", "pk"))
+    intent_before = Intent.objects.get(turn__run=run).pk
+    committed = dict(Phase.objects.filter(turn__run=run).values_list("name", "committed"))
+    assert committed["plan"] and not committed["envelope"]
+    ingest("run-rows", w.lines[cut:])
+    assert assessment_run(run_id="run-rows") == "stored"
+    after = {
+        name: (pk, done)
+        for name, pk, done in Phase.objects.filter(turn__run=run).values_list("name", "pk", "committed")
+    }
+    assert {name: pk for name, (pk, _) in after.items()} == phases_before  # the same rows, updated in place
+    assert after["envelope"][1] and after["plan"][1]
+    assert Intent.objects.get(turn__run=run).pk == intent_before
+    # What it wrote is what a projection of every turn writes.
+    run = Run.objects.get(pk=run.pk)
+    before = _rows(run)
+    turns_project(run=run, result=engine_assess(w.lines), last_seq=run.last_seq)
+    assert _rows(run) == before

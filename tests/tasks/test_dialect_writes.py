@@ -1,0 +1,54 @@
+"""kernel.dialect's many-row writes give back, on either database, exactly the values they were given:
+COPY's text format escapes tabs, newlines and backslashes, and JSON travels as JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from journals.models import Phase, Run, Turn
+from kernel.dialect import rows_insert, rows_update
+from ops.demo import workload_lines
+from recovery.background import assessment_run
+from recovery.models import Assessment, OutputEntry
+from tests.tasks.conftest import ingest
+
+pytestmark = pytest.mark.django_db
+
+AWKWARD = "tab\there, new\nline, back\\slash, quote \" and ' , \\N, é ✓ \U0001f600"
+
+
+def test_rows_insert_and_rows_update_keep_every_value(published):
+    ingest("run-dialect", workload_lines("run-dialect", turns=2))
+    assert assessment_run(run_id="run-dialect") == "stored"
+    run = Run.objects.get(run_id="run-dialect")
+    turn = Turn.objects.filter(run=run).first()
+    assert turn is not None
+    assessment = Assessment.objects.filter(run=run).latest()
+    phases = [
+        Phase(turn=turn, position=100, name=AWKWARD, committed=True, record_id=None, committed_at=None),
+        Phase(turn=turn, position=101, name="", committed=False, record_id=None, committed_at=AWKWARD),
+    ]
+    entry = {"turn": AWKWARD, "n": [1, 2.5, None, True], "nested": {"k\tey": "v\\al"}}
+    entries = [
+        OutputEntry(
+            run_id=run.pk, assessment=assessment, ordinal=10**6, turn_digest="d" * 64, entry=entry, digest="e" * 64
+        )
+    ]
+    assert rows_insert(model=Phase, rows=phases) == 2
+    assert rows_insert(model=OutputEntry, rows=entries) == 1
+    assert rows_insert(model=Phase, rows=[]) == 0
+    got = {
+        p.position: (p.name, p.committed, p.record_id, p.committed_at)
+        for p in Phase.objects.filter(turn=turn, position__gte=100)
+    }
+    assert got == {100: (AWKWARD, True, None, None), 101: ("", False, None, AWKWARD)}
+    assert OutputEntry.objects.get(run_id=run.pk, ordinal=10**6).entry == entry
+    stored = list(Phase.objects.filter(turn=turn, position__gte=100).order_by("position"))
+    stored[0].name, stored[1].committed_at = "plain", None
+    assert rows_update(model=Phase, rows=stored, fields=["name", "committed_at"]) == 2
+    assert list(
+        Phase.objects.filter(turn=turn, position__gte=100).order_by("position").values_list("name", "committed_at")
+    ) == [
+        ("plain", None),
+        ("", None),
+    ]
