@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
@@ -220,7 +220,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
         try:
             done = assess_kept(
                 begin,
-                lambda: stored_lines(run.pk, begin.lines, last_seq),  # noqa: B023 (read within the call)
+                _tail_source(run.pk, begin.lines, last_seq),
                 keep=keep,
                 seal=seal,
                 evidence=inputs.evidence,
@@ -245,6 +245,30 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
     if full is None:
         raise RuntimeError("a full fold starts from nothing kept")
     return Fold(full.result, full.snapshot)
+
+
+# Records after a fold's start that are read from the store once and held for the engine's two passes; a
+# longer tail (a worker restarted far behind) is streamed on each pass, so that memory stays flat.
+_TAIL_HELD_LINES = 20_000
+
+
+def _tail_source(run_pk: int, after: int, through: int) -> Callable[[], Iterable[bytes]]:
+    """The stored records after ``after`` through ``through``, as the engine's source. The engine reads its
+    source twice (once for the points forks and checkpoints name, then to fold): a batch's few records are
+    read from the store on the first pass only."""
+    if through - after > _TAIL_HELD_LINES:
+        return lambda: stored_lines(run_pk, after, through)
+    held: list[bytes] = []
+    read = False
+
+    def source() -> Iterable[bytes]:
+        nonlocal read
+        if not read:
+            held.extend(stored_lines(run_pk, after, through))
+            read = True
+        return held
+
+    return source
 
 
 def _kept_key(run_pk: int, through_seq: int, prefix_digest: str, evidence_digest: str) -> str:

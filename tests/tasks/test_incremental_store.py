@@ -60,6 +60,8 @@ def test_each_batch_reads_only_the_records_after_the_snapshot(published, reads, 
         assert assessment_run(run_id="run-inc") == "stored"
         run = Run.objects.get(run_id="run-inc")
         assert set(reads) == {(start, run.last_seq)}  # the new batch alone (the first: the whole, from nothing)
+        if start:
+            assert reads == [(start, run.last_seq)]  # read from the store once for both of the engine's passes
         newest = Assessment.objects.filter(run=run).latest()
         assert newest.from_snapshot == (digests[-1] if digests else None)
         snapshot = FoldSnapshot.objects.get(run=run)  # one per run, replaced
