@@ -333,23 +333,24 @@ def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:
 
 def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
     """Replace the run's fold snapshot with the one after this assessment's prefix (under the run's lock;
-    never with an older one)."""
+    never with an older one). The stored bytes are replaced without being read back: they grow with the
+    run's turns."""
     after = fold.snapshot
-    if after is None or FoldSnapshot.objects.filter(run=run, through_seq__gt=inputs.run.last_seq).exists():
+    if after is None:
         return
-    FoldSnapshot.objects.update_or_create(
-        run=run,
-        defaults={
-            "through_seq": inputs.run.last_seq,
-            "lines": after.lines,
-            "digest": after.digest,
-            "data": after.data,
-            "engine_version": ENGINE_VERSION,
-            "projection_version": PROJECTION_VERSION,
-            "evidence_digest": inputs.identity["evidence_digest"],
-            "updated_at": timezone.now(),
-        },
-    )
+    fields = {
+        "through_seq": inputs.run.last_seq,
+        "lines": after.lines,
+        "digest": after.digest,
+        "data": after.data,
+        "engine_version": ENGINE_VERSION,
+        "projection_version": PROJECTION_VERSION,
+        "evidence_digest": inputs.identity["evidence_digest"],
+        "updated_at": timezone.now(),
+    }
+    stored = FoldSnapshot.objects.filter(run=run)
+    if not stored.filter(through_seq__lte=inputs.run.last_seq).update(**fields) and not stored.exists():
+        FoldSnapshot.objects.create(run=run, **fields)
 
 
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:
