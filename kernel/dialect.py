@@ -114,6 +114,20 @@ def rows_update(*, model: type[models.Model], rows: Sequence[models.Model], fiel
     return len(rows)
 
 
+_COPIED_AS_HELD = frozenset(
+    {
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "ForeignKey",
+        "IntegerField",
+        "PositiveIntegerField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
+
+
 def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> int:
     """Insert ``rows`` (unsaved instances of ``model``; their ids are not set); returns how many.
 
@@ -136,8 +150,17 @@ def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> i
     ]
     table = connection.ops.quote_name(meta.db_table)
     columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    # A plain column's value goes as the instance holds it (psycopg adapts it, and the server parses COPY's
+    # text as the column's type); the others (JSON, times, defaults computed on save) through the field.
+    plain = [f.get_internal_type() in _COPIED_AS_HELD for f in fields]
+    attnames = [f.attname for f in fields]
     statement = f"COPY {table} ({columns}) FROM STDIN"  # the model's own quoted columns; values go as data
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
         for row in rows:
-            copy.write_row([f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields])
+            copy.write_row(
+                [
+                    getattr(row, name) if held else f.get_db_prep_save(f.pre_save(row, True), connection)
+                    for f, name, held in zip(fields, attnames, plain, strict=True)
+                ]
+            )
     return len(rows)
