@@ -34,7 +34,7 @@ from functools import partial
 from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from .canonical import HAVE_ORJSON, digest, digest_no_float, parse_strict
 from .canonical import is_int as _is_int
@@ -306,10 +306,31 @@ class _Reader:
     def prescan(self) -> Counter[tuple[int, int]]:
         if self.path is not None:
             return _prescan_file(self.path)
-        return _prescan_lines(line for batch in self.batches() for line in batch)
+        return _prescan_lines(chain.from_iterable(self.batches()))
 
 
 # -- state ---------------------------------------------------------------------------------------------------
+
+
+# The fields of a world-ledger entry, in the order a fold snapshot writes them (_WORLD_ROW).
+_WORLD_FIELDS: Final = (
+    "turn",
+    "intent",
+    "first_line",
+    "count",
+    "first_class",
+    "first_key",
+    "branch",
+    "lsn",
+    "effect_class",
+    "key",
+    "outcome",
+    "bound",
+    "first_branch",
+    "first_lsn",
+    "more_firsts",
+    "violations",
+)
 
 
 class _World:
@@ -318,24 +339,7 @@ class _World:
     them), the latest dispatch (which a readback is about and which describes the intent), where evidence
     binds, and the first dispatch on each branch (enough to tell whether any is on the live timeline)."""
 
-    __slots__ = (
-        "turn",
-        "intent",
-        "first_line",
-        "count",
-        "first_class",
-        "first_key",
-        "branch",
-        "lsn",
-        "effect_class",
-        "key",
-        "outcome",
-        "bound",
-        "first_branch",
-        "first_lsn",
-        "more_firsts",
-        "violations",
-    )
+    __slots__ = _WORLD_FIELDS
 
     def __init__(self, turn: str, intent: str, first_line: int) -> None:
         self.turn = turn
@@ -367,11 +371,11 @@ class _World:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> _World:
         """The entry _WORLD_ROW read (a fold snapshot): every slot set once, in slot order."""
-        world = cls.__new__(cls)
+        world = cls(row[0], row[1], row[2])
         (
-            world.turn,
-            world.intent,
-            world.first_line,
+            _,
+            _,
+            _,
             world.count,
             world.first_class,
             world.first_key,
@@ -391,7 +395,7 @@ class _World:
         return world
 
 
-_WORLD_ROW = attrgetter(*_World.__slots__)  # an entry's fields in slot order, in one C call
+_WORLD_ROW = attrgetter(*_WORLD_FIELDS)  # an entry's fields in slot order, in one C call
 
 
 class _Branch:
@@ -674,7 +678,7 @@ class Assessor:
             self._world_kept = (rows, where, len(entries))
             return list(rows)
         rows, where, done = kept
-        width = len(_World.__slots__)
+        width = len(_WORLD_FIELDS)
         for turn in named:
             for i in where.get(turn, ()):
                 rows[i * width : (i + 1) * width] = _WORLD_ROW(entries[i])
@@ -697,7 +701,7 @@ class Assessor:
             self._plans.setdefault(plan, plan)  # turns planned later share them
         self.views = {row[0]: reader.view(row[1:]) for row in views}
         self.snapshots = {(row[0], row[1]): reader.view(row[2:]) for row in snapshots}
-        width = len(_World.__slots__)
+        width = len(_WORLD_FIELDS)
         entries = map(_World.from_row, zip(*[iter(world)] * width, strict=True))
         self.world = {(w.turn, w.intent): w for w in entries}
         it = iter(first)
