@@ -64,11 +64,11 @@ bench: $(ENGINE_BUILT)
 chaos: $(ENGINE_BUILT)
 	$(PY) manage.py chaos --seeds $${SEEDS:-500}
 
-lint: $(STAMP)
+lint: $(ENGINE_BUILT)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-typecheck: $(STAMP)
+typecheck: $(ENGINE_BUILT)
 	$(PY) -m mypy
 
 clean-venv:

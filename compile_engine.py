@@ -1,12 +1,11 @@
 """Compile the engine's hot modules with mypyc, in place, from the same source (docs/engine.md).
 
-    python compile_engine.py          # `make venv` runs it; prints one line
-    python compile_engine.py --pure   # removes the compiled modules: pure Python until the next build
+    python compile_engine.py     # `make venv` runs it (and again when engine/ changes); prints one line
 
 The compiled modules sit beside their source (engine/<module>.<abi>.so, which Python imports before the .py)
-with engine/compiled.sha256, the digest of the source they were built from: engine/__init__.py refuses a
-compiled module whose source has changed since (run this again, or with --pure). Without a C
-compiler or Python's headers it says so and leaves the engine pure Python: the same results, slower.
+with engine/compiled.sha256, the digest of the source they were built from: once that source changes, the
+engine runs the source until this runs again (engine/compiled.py). Without a C compiler or Python's headers
+it says so and leaves the engine pure Python: the same results, slower.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ ENGINE = REPO / "engine"
 
 
 def _rules() -> ModuleType:
-    """engine/compiled.py (the modules compiled, the sources they depend on, the digest), read on its own: the
-    engine package refuses to import while a compiled module is stale, which is what this script mends."""
+    """engine/compiled.py (the modules compiled, the sources they depend on, the digest), read on its own."""
     spec = importlib.util.spec_from_file_location("engine_compiled", ENGINE / "compiled.py")
     assert spec is not None and spec.loader is not None  # noqa: S101
     module = importlib.util.module_from_spec(spec)
@@ -50,7 +48,7 @@ def _compiler_missing() -> str | None:
 
 def remove_compiled() -> ModuleType:
     """Every compiled module in engine/ (this script builds all of them) and the digest of their source; returns
-    engine/compiled.py, read once no stale module is left for it to refuse."""
+    engine/compiled.py."""
     for path in ENGINE.glob("*.so"):
         path.unlink()
     rules = _rules()
@@ -58,11 +56,8 @@ def remove_compiled() -> ModuleType:
     return rules
 
 
-def main(argv: list[str]) -> int:
+def main() -> int:
     rules = remove_compiled()
-    if "--pure" in argv:
-        print("the engine runs as pure Python (its compiled modules removed)")
-        return 0
     why = _compiler_missing()
     if why is not None:
         print(f"SKIPPED: the engine was not compiled ({why}); it runs as pure Python (same results, slower)")
@@ -100,4 +95,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -144,8 +144,14 @@ def _orjson_keys(*names: str) -> tuple[str, ...]:
     return keys
 
 
-# The envelope of a record in one C call (a KeyError when a field is missing sends it to the general path).
-_ENVELOPE = itemgetter(*_orjson_keys("at", "branch", "kind", "lsn", "run", "v"))
+# The envelope of a record (a KeyError when a field is missing sends it to the general path).
+_ENVELOPE_KEYS = _orjson_keys("at", "branch", "kind", "lsn", "run", "v")
+_K_AT: Final = _ENVELOPE_KEYS[0]
+_K_BRANCH: Final = _ENVELOPE_KEYS[1]
+_K_KIND: Final = _ENVELOPE_KEYS[2]
+_K_LSN: Final = _ENVELOPE_KEYS[3]
+_K_RUN: Final = _ENVELOPE_KEYS[4]
+_K_V: Final = _ENVELOPE_KEYS[5]
 # The other fields the fast path reads (see _orjson_keys).
 (
     _K_ARGS_DIGEST,
@@ -807,14 +813,13 @@ class Assessor:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
 
         This is the hot path of every assessment (benchmarks/bench_engine.py). For a record that a
-        conforming writer wrote, the run-level checks run as straight-line code over local variables (its
-        envelope read with one itemgetter call, the float markers searched once per block rather than per
-        line); when they all pass, the record goes to _semantics, the turn rules every record goes through.
-        Anything else goes, before anything has been changed, to _feed_general, which classifies
-        precisely; tests/engine runs every path and compares the results with an independent model. The
-        lines are parsed and proven
-        canonical a few dozen at a time (parse_batch: one serialisation and one comparison for all of them,
-        not one per line), few enough that the parsed records held at once cost next to no memory."""
+        conforming writer wrote, the run-level checks run as straight-line code over local variables (the
+        float markers searched once per block rather than per line); when they all pass, the record goes to
+        the turn rules every record goes through (_turn_rule). Anything else goes, before anything has been
+        changed, to _feed_general, which classifies precisely; tests/engine runs every path and compares the
+        results with an independent model. The lines are parsed and proven canonical a few dozen at a time
+        (parse_batch: one serialisation and one comparison for all of them, not one per line), few enough
+        that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
             for line in lines:
                 self.line_no += 1
@@ -838,76 +843,82 @@ class Assessor:
 
         Only the run-level checks are here, as one conjunction over local variables (the classification of
         a record that fails one is _record's); every record that passes them goes to the same turn rules
-        as any other (_semantics), so a rule of the contract is written once, in its kind's method."""
+        as any other (_turn_rule, or _semantics for the rest), so a rule of the contract is written once, in
+        its kind's method. Types are tested with ``type(x) is``, which narrows them: compiled (engine/
+        compiled.py), the comparisons after it are machine integers and strings, not generic objects."""
         dumps_sorted, sha256 = _dumps_sorted, _sha256
         objs, verified = parse_batch(lines)
-        branches_get = self.branches.get
+        branches = self.branches
         views = self.views
         suffixes = self._at_suffixes
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
         run = self.run
-        general = self._feed_general
-        semantics = self._semantics
-        turn_rules_get = _TURN_RULES.get
-        k_turn = _K_TURN
+        kinds = KINDS
+        k_at, k_branch, k_kind, k_lsn, k_run, k_v, k_turn = _K_AT, _K_BRANCH, _K_KIND, _K_LSN, _K_RUN, _K_V, _K_TURN
         n = self.line_no
         fast = 0
-        for line, obj in zip(lines, objs, strict=True):
+        i = -1
+        for obj in objs:
+            i += 1
+            line = lines[i]
             n += 1
             self.line_no = n
+            if type(obj) is not dict:  # None: not JSON
+                self._feed_general(line)
+                run = self.run
+                continue
+            record: dict[str, Any] = obj
             try:
-                at, b, kind, ln, record_run, v = _ENVELOPE(obj)  # None (not JSON): a TypeError
-                canonical = verified or dumps_sorted(obj) == line
+                at, b, kind = record[k_at], record[k_branch], record[k_kind]
+                ln, record_run, v = record[k_lsn], record[k_run], record[k_v]
+                canonical = verified or dumps_sorted(record) == line
             except (KeyError, TypeError):
-                general(line)
+                self._feed_general(line)
                 run = self.run
                 continue
             if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
                 canonical = False
-            info = branches_get(b) if b.__class__ is int else None
+            info = branches.get(b) if type(b) is int else None
             if not (
                 canonical
                 and record_run == run
                 and info is not None  # branches are created >= 0
-                and v.__class__ is int
+                and type(v) is int
                 and 0 < v < 3
-                and ln.__class__ is int
+                and type(ln) is int
                 and ln == info.next_lsn  # so ln >= 0
-                and kind.__class__ is str
-                and kind in KINDS
-                and at.__class__ is str
+                and type(kind) is str
+                and kind in kinds
+                and type(at) is str
             ):
                 # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
                 # another type, out of sequence: not the common case.
-                general(line)
+                self._feed_general(line)
                 run = self.run
                 continue
             if at != last_at:  # a writer's records share their time with the previous one, often
                 if not (at.startswith(prefix) and at[16:] in suffixes):
                     if not self._at_ok(at):
-                        general(line)
+                        self._feed_general(line)
                         continue
                     prefix = self._at_prefix
                 last_at = at
             record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
             view = views[b]
-            if not _chain_holds(obj, v, info.last_digest) or v < view.schema:
-                general(line, record_digest)
+            if not _chain_holds(record, v, info.last_digest) or v < view.schema:
+                self._feed_general(line, record_digest)
                 continue
             # Every run-level check passed: the turn rules.
             fast += 1
+            turn = record.get(k_turn)
             if info.undo is not None:
-                info.undo.note(view, ln, True, obj.get(k_turn))
+                info.undo.note(view, ln, True, turn)
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
-            turn = obj.get(k_turn)
-            rule = turn_rules_get(kind)
-            if rule is not None and turn.__class__ is str and turn:
-                rule(self, obj, v, b, ln, view, turn)
-            else:
-                semantics(obj, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
+            if not (type(turn) is str and turn and self._turn_rule(kind, record, v, b, ln, view, turn)):
+                self._semantics(record, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
             if ln in info.points:
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
@@ -1072,21 +1083,36 @@ class Assessor:
 
     def _semantics(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
         """The rules of the record's kind, on the timeline of its branch. Every record that passed its
-        run-level checks comes here, or (from the fast path, when it names a turn) straight to its kind's
-        method in _TURN_RULES: each rule is written once, in that method, its commonest step first."""
+        run-level checks comes here, or (from the fast path, when it names a turn) straight to _turn_rule."""
         kind = obj["kind"]
-        rule = _TURN_RULES.get(kind)
-        if rule is None:
-            if kind == "fork":
-                self._fork(obj, b, ln)
-            else:
-                self._checkpoint(obj, b, ln)
+        if kind == "fork":
+            self._fork(obj, b, ln)
+            return
+        if kind == "checkpoint":
+            self._checkpoint(obj, b, ln)
             return
         turn = obj.get(_K_TURN)
-        if turn.__class__ is not str or not turn:
+        if type(turn) is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
             return
-        rule(self, obj, v, b, ln, view, turn)
+        self._turn_rule(kind, obj, v, b, ln, view, turn)
+
+    def _turn_rule(self, kind: str, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> bool:
+        """The rules of a kind that names a turn, one method each (each rule is written once, in that method,
+        its commonest step first), the commonest kind first; False for a kind that names no turn."""
+        if kind == "phase_committed":
+            self._phase(obj, v, b, ln, view, turn)
+        elif kind == "intent_dispatched":
+            self._dispatched(obj, v, b, ln, view, turn)
+        elif kind == "effect_observed":
+            self._observed(obj, v, b, ln, view, turn)
+        elif kind == "turn_planned":
+            self._planned(obj, v, b, ln, view, turn)
+        elif kind == "turn_terminal":
+            self._terminal(obj, v, b, ln, view, turn)
+        else:
+            return False
+        return True
 
     def _after_terminal(self, view: View, turn: str, b: int, ln: int) -> None:
         """A record names the turn after its terminal record (the caller has seen `terminal` set)."""
@@ -1650,15 +1676,6 @@ class Assessor:
         )
 
 
-# The rules of each kind that names a turn, one method each, all called alike (a table of the class's
-# functions, not of bound methods, so that an assessor holds no reference cycle).
-_TURN_RULES: dict[str, Callable[[Assessor, dict[str, Any], int, int, int, View, str], None]] = {
-    "phase_committed": Assessor._phase,
-    "intent_dispatched": Assessor._dispatched,
-    "effect_observed": Assessor._observed,
-    "turn_planned": Assessor._planned,
-    "turn_terminal": Assessor._terminal,
-}
 _line_of = attrgetter("line")
 _turn_of_world = attrgetter("turn")
 _line_of_pair = itemgetter(0)
