@@ -89,6 +89,20 @@ PROJECTION_VERSION = "1.1.0"
 Source = str | os.PathLike[str] | Sequence[bytes] | Callable[[], Iterable[bytes]]
 EvidenceMap = Mapping[Any, Any]  # (turn, intent) or intent id -> finding, or (finding, dispatch number) pairs
 
+# The members that deciding reads once per turn and intent, as constants: an Enum class has a __getattr__,
+# which makes each `Decision.RESUME` about ten times as slow as reading a global.
+_BLOCKED: Final = Decision.BLOCKED
+_COMPLETE: Final = Decision.COMPLETE
+_DISCARDED: Final = Decision.DISCARDED
+_FINALIZE: Final = Decision.FINALIZE
+_RESUME: Final = Decision.RESUME
+_SETTLED: Final = Resolution.SETTLED
+_REPLAY: Final = Resolution.REPLAY
+_REISSUE: Final = Resolution.REISSUE
+_INDETERMINATE: Final = Resolution.INDETERMINATE
+_HAPPENED: Final = Evidence.HAPPENED
+_NOT_HAPPENED: Final = Evidence.NOT_HAPPENED
+
 # RFC 3339 date-time (section 5.6), ASCII digits only ([0-9], not \d, which matches every script's digits),
 # matched whole (fullmatch: "$" would accept a trailing newline), with the field ranges of the RFC; the
 # day is checked against its month by valid_at.
@@ -1122,11 +1136,10 @@ class Assessor:
             return
         lineage = self._names.setdefault(lineage_raw, lineage_raw) if lineage_raw else None  # turns of a job share it
         n = self.line_no
-        if turn not in self.turns_first:
-            self.turns_first[turn] = (n, lineage, b)
-        existing = view.turns.get(turn)
-        if existing is None:
-            state = view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+        self.turns_first.setdefault(turn, (n, lineage, b))  # one lookup: a turn is planned once, mostly
+        state = TurnState(lineage, phases, b, view.gen)
+        existing = view.turns.setdefault(turn, state)
+        if existing is state:
             if view.unplanned:
                 state.violations = view.take_unplanned(turn)
             if lineage is None:
@@ -1250,7 +1263,7 @@ class Assessor:
                 if self.evidence and previous not in _DEFINITIVE
                 else None
             )
-            redispatch = found != Evidence.NOT_HAPPENED
+            redispatch = found != _NOT_HAPPENED
         if b != world.first_branch and b not in world.more_firsts[::2]:
             world.more_firsts += (b, ln)
         return redispatch
@@ -1509,7 +1522,7 @@ class Assessor:
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
         resolve = self._resolve
-        indeterminate = Resolution.INDETERMINATE
+        indeterminate = _INDETERMINATE
         live_get = self._live_cut().get
         for w in entries:
             turn = w.turn
@@ -1557,19 +1570,19 @@ class Assessor:
         """What recovery may do about an intent's latest dispatch (section 6, the resolution ladder)."""
         outcome = w.outcome
         if outcome == "succeeded" or outcome == "failed":
-            return Resolution.SETTLED
+            return _SETTLED
         if self.evidence:
             found = self._evidence_at(w.turn, w.intent, w.count - 1, w.evidence_bound())
-            if found == Evidence.HAPPENED:
-                return Resolution.SETTLED
-            if found == Evidence.NOT_HAPPENED:
-                return Resolution.REPLAY
+            if found == _HAPPENED:
+                return _SETTLED
+            if found == _NOT_HAPPENED:
+                return _REPLAY
         effect_class = w.effect_class
         if effect_class == "safe":
-            return Resolution.REPLAY
+            return _REPLAY
         if effect_class == "idempotent":
-            return Resolution.REISSUE
-        return Resolution.INDETERMINATE
+            return _REISSUE
+        return _INDETERMINATE
 
     def _decide(
         self,
@@ -1585,23 +1598,23 @@ class Assessor:
         `indeterminate`: it has a live intent that is indeterminate)."""
         if state is None:
             return self._decide_discarded(turn, first, intents, run_level)
-        decision = Decision.RESUME
+        decision = _RESUME
         resume_from: str | None = None
         reason: str | None = None
         line: int | None = None
         if run_level is not None:
-            decision, reason, line = Decision.BLOCKED, run_level.code, run_level.line
+            decision, reason, line = _BLOCKED, run_level.code, run_level.line
         elif state.violations or world_violations:
             turn_level = [(at, code) for code, _b, _l, at in state.violations]
             turn_level.extend(world_violations or ())
             line, reason = min(turn_level, key=_line_of_pair)
-            decision = Decision.BLOCKED
+            decision = _BLOCKED
         elif indeterminate:
-            decision, reason = Decision.BLOCKED, EFFECT_INDETERMINATE
+            decision, reason = _BLOCKED, EFFECT_INDETERMINATE
         elif state.terminal is not None:
-            decision = Decision.COMPLETE
+            decision = _COMPLETE
         elif state.done == len(state.phases):
-            decision = Decision.FINALIZE
+            decision = _FINALIZE
         else:
             resume_from = state.phases[state.done]
         return TurnDecision(
@@ -1636,7 +1649,7 @@ class Assessor:
                 turn,
                 first_lineage,
                 first_branch,
-                Decision.BLOCKED,
+                _BLOCKED,
                 None,
                 run_level.code,
                 completed,
@@ -1649,7 +1662,7 @@ class Assessor:
             turn,
             first_lineage,
             first_branch,
-            Decision.DISCARDED,
+            _DISCARDED,
             None,
             None,
             completed,
