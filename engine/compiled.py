@@ -68,7 +68,7 @@ def why_pure() -> str | None:
     if built_from != source_digest():
         warnings.warn(
             f"{found[0].name} was compiled from another source of the engine than the one beside it: the engine "
-            "runs as pure Python until `make venv` (or `python compile_engine.py`) compiles it again",
+            "runs as pure Python until `make venv` compiles it again",
             RuntimeWarning,
             stacklevel=2,
         )
