@@ -1453,18 +1453,17 @@ class Assessor:
         violations.sort(key=_line_of)  # stable: file order, ties in order found
         run_level = self._run_level(violations)
         intents_of, blocking, undetermined = self._intent_views(only)
-        decide = self._decide
-        live_turns_get = self.views[self.live].turns.get
+        live_turns = self.views[self.live].turns
         # turns_first is in order of first planning (insertion order is file order, and so is each line).
         firsts = self.turns_first
         if only is not None:
             firsts = {turn: firsts[turn] for turn in sorted(only & firsts.keys(), key=firsts.__getitem__)}
         decisions = tuple(
             [
-                decide(
+                self._decide(
                     turn,
                     first,
-                    live_turns_get(turn),
+                    live_turns.get(turn),
                     intents_of.get(turn, ()),
                     blocking.get(turn),
                     run_level,
@@ -1521,21 +1520,19 @@ class Assessor:
         intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
-        resolve = self._resolve
-        indeterminate = _INDETERMINATE
-        live_get = self._live_cut().get
+        cut = self._live_cut()
         for w in entries:
             turn = w.turn
             if w.violations:
                 blocking.setdefault(turn, []).extend(w.violations)
             if not w.count:
                 continue
-            live = w.first_lsn <= live_get(w.first_branch, -1)
+            live = w.first_lsn <= cut.get(w.first_branch, -1)
             if not live and w.more_firsts:
                 more = w.more_firsts
-                live = any(more[i + 1] <= live_get(more[i], -1) for i in range(0, len(more), 2))
-            resolution = resolve(w)
-            if live and resolution is indeterminate:
+                live = any(more[i + 1] <= cut.get(more[i], -1) for i in range(0, len(more), 2))
+            resolution = self._resolve(w)
+            if live and resolution is _INDETERMINATE:
                 undetermined.add(turn)
             iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
             mine = intents_of.get(turn)
