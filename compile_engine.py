@@ -63,8 +63,9 @@ def main() -> int:
         print(f"SKIPPED: the engine was not compiled ({why}); it runs as pure Python (same results, slower)")
         return 0
     started = time.perf_counter()
+    built_from = rules.source_digest()  # before: a source changed while it compiles is not what was compiled
     with tempfile.TemporaryDirectory(prefix="engine-mypyc-") as tmp:
-        # Its own mypy configuration: the project's loads the Django plugins, which compiling needs not.
+        # Its own mypy configuration: the project's own loads the Django plugins, which compiling does not need.
         config = Path(tmp) / "mypy.ini"
         config.write_text("[mypy]\npython_version = 3.11\nstrict = True\n")
         setup = Path(tmp) / "setup.py"
@@ -88,7 +89,7 @@ def main() -> int:
         print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n", file=sys.stderr)
         print("FAILED: the engine could not be compiled (above); it runs as pure Python", file=sys.stderr)
         return 1
-    (ENGINE / rules.DIGEST_FILE).write_text(rules.source_digest() + "\n")
+    (ENGINE / rules.DIGEST_FILE).write_text(built_from + "\n")
     names = ", ".join(Path(c).name for c in rules.COMPILED)
     print(f"compiled the engine ({names}) with mypyc in {time.perf_counter() - started:.0f} s")
     return 0
