@@ -6,6 +6,8 @@ PORT ?= 8000
 STAMP := $(VENV)/.installed
 # Every package of pyproject.toml's dependencies and dev extra, pinned with its hashes (`make lock` writes it).
 LOCK := requirements.lock
+ENGINE_BUILT := engine/compiled.sha256
+ENGINE_SOURCES := $(wildcard engine/*.py)
 
 .PHONY: run test bench chaos lint typecheck migrate clean-venv lock venv
 
@@ -19,7 +21,13 @@ $(STAMP): $(LOCK) pyproject.toml client/pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e ./client
 	@touch $(STAMP)
 
-venv: $(STAMP)
+# The engine's hot modules compiled with mypyc from the same source, in place, where a C compiler exists
+# (without one it says so and the engine stays pure Python); again whenever the engine changes. The list:
+# engine/compiled.py.
+$(ENGINE_BUILT): $(STAMP) compile_engine.py $(ENGINE_SOURCES)
+	$(PY) compile_engine.py
+
+venv: $(ENGINE_BUILT)
 
 # After a change to pyproject.toml's dependencies: pins each to the newest version that fits, keeping the
 # lock's pins where they still fit (`make lock PIP_COMPILE_ARGS=--upgrade` moves them all).
@@ -27,13 +35,13 @@ lock: $(STAMP)
 	$(VENV)/bin/pip-compile --quiet --extra dev --generate-hashes --strip-extras --allow-unsafe \
 	  --no-emit-index-url --no-emit-find-links $(PIP_COMPILE_ARGS) -o $(LOCK) pyproject.toml
 
-migrate: $(STAMP)
+migrate: $(ENGINE_BUILT)
 	$(PY) manage.py migrate --noinput
 
-run: $(STAMP)
+run: $(ENGINE_BUILT)
 	PORT=$(PORT) $(PY) manage.py run_all --port $(PORT)
 
-test: $(STAMP)
+test: $(ENGINE_BUILT)
 	$(PY) -m ruff check .
 	# The layers import downward only (.importlinter; docs in README's "Where things are").
 	$(VENV)/bin/lint-imports --no-cache
@@ -50,17 +58,17 @@ test: $(STAMP)
 	# leak into the var/ that `make run` serves from.
 	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
 
-bench: $(STAMP)
+bench: $(ENGINE_BUILT)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
-chaos: $(STAMP)
+chaos: $(ENGINE_BUILT)
 	$(PY) manage.py chaos --seeds $${SEEDS:-500}
 
-lint: $(STAMP)
+lint: $(ENGINE_BUILT)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-typecheck: $(STAMP)
+typecheck: $(ENGINE_BUILT)
 	$(PY) -m mypy
 
 clean-venv:

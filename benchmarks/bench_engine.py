@@ -15,7 +15,8 @@ alternating rounds (floor, engine, floor, ...; the best of each side is kept, ea
 - floor: the same lines read the way the engine reads them (64 KiB blocks split at newlines), each parsed
   with orjson (the fastest JSON parser the project uses) and hashed with sha256 (hex digest, the form the
   chain compares): the work no assessment can avoid;
-- assess: ``engine.assess(path)``, the whole thing (pre-scan, fold, checks, decisions).
+- assess: ``engine.assess(path)``, the whole thing (pre-scan, fold, checks, decisions), compiled where `make`
+  compiled it (docs/engine.md; the line says which ran).
 
 Printed: records/s of each, the ratio of the two times (CPU, which other load on the machine disturbs
 least, and wall), peak RSS. Targets: within 3x of the floor in CPU time, peak RSS under 300 MB.
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from engine import assess
+from engine.compiled import running as running_compiled
 from engine.writer import JournalWriter, fixed_clock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,6 +183,7 @@ def floor(path: Path) -> dict[str, float]:
 
 def engine(path: Path) -> dict[str, float]:
     result = assess(path)
+    compiled_ran = running_compiled()
     decisions: dict[str, int] = {}
     for t in result.turns:
         decisions[t.decision.value] = decisions.get(t.decision.value, 0) + 1
@@ -191,6 +194,7 @@ def engine(path: Path) -> dict[str, float]:
         "checkpoints": len(result.checkpoints),
         "branches": len(result.branches),
         "decisions": decisions,  # type: ignore[dict-item]
+        "compiled": compiled_ran,
     }
 
 
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         f"wall {base['wall']:.2f} s  cpu {base['cpu']:.2f} s  peak RSS {base['rss_mb']:.0f} MB"
     )
     print(
-        f"  assess (engine): {n / run['wall']:>10,.0f} records/s  "
+        f"  assess (engine, {'compiled' if run['compiled'] else 'pure Python'}): {n / run['wall']:>10,.0f} records/s  "
         f"wall {run['wall']:.2f} s  cpu {run['cpu']:.2f} s  peak RSS {run['rss_mb']:.0f} MB"
     )
     # Judged on CPU time: on a shared machine the wall clock of either side is at the mercy of the others.

@@ -14,6 +14,8 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
   memory, engine/warm.py)
 """
 
+# First: a compiled module built from another source than the one beside it must not run (engine/compiled.py).
+from . import compiled  # noqa: F401
 from .canonical import ParsedLine, canonical_bytes, digest, is_int, parse_line
 from .secrets import REDACTED, is_secret_field, redact
 from .types import (

@@ -34,7 +34,7 @@ from functools import partial
 from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from .canonical import HAVE_ORJSON, digest, digest_no_float, parse_strict
 from .canonical import is_int as _is_int
@@ -89,6 +89,20 @@ PROJECTION_VERSION = "1.1.0"
 Source = str | os.PathLike[str] | Sequence[bytes] | Callable[[], Iterable[bytes]]
 EvidenceMap = Mapping[Any, Any]  # (turn, intent) or intent id -> finding, or (finding, dispatch number) pairs
 
+# The members that deciding reads once per turn and intent, as constants: an Enum class has a __getattr__,
+# which makes each `Decision.RESUME` about ten times as slow as reading a global.
+_BLOCKED: Final = Decision.BLOCKED
+_COMPLETE: Final = Decision.COMPLETE
+_DISCARDED: Final = Decision.DISCARDED
+_FINALIZE: Final = Decision.FINALIZE
+_RESUME: Final = Decision.RESUME
+_SETTLED: Final = Resolution.SETTLED
+_REPLAY: Final = Resolution.REPLAY
+_REISSUE: Final = Resolution.REISSUE
+_INDETERMINATE: Final = Resolution.INDETERMINATE
+_HAPPENED: Final = Evidence.HAPPENED
+_NOT_HAPPENED: Final = Evidence.NOT_HAPPENED
+
 # RFC 3339 date-time (section 5.6), ASCII digits only ([0-9], not \d, which matches every script's digits),
 # matched whole (fullmatch: "$" would accept a trailing newline), with the field ranges of the RFC; the
 # day is checked against its month by valid_at.
@@ -96,13 +110,13 @@ _RFC3339 = re.compile(
     r"([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)"
     r"(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 )
-_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-_DEFINITIVE = frozenset({"succeeded", "failed"})
+_MONTH_DAYS: Final = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_DEFINITIVE: Final = frozenset({"succeeded", "failed"})
 # The words the contract allows, each mapped to one shared object: a record's word is checked and then
 # stored as the shared one (100,000 turns would otherwise keep 100,000 copies of "completed").
-_OUTCOMES = {w: w for w in ("succeeded", "failed", "unknown")}
-_CLASSES = {w: w for w in ("safe", "idempotent", "unsafe")}
-_STATUSES = {w: w for w in sorted(TERMINAL_STATUSES)}
+_OUTCOMES: Final = {w: w for w in ("succeeded", "failed", "unknown")}
+_CLASSES: Final = {w: w for w in ("safe", "idempotent", "unsafe")}
+_STATUSES: Final = {w: w for w in sorted(TERMINAL_STATUSES)}
 # A fork names `from_lsn`, a checkpoint `covers_lsn`: a line that is either holds "_lsn", or spells the key
 # with an escape and so holds a backslash. Two searches at C speed find every candidate; ordinary records
 # hold neither. (re finds "_lsn" in JSON text faster than bytes.find, whose skips its common letters
@@ -121,59 +135,49 @@ def _find_backslash(buf: bytearray, start: int, end: int) -> int:
 
 _PRESCAN_MARKERS = (_find_lsn, _find_backslash)
 # A float as orjson writes it holds a "." or an exponent with a sign and a digit ("1e+20", "1e-7"); a block
-# holding none of ".", "+" and "e-<digit>" holds no float. re finds the last faster than bytes.find does.
-_NEGATIVE_EXPONENT = re.compile(rb"e-[0-9]").search
-_BLOCK = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
-_LINES_PER_BATCH = 256
-_PARSE_LINES = 64  # lines parsed (and held) at a time by the main pass: see parse_batch
+# holding none of ".", "+" and "e-<digit>" holds no float. re finds the last faster than bytes.find does, and
+# faster still when the pattern starts at the "-" (rarer in JSON text than "e") and looks back for the "e".
+_NEGATIVE_EXPONENT = re.compile(rb"-(?<=e-)[0-9]").search
+_BLOCK: Final = 1 << 16  # bytes read at a time: large enough to be cheap, small enough not to matter in memory
+_LINES_PER_BATCH: Final = 256
+_PARSE_LINES: Final = 64  # lines parsed (and held) at a time by the main pass: see parse_batch
 _PRESCAN_BLOCK = 1 << 17
-_INVALID_DIGEST = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
-_AT_CACHE_LIMIT = 4096
-_ABSENT = object()  # a field that is not there (a null `prev` is present, and wrong)
+_INVALID_DIGEST: Final = hashlib.sha256(b"\x00invalid").hexdigest()  # chains after a record without canonical bytes
+_AT_CACHE_LIMIT: Final = 4096
+_ABSENT: Final = object()  # a field that is not there (a null `prev` is present, and wrong)
 _sha256 = hashlib.sha256
 
 
-def _orjson_keys(*names: str) -> tuple[str, ...]:
-    """The names as the str objects orjson hands out for those keys (it keeps one object per key it has
-    read): a record's field looked up by that very object is found by identity, not by comparing strings.
-    The same lookup either way (should orjson ever hand out another object, it is merely slower)."""
+def _orjson_key(name: str) -> str:
+    """The name as the str object orjson hands out for that key (it keeps one object per key it has read):
+    a record's field looked up by that very object is found by identity, not by comparing strings. The
+    same lookup either way (should orjson ever hand out another object, it is merely slower)."""
     if not HAVE_ORJSON:  # pragma: no cover - installs without orjson
-        return names
-    keys = tuple(orjson.loads(b"{" + b",".join(b'"%s":0' % name.encode() for name in names) + b"}"))
-    assert keys == names
-    return keys
+        return name
+    (key,) = orjson.loads(b'{"%s":0}' % name.encode())
+    assert key == name
+    return str(key)
 
 
-# The envelope of a record in one C call (a KeyError when a field is missing sends it to the general path).
-_ENVELOPE = itemgetter(*_orjson_keys("at", "branch", "kind", "lsn", "run", "v"))
-# The other fields the fast path reads (see _orjson_keys).
-(
-    _K_ARGS_DIGEST,
-    _K_EFFECT_CLASS,
-    _K_IDEMPOTENCY_KEY,
-    _K_INTENT,
-    _K_LINEAGE,
-    _K_OUTCOME,
-    _K_PHASE,
-    _K_PHASES,
-    _K_PREV,
-    _K_STAGES,
-    _K_STATUS,
-    _K_TURN,
-) = _orjson_keys(
-    "args_digest",
-    "effect_class",
-    "idempotency_key",
-    "intent",
-    "lineage",
-    "outcome",
-    "phase",
-    "phases",
-    "prev",
-    "stages",
-    "status",
-    "turn",
-)
+# The fields the fast path reads. Final: compiled (engine/compiled.py), each is a constant, not a global.
+_K_AT: Final = _orjson_key("at")
+_K_BRANCH: Final = _orjson_key("branch")
+_K_KIND: Final = _orjson_key("kind")
+_K_LSN: Final = _orjson_key("lsn")
+_K_RUN: Final = _orjson_key("run")
+_K_V: Final = _orjson_key("v")
+_K_ARGS_DIGEST: Final = _orjson_key("args_digest")
+_K_EFFECT_CLASS: Final = _orjson_key("effect_class")
+_K_IDEMPOTENCY_KEY: Final = _orjson_key("idempotency_key")
+_K_INTENT: Final = _orjson_key("intent")
+_K_LINEAGE: Final = _orjson_key("lineage")
+_K_OUTCOME: Final = _orjson_key("outcome")
+_K_PHASE: Final = _orjson_key("phase")
+_K_PHASES: Final = _orjson_key("phases")
+_K_PREV: Final = _orjson_key("prev")
+_K_STAGES: Final = _orjson_key("stages")
+_K_STATUS: Final = _orjson_key("status")
+_K_TURN: Final = _orjson_key("turn")
 
 
 class JournalUnreadable(Exception):
@@ -206,8 +210,8 @@ def _chain_holds(obj: dict[str, Any], v: Any, expected: str | None) -> bool:
         return True
     if expected is None:
         return _K_PREV not in obj
-    prev: object = obj.get(_K_PREV)
-    return prev == expected
+    prev = obj.get(_K_PREV)
+    return type(prev) is str and prev == expected
 
 
 def _turn_of(obj: dict[str, Any], error: str | None) -> str | None:
@@ -306,10 +310,31 @@ class _Reader:
     def prescan(self) -> Counter[tuple[int, int]]:
         if self.path is not None:
             return _prescan_file(self.path)
-        return _prescan_lines(line for batch in self.batches() for line in batch)
+        return _prescan_lines(chain.from_iterable(self.batches()))
 
 
 # -- state ---------------------------------------------------------------------------------------------------
+
+
+# The fields of a world-ledger entry, in the order a fold snapshot writes them (_WORLD_ROW).
+_WORLD_FIELDS: Final = (
+    "turn",
+    "intent",
+    "first_line",
+    "count",
+    "first_class",
+    "first_key",
+    "branch",
+    "lsn",
+    "effect_class",
+    "key",
+    "outcome",
+    "bound",
+    "first_branch",
+    "first_lsn",
+    "more_firsts",
+    "violations",
+)
 
 
 class _World:
@@ -318,24 +343,7 @@ class _World:
     them), the latest dispatch (which a readback is about and which describes the intent), where evidence
     binds, and the first dispatch on each branch (enough to tell whether any is on the live timeline)."""
 
-    __slots__ = (
-        "turn",
-        "intent",
-        "first_line",
-        "count",
-        "first_class",
-        "first_key",
-        "branch",
-        "lsn",
-        "effect_class",
-        "key",
-        "outcome",
-        "bound",
-        "first_branch",
-        "first_lsn",
-        "more_firsts",
-        "violations",
-    )
+    __slots__ = _WORLD_FIELDS
 
     def __init__(self, turn: str, intent: str, first_line: int) -> None:
         self.turn = turn
@@ -367,11 +375,11 @@ class _World:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> _World:
         """The entry _WORLD_ROW read (a fold snapshot): every slot set once, in slot order."""
-        world = cls.__new__(cls)
+        world = cls(row[0], row[1], row[2])
         (
-            world.turn,
-            world.intent,
-            world.first_line,
+            _,
+            _,
+            _,
             world.count,
             world.first_class,
             world.first_key,
@@ -391,7 +399,7 @@ class _World:
         return world
 
 
-_WORLD_ROW = attrgetter(*_World.__slots__)  # an entry's fields in slot order, in one C call
+_WORLD_ROW = attrgetter(*_WORLD_FIELDS)  # an entry's fields in slot order, in one C call
 
 
 class _Branch:
@@ -674,7 +682,7 @@ class Assessor:
             self._world_kept = (rows, where, len(entries))
             return list(rows)
         rows, where, done = kept
-        width = len(_World.__slots__)
+        width = len(_WORLD_FIELDS)
         for turn in named:
             for i in where.get(turn, ()):
                 rows[i * width : (i + 1) * width] = _WORLD_ROW(entries[i])
@@ -697,7 +705,7 @@ class Assessor:
             self._plans.setdefault(plan, plan)  # turns planned later share them
         self.views = {row[0]: reader.view(row[1:]) for row in views}
         self.snapshots = {(row[0], row[1]): reader.view(row[2:]) for row in snapshots}
-        width = len(_World.__slots__)
+        width = len(_WORLD_FIELDS)
         entries = map(_World.from_row, zip(*[iter(world)] * width, strict=True))
         self.world = {(w.turn, w.intent): w for w in entries}
         it = iter(first)
@@ -803,14 +811,13 @@ class Assessor:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
 
         This is the hot path of every assessment (benchmarks/bench_engine.py). For a record that a
-        conforming writer wrote, the run-level checks run as straight-line code over local variables (its
-        envelope read with one itemgetter call, the float markers searched once per block rather than per
-        line); when they all pass, the record goes to _semantics, the turn rules every record goes through.
-        Anything else goes, before anything has been changed, to _feed_general, which classifies
-        precisely; tests/engine runs every path and compares the results with an independent model. The
-        lines are parsed and proven
-        canonical a few dozen at a time (parse_batch: one serialisation and one comparison for all of them,
-        not one per line), few enough that the parsed records held at once cost next to no memory."""
+        conforming writer wrote, the run-level checks run as straight-line code over local variables (the
+        float markers searched once per block rather than per line); when they all pass, the record goes to
+        the turn rules every record goes through (_turn_rule). Anything else goes, before anything has been
+        changed, to _feed_general, which classifies precisely; tests/engine runs every path and compares the
+        results with an independent model. The lines are parsed and proven canonical a few dozen at a time
+        (parse_batch: one serialisation and one comparison for all of them, not one per line), few enough
+        that the parsed records held at once cost next to no memory."""
         if _loads is None:  # pragma: no cover - installs without orjson
             for line in lines:
                 self.line_no += 1
@@ -834,76 +841,82 @@ class Assessor:
 
         Only the run-level checks are here, as one conjunction over local variables (the classification of
         a record that fails one is _record's); every record that passes them goes to the same turn rules
-        as any other (_semantics), so a rule of the contract is written once, in its kind's method."""
+        as any other (_turn_rule, or _semantics for the rest), so a rule of the contract is written once, in
+        its kind's method. Types are tested with ``type(x) is``, which narrows them: compiled (engine/
+        compiled.py), the comparisons after it are machine integers and strings, not generic objects."""
         dumps_sorted, sha256 = _dumps_sorted, _sha256
         objs, verified = parse_batch(lines)
-        branches_get = self.branches.get
+        branches = self.branches
         views = self.views
         suffixes = self._at_suffixes
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
         run = self.run
-        general = self._feed_general
-        semantics = self._semantics
-        turn_rules_get = _TURN_RULES.get
-        k_turn = _K_TURN
+        kinds = KINDS
+        k_at, k_branch, k_kind, k_lsn, k_run, k_v, k_turn = _K_AT, _K_BRANCH, _K_KIND, _K_LSN, _K_RUN, _K_V, _K_TURN
         n = self.line_no
         fast = 0
-        for line, obj in zip(lines, objs, strict=True):
+        i = -1
+        for obj in objs:
+            i += 1
+            line = lines[i]
             n += 1
             self.line_no = n
+            if type(obj) is not dict:  # None: not JSON
+                self._feed_general(line)
+                run = self.run
+                continue
+            record: dict[str, Any] = obj
             try:
-                at, b, kind, ln, record_run, v = _ENVELOPE(obj)  # None (not JSON): a TypeError
-                canonical = verified or dumps_sorted(obj) == line
+                at, b, kind = record[k_at], record[k_branch], record[k_kind]
+                ln, record_run, v = record[k_lsn], record[k_run], record[k_v]
+                canonical = verified or dumps_sorted(record) == line
             except (KeyError, TypeError):
-                general(line)
+                self._feed_general(line)
                 run = self.run
                 continue
             if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
                 canonical = False
-            info = branches_get(b) if b.__class__ is int else None
+            info = branches.get(b) if type(b) is int else None
             if not (
                 canonical
                 and record_run == run
                 and info is not None  # branches are created >= 0
-                and v.__class__ is int
+                and type(v) is int
                 and 0 < v < 3
-                and ln.__class__ is int
+                and type(ln) is int
                 and ln == info.next_lsn  # so ln >= 0
-                and kind.__class__ is str
-                and kind in KINDS
-                and at.__class__ is str
+                and type(kind) is str
+                and kind in kinds
+                and type(at) is str
             ):
                 # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
                 # another type, out of sequence: not the common case.
-                general(line)
+                self._feed_general(line)
                 run = self.run
                 continue
             if at != last_at:  # a writer's records share their time with the previous one, often
                 if not (at.startswith(prefix) and at[16:] in suffixes):
                     if not self._at_ok(at):
-                        general(line)
+                        self._feed_general(line)
                         continue
                     prefix = self._at_prefix
                 last_at = at
             record_digest = sha256(line).hexdigest()  # the raw bytes are canonical: theirs is the digest
             view = views[b]
-            if not _chain_holds(obj, v, info.last_digest) or v < view.schema:
-                general(line, record_digest)
+            if not _chain_holds(record, v, info.last_digest) or v < view.schema:
+                self._feed_general(line, record_digest)
                 continue
             # Every run-level check passed: the turn rules.
             fast += 1
+            turn = record.get(k_turn)
             if info.undo is not None:
-                info.undo.note(view, ln, True, obj.get(k_turn))
+                info.undo.note(view, ln, True, turn)
             view.schema = v
             info.next_lsn = ln + 1
             info.last_digest = record_digest
-            turn = obj.get(k_turn)
-            rule = turn_rules_get(kind)
-            if rule is not None and turn.__class__ is str and turn:
-                rule(self, obj, v, b, ln, view, turn)
-            else:
-                semantics(obj, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
+            if not (type(turn) is str and turn and self._turn_rule(kind, record, v, b, ln, view, turn)):
+                self._semantics(record, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
             if ln in info.points:
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
@@ -1068,21 +1081,36 @@ class Assessor:
 
     def _semantics(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View) -> None:
         """The rules of the record's kind, on the timeline of its branch. Every record that passed its
-        run-level checks comes here, or (from the fast path, when it names a turn) straight to its kind's
-        method in _TURN_RULES: each rule is written once, in that method, its commonest step first."""
+        run-level checks comes here, or (from the fast path, when it names a turn) straight to _turn_rule."""
         kind = obj["kind"]
-        rule = _TURN_RULES.get(kind)
-        if rule is None:
-            if kind == "fork":
-                self._fork(obj, b, ln)
-            else:
-                self._checkpoint(obj, b, ln)
+        if kind == "fork":
+            self._fork(obj, b, ln)
+            return
+        if kind == "checkpoint":
+            self._checkpoint(obj, b, ln)
             return
         turn = obj.get(_K_TURN)
-        if turn.__class__ is not str or not turn:
+        if type(turn) is not str or not turn:
             self._invalid(b, ln, None, f"{kind} needs a non-empty string turn")
             return
-        rule(self, obj, v, b, ln, view, turn)
+        self._turn_rule(kind, obj, v, b, ln, view, turn)
+
+    def _turn_rule(self, kind: str, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> bool:
+        """The rules of a kind that names a turn, one method each (each rule is written once, in that method,
+        its commonest step first), the commonest kind first; False for a kind that names no turn."""
+        if kind == "phase_committed":
+            self._phase(obj, v, b, ln, view, turn)
+        elif kind == "intent_dispatched":
+            self._dispatched(obj, v, b, ln, view, turn)
+        elif kind == "effect_observed":
+            self._observed(obj, v, b, ln, view, turn)
+        elif kind == "turn_planned":
+            self._planned(obj, v, b, ln, view, turn)
+        elif kind == "turn_terminal":
+            self._terminal(obj, v, b, ln, view, turn)
+        else:
+            return False
+        return True
 
     def _after_terminal(self, view: View, turn: str, b: int, ln: int) -> None:
         """A record names the turn after its terminal record (the caller has seen `terminal` set)."""
@@ -1108,11 +1136,10 @@ class Assessor:
             return
         lineage = self._names.setdefault(lineage_raw, lineage_raw) if lineage_raw else None  # turns of a job share it
         n = self.line_no
-        if turn not in self.turns_first:
-            self.turns_first[turn] = (n, lineage, b)
-        existing = view.turns.get(turn)
-        if existing is None:
-            state = view.turns[turn] = TurnState(lineage, phases, b, view.gen)
+        self.turns_first.setdefault(turn, (n, lineage, b))  # one lookup: a turn is planned once, mostly
+        state = TurnState(lineage, phases, b, view.gen)
+        existing = view.turns.setdefault(turn, state)
+        if existing is state:
             if view.unplanned:
                 state.violations = view.take_unplanned(turn)
             if lineage is None:
@@ -1236,7 +1263,7 @@ class Assessor:
                 if self.evidence and previous not in _DEFINITIVE
                 else None
             )
-            redispatch = found != Evidence.NOT_HAPPENED
+            redispatch = found != _NOT_HAPPENED
         if b != world.first_branch and b not in world.more_firsts[::2]:
             world.more_firsts += (b, ln)
         return redispatch
@@ -1426,18 +1453,17 @@ class Assessor:
         violations.sort(key=_line_of)  # stable: file order, ties in order found
         run_level = self._run_level(violations)
         intents_of, blocking, undetermined = self._intent_views(only)
-        decide = self._decide
-        live_turns_get = self.views[self.live].turns.get
+        live_turns = self.views[self.live].turns
         # turns_first is in order of first planning (insertion order is file order, and so is each line).
         firsts = self.turns_first
         if only is not None:
             firsts = {turn: firsts[turn] for turn in sorted(only & firsts.keys(), key=firsts.__getitem__)}
         decisions = tuple(
             [
-                decide(
+                self._decide(
                     turn,
                     first,
-                    live_turns_get(turn),
+                    live_turns.get(turn),
                     intents_of.get(turn, ()),
                     blocking.get(turn),
                     run_level,
@@ -1494,21 +1520,19 @@ class Assessor:
         intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
-        resolve = self._resolve
-        indeterminate = Resolution.INDETERMINATE
-        live_get = self._live_cut().get
+        cut = self._live_cut()
         for w in entries:
             turn = w.turn
             if w.violations:
                 blocking.setdefault(turn, []).extend(w.violations)
             if not w.count:
                 continue
-            live = w.first_lsn <= live_get(w.first_branch, -1)
+            live = w.first_lsn <= cut.get(w.first_branch, -1)
             if not live and w.more_firsts:
                 more = w.more_firsts
-                live = any(more[i + 1] <= live_get(more[i], -1) for i in range(0, len(more), 2))
-            resolution = resolve(w)
-            if live and resolution is indeterminate:
+                live = any(more[i + 1] <= cut.get(more[i], -1) for i in range(0, len(more), 2))
+            resolution = self._resolve(w)
+            if live and resolution is _INDETERMINATE:
                 undetermined.add(turn)
             iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
             mine = intents_of.get(turn)
@@ -1543,19 +1567,19 @@ class Assessor:
         """What recovery may do about an intent's latest dispatch (section 6, the resolution ladder)."""
         outcome = w.outcome
         if outcome == "succeeded" or outcome == "failed":
-            return Resolution.SETTLED
+            return _SETTLED
         if self.evidence:
             found = self._evidence_at(w.turn, w.intent, w.count - 1, w.evidence_bound())
-            if found == Evidence.HAPPENED:
-                return Resolution.SETTLED
-            if found == Evidence.NOT_HAPPENED:
-                return Resolution.REPLAY
+            if found == _HAPPENED:
+                return _SETTLED
+            if found == _NOT_HAPPENED:
+                return _REPLAY
         effect_class = w.effect_class
         if effect_class == "safe":
-            return Resolution.REPLAY
+            return _REPLAY
         if effect_class == "idempotent":
-            return Resolution.REISSUE
-        return Resolution.INDETERMINATE
+            return _REISSUE
+        return _INDETERMINATE
 
     def _decide(
         self,
@@ -1571,23 +1595,23 @@ class Assessor:
         `indeterminate`: it has a live intent that is indeterminate)."""
         if state is None:
             return self._decide_discarded(turn, first, intents, run_level)
-        decision = Decision.RESUME
+        decision = _RESUME
         resume_from: str | None = None
         reason: str | None = None
         line: int | None = None
         if run_level is not None:
-            decision, reason, line = Decision.BLOCKED, run_level.code, run_level.line
+            decision, reason, line = _BLOCKED, run_level.code, run_level.line
         elif state.violations or world_violations:
             turn_level = [(at, code) for code, _b, _l, at in state.violations]
             turn_level.extend(world_violations or ())
             line, reason = min(turn_level, key=_line_of_pair)
-            decision = Decision.BLOCKED
+            decision = _BLOCKED
         elif indeterminate:
-            decision, reason = Decision.BLOCKED, EFFECT_INDETERMINATE
+            decision, reason = _BLOCKED, EFFECT_INDETERMINATE
         elif state.terminal is not None:
-            decision = Decision.COMPLETE
+            decision = _COMPLETE
         elif state.done == len(state.phases):
-            decision = Decision.FINALIZE
+            decision = _FINALIZE
         else:
             resume_from = state.phases[state.done]
         return TurnDecision(
@@ -1622,7 +1646,7 @@ class Assessor:
                 turn,
                 first_lineage,
                 first_branch,
-                Decision.BLOCKED,
+                _BLOCKED,
                 None,
                 run_level.code,
                 completed,
@@ -1635,7 +1659,7 @@ class Assessor:
             turn,
             first_lineage,
             first_branch,
-            Decision.DISCARDED,
+            _DISCARDED,
             None,
             None,
             completed,
@@ -1646,15 +1670,6 @@ class Assessor:
         )
 
 
-# The rules of each kind that names a turn, one method each, all called alike (a table of the class's
-# functions, not of bound methods, so that an assessor holds no reference cycle).
-_TURN_RULES: dict[str, Callable[[Assessor, dict[str, Any], int, int, int, View, str], None]] = {
-    "phase_committed": Assessor._phase,
-    "intent_dispatched": Assessor._dispatched,
-    "effect_observed": Assessor._observed,
-    "turn_planned": Assessor._planned,
-    "turn_terminal": Assessor._terminal,
-}
 _line_of = attrgetter("line")
 _turn_of_world = attrgetter("turn")
 _line_of_pair = itemgetter(0)

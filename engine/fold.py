@@ -148,7 +148,6 @@ class TurnState:
 _TURN_HEAD = b'{"committed":'
 _TURN_SEP = b"," + _TURN_HEAD
 _CANON_CHUNK = 1024  # turns serialised in one call (what is held at once stays small)
-_canon_of = attrgetter("canon")
 
 
 def canonical_many(states: list[TurnState], turns: list[str]) -> list[bytes]:
@@ -237,8 +236,15 @@ class View:
             pairs = sorted(turns.items())  # ids are unique: pairs compare by id alone
             keys = [turn for turn, _ in pairs]
             states = [state for _, state in pairs]
-        parts: list[Any] = list(map(_canon_of, states))
-        missing = list(compress(count(), map(is_, parts, repeat(None))))  # the turns without kept bytes
+        # One loop over the turns for their kept bytes and the turns without (compiled: engine/compiled.py, a C
+        # loop that reads each state's field directly).
+        parts: list[Any] = []
+        missing: list[int] = []  # the turns without kept bytes
+        for i, state in enumerate(states):
+            canon = state.canon
+            if canon is None:
+                missing.append(i)
+            parts.append(canon)
         if missing:
             stale = [states[i] for i in missing]
             fresh = canonical_many(stale, [keys[i] for i in missing])
