@@ -175,12 +175,10 @@ def _rows_sync(
     model's unique field beside the turn), writing only the rows that differ: a turn that committed one more
     phase changes one Phase row, not its whole timeline."""
     attnames = [getattr(model._meta.get_field(name), "attname", name) for name in fields]
-    have = {
-        (turn_pk, found_key): (pk, tuple(values))
-        for pk, turn_pk, found_key, *values in model.objects.filter(turn__in=turns)
-        .values_list("pk", "turn_id", key, *fields)
-        .iterator(chunk_size=5000)
-    }
+    have: dict[tuple[int, Any], tuple[int, tuple[Any, ...]]] = {}
+    for start in range(0, len(turns), 1000):  # a whole fold changes every turn: its list goes in parts
+        rows = model.objects.filter(turn__in=turns[start : start + 1000]).values_list("pk", "turn_id", key, *fields)
+        have.update({(turn_pk, found): (pk, tuple(values)) for pk, turn_pk, found, *values in rows})
     create: list[Any] = []
     update: list[Any] = []
     for row in wanted:
@@ -190,8 +188,9 @@ def _rows_sync(
         elif found[1] != tuple(getattr(row, name) for name in attnames):
             row.pk = found[0]
             update.append(row)
-    if have:
-        model.objects.filter(pk__in=[pk for pk, _ in have.values()]).delete()
+    gone = [pk for pk, _ in have.values()]
+    for start in range(0, len(gone), 1000):
+        model.objects.filter(pk__in=gone[start : start + 1000]).delete()
     rows_update(model=model, rows=update, fields=fields)
     rows_insert(model=model, rows=create)
 
