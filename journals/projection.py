@@ -7,7 +7,7 @@ assessment's transaction, under the run's lock.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.utils import timezone
@@ -37,7 +37,11 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         Turn.objects.bulk_create(missing, ignore_conflicts=True)
         existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
     now = timezone.now()
-    commits = _live_commits(run, result, list(keys.values()), last_seq)
+    cutoffs = _live_cutoffs(result.branches, result.live_branch)
+    named = list(dict.fromkeys(keys.values()))
+    # A batch's few turns: their live commits are read once, for the signatures and for the timelines.
+    records = list(_live_records(run, named, last_seq, cutoffs)) if len(named) <= _TURNS_NAMED_AT_MOST else None
+    commits = _live_commits(run, cutoffs, last_seq, records)
     changed: list[tuple[Turn, TurnDecision]] = []
     for td in result.turns:
         key = keys.get(td.turn)
@@ -72,33 +76,56 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
     if changed:
         written = [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"]
         rows_update(model=Turn, rows=[t for t, _ in changed], fields=written)
-        _rewrite_timelines(run, result.branches, result.live_branch, changed, last_seq)
+        ids = [t.turn_id for t, _ in changed]
+        _rewrite_timelines(changed, records if records is not None else _live_records(run, ids, last_seq, cutoffs))
     return {engine_id: existing[key] for engine_id, key in keys.items()}
 
 
-_TURNS_NAMED_AT_MOST = 1000  # beyond this many turns, the run's live commits are read whole
+_TURNS_NAMED_AT_MOST = 1000  # beyond this many turns, the run's live commits are counted whole
+
+# A live phase_committed record: (pk, turn, seq, line).
+_LiveRecord = tuple[int, str, int, bytes]
 
 
-def _live_commits(run: Run, result: EngineAssessment, turn_ids: list[str], last_seq: int) -> dict[str, tuple[int, int]]:
+def _live_records(run: Run, turn_ids: list[str], last_seq: int, cutoffs: dict[int, float]) -> Iterator[_LiveRecord]:
+    """The turns' `phase_committed` records on the live timeline through ``last_seq``, a thousand turns a
+    query, each query's in seq order (so a turn's are in order). They are read along the run's turn index
+    and the live ones picked here: a filter on the branches would have the database read every record of
+    the live branch, a cost that grows with the run (benchmarks/bench_growth.py)."""
+    for start in range(0, len(turn_ids), 1000):
+        rows = (
+            JournalRecord.objects.filter(
+                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
+            )
+            .order_by("seq")
+            .values_list("pk", "branch", "lsn", "turn", "seq", "line")
+        )
+        for pk, branch, lsn, turn, seq, line in rows:
+            if turn is not None and _live(cutoffs, branch, lsn):
+                yield pk, turn, seq, bytes(line)
+
+
+def _live_commits(
+    run: Run, cutoffs: dict[int, float], last_seq: int, records: list[_LiveRecord] | None
+) -> dict[str, tuple[int, int]]:
     """turn id -> (how many, sum of seqs) of its `phase_committed` records on the live timeline through
     ``last_seq``: the records its Phase rows take their committing record from (``_rewrite_timelines``).
     On a branch the live records are those up to its cutoff, so a fork or a late record changes the set
     exactly when it changes its count, and the sum tells a set that lost one record and gained another.
-
-    The named turns' records are read along the run's turn index and the live ones picked here: a filter
-    on the branches would have the database read every record of the live branch, a cost that grows with
-    the run (benchmarks/bench_growth.py)."""
-    if not turn_ids:
-        return {}
-    cutoffs = _live_cutoffs(result.branches, result.live_branch)
-    rows = JournalRecord.objects.filter(run=run, kind="phase_committed", seq__lte=last_seq)
-    if len(turn_ids) <= _TURNS_NAMED_AT_MOST:
-        rows = rows.filter(turn__in=turn_ids)
+    From ``records`` (the named turns'), or, when None, from every such record of the run, streamed."""
+    if records is not None:
+        pairs: Iterable[tuple[str, int]] = ((turn, seq) for _, turn, seq, _ in records)
+    else:
+        rows = JournalRecord.objects.filter(run=run, kind="phase_committed", seq__lte=last_seq)
+        pairs = (
+            (turn, seq)
+            for turn, branch, lsn, seq in rows.values_list("turn", "branch", "lsn", "seq").iterator(chunk_size=5000)
+            if turn is not None and _live(cutoffs, branch, lsn)
+        )
     counted: dict[str, tuple[int, int]] = {}
-    for turn, branch, lsn, seq in rows.values_list("turn", "branch", "lsn", "seq").iterator(chunk_size=5000):
-        if turn is not None and _live(cutoffs, branch, lsn):
-            count, total = counted.get(turn, (0, 0))
-            counted[turn] = (count + 1, total + seq)
+    for turn, seq in pairs:
+        count, total = counted.get(turn, (0, 0))
+        counted[turn] = (count + 1, total + seq)
     return counted
 
 
@@ -119,32 +146,19 @@ def _live(cutoffs: dict[int, float], branch: int, lsn: int) -> bool:
     return lsn <= cutoffs.get(branch, -1)
 
 
-def _rewrite_timelines(
-    run: Run,
-    branches: Iterable[BranchView],
-    live_branch: int,
-    changed: list[tuple[Turn, TurnDecision]],
-    last_seq: int,
-) -> None:
-    cutoffs = _live_cutoffs(branches, live_branch)
-    turn_ids = [t.turn_id for t, _ in changed]
+def _rewrite_timelines(changed: list[tuple[Turn, TurnDecision]], records: Iterable[_LiveRecord]) -> None:
+    """The changed turns' Phase and Intent rows; ``records``: at least their live commits, each turn's in seq
+    order (``_live_records``)."""
+    wanted = {t.turn_id for t, _ in changed}
     # The first live phase_committed record of each (turn, phase): the committing record.
     committing: dict[tuple[str | None, str], tuple[int, str | None]] = {}
-    for start in range(0, len(turn_ids), 1000):
-        rows = (
-            JournalRecord.objects.filter(
-                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
-            )
-            .order_by("seq")
-            .values_list("pk", "branch", "lsn", "turn", "line")
-        )
-        for pk, branch, lsn, turn_id, line in rows.iterator(chunk_size=2000):
-            if not _live(cutoffs, branch, lsn):
-                continue
-            obj = parse_line(bytes(line)).obj or {}
-            phase, at = obj.get("phase"), obj.get("at")
-            if isinstance(phase, str):
-                committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
+    for pk, turn_id, _, line in records:
+        if turn_id not in wanted:
+            continue
+        obj = parse_line(line).obj or {}
+        phase, at = obj.get("phase"), obj.get("at")
+        if isinstance(phase, str):
+            committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
     turns = [t for t, _ in changed]
     phases: list[Phase] = []
     intents: list[Intent] = []

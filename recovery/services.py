@@ -258,15 +258,12 @@ def _tail_source(run_pk: int, after: int, through: int) -> Callable[[], Iterable
     read from the store on the first pass only."""
     if through - after > _TAIL_HELD_LINES:
         return lambda: stored_lines(run_pk, after, through)
-    held: list[bytes] = []
-    read = False
+    held: list[list[bytes]] = []  # the records once read
 
     def source() -> Iterable[bytes]:
-        nonlocal read
-        if not read:
-            held.extend(stored_lines(run_pk, after, through))
-            read = True
-        return held
+        if not held:
+            held.append(list(stored_lines(run_pk, after, through)))
+        return held[0]
 
     return source
 
