@@ -17,7 +17,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
-from kernel.dialect import rows_insert, rows_update
+from kernel.dialect import rows_update, values_insert, values_update
 
 _MAX_BRANCH = 2**31 - 1
 
@@ -160,80 +160,86 @@ def _rewrite_timelines(changed: list[tuple[Turn, TurnDecision]], records: Iterab
         if isinstance(phase, str):
             committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
     turns = [t for t, _ in changed]
-    phases: list[Phase] = []
-    intents: list[Intent] = []
+    phases: list[tuple[Any, ...]] = []
+    intents: list[tuple[Any, ...]] = []
     for turn, td in changed:
         done = set(turn.completed_phases)
         for position, name in enumerate(turn.plan):
             record = committing.get((turn.turn_id, name)) if name in done else None
-            phases.append(
-                Phase(
-                    turn=turn,
-                    position=position,
-                    name=name,
-                    committed=name in done,
-                    record_id=record[0] if record else None,
-                    committed_at=record[1] if record else None,
-                )
-            )
-        intents.extend(intents_of(turn, td))
-    _rows_sync(Phase, turns, phases, "position", ("name", "committed", "record", "committed_at"))
-    fields = ("effect_class", "idempotency_key", "resolution", "branch", "live", "dispatches", "outcome", "position")
-    _rows_sync(Intent, turns, intents, "intent_id", fields)
+            if record is None:
+                phases.append((turn.pk, position, name, name in done, None, None))
+            else:
+                phases.append((turn.pk, position, name, True, record[0], record[1]))
+        intents.extend((turn.pk, *values) for values in intent_values(td))
+    _rows_sync(Phase, turns, phases, _PHASE_FIELDS)
+    _rows_sync(Intent, turns, intents, _INTENT_FIELDS)
+
+
+# A timeline row's fields: the turn, its key within the turn, then the values a refresh may change.
+_PHASE_FIELDS = ("turn", "position", "name", "committed", "record", "committed_at")
+_INTENT_FIELDS = (
+    "turn",
+    "intent_id",
+    "effect_class",
+    "idempotency_key",
+    "resolution",
+    "branch",
+    "live",
+    "dispatches",
+    "outcome",
+    "position",
+)
 
 
 def _rows_sync(
-    model: type[Phase | Intent], turns: list[Turn], wanted: list[Any], key: str, fields: tuple[str, ...]
+    model: type[Phase | Intent], turns: list[Turn], wanted: list[tuple[Any, ...]], fields: tuple[str, ...]
 ) -> None:
-    """Make the turns' rows of ``model`` exactly ``wanted`` (unsaved, keyed within a turn by ``key``, the
-    model's unique field beside the turn), writing only the rows that differ: a turn that committed one more
-    phase changes one Phase row, not its whole timeline."""
-    attnames = [getattr(model._meta.get_field(name), "attname", name) for name in fields]
+    """Make the turns' rows of ``model`` exactly ``wanted`` (each the values of ``fields``: the turn's pk, the
+    row's key within its turn, then the rest), writing only the rows that differ: a turn that committed one
+    more phase changes one Phase row, not its whole timeline. Rows go as tuples, not model instances:
+    building an instance for each of a batch's new rows cost as much as writing them."""
+    key, rest = fields[1], fields[2:]
     have: dict[tuple[int, Any], tuple[int, tuple[Any, ...]]] = {}
     for start in range(0, len(turns), 1000):  # a whole fold changes every turn: its list goes in parts
-        rows = model.objects.filter(turn__in=turns[start : start + 1000]).values_list("pk", "turn_id", key, *fields)
+        rows = model.objects.filter(turn__in=turns[start : start + 1000]).values_list("pk", "turn_id", key, *rest)
         have.update({(turn_pk, found): (pk, tuple(values)) for pk, turn_pk, found, *values in rows})
-    create: list[Any] = []
-    update: list[Any] = []
+    create: list[tuple[Any, ...]] = []
+    update: list[tuple[Any, tuple[Any, ...]]] = []
     for row in wanted:
-        found = have.pop((row.turn_id, getattr(row, key)), None)
+        found = have.pop((row[0], row[1]), None)
         if found is None:
             create.append(row)
-        elif found[1] != tuple(getattr(row, name) for name in attnames):
-            row.pk = found[0]
-            update.append(row)
+        elif found[1] != row[2:]:
+            update.append((found[0], row[2:]))
     gone = [pk for pk, _ in have.values()]
     for start in range(0, len(gone), 1000):
         model.objects.filter(pk__in=gone[start : start + 1000]).delete()
-    rows_update(model=model, rows=update, fields=fields)
-    rows_insert(model=model, rows=create)
+    values_update(model=model, fields=rest, rows=update)
+    values_insert(model=model, fields=fields, rows=create)
 
 
-def intents_of(turn: Turn, td: TurnDecision) -> list[Intent]:
-    """The turn's Intent rows from the engine's decision, in its order (unsaved): what an assessment stores,
-    and what the gate reads when it answers from a fold made in memory."""
-    intents: list[Intent] = []
+def intent_values(td: TurnDecision) -> list[tuple[Any, ...]]:
+    """The values of the turn's Intent rows from the engine's decision, in its order (``_INTENT_FIELDS``
+    after the turn): one row per storable intent id, the first of each."""
+    rows: list[tuple[Any, ...]] = []
     seen: set[str] = set()
     for position, iv in enumerate(td.intents):
         intent_id = storable(iv.intent) if isinstance(iv.intent, str) else None
         if intent_id is None or intent_id in seen or len(intent_id) > 200:
             continue
         seen.add(intent_id)
-        intents.append(
-            Intent(
-                turn=turn,
-                intent_id=intent_id,
-                effect_class=iv.effect_class,
-                idempotency_key=storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None,
-                resolution=iv.resolution,
-                branch=iv.branch,
-                live=iv.live,
-                dispatches=iv.dispatches,
-                outcome=iv.outcome,
-                position=position,
-            )
+        key = storable(iv.idempotency_key) if isinstance(iv.idempotency_key, str) else None
+        rows.append(
+            (intent_id, iv.effect_class, key, iv.resolution, iv.branch, iv.live, iv.dispatches, iv.outcome, position)
         )
-    return intents
+    return rows
+
+
+def intents_of(turn: Turn, td: TurnDecision) -> list[Intent]:
+    """The turn's Intent rows from the engine's decision, in its order (unsaved): what the gate reads when it
+    answers from a fold made in memory."""
+    names = _INTENT_FIELDS[1:]
+    return [Intent(turn=turn, **dict(zip(names, values, strict=True))) for values in intent_values(td)]
 
 
 def branches_project(*, run: Run, views: Iterable[BranchView]) -> None:

@@ -7,8 +7,10 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
   store's choice, journals/store.py);
 - ``set_local``: a transaction-local setting (``set_config(..., true)``), which SQLite has no notion of;
 - ``postgres_only``: a migration operation for triggers and functions, which only PostgreSQL gets;
-- ``rows_update``: many rows' fields set to values of their own, one statement per table on PostgreSQL;
-- ``rows_insert``: new rows whose ids nobody reads back, through COPY on PostgreSQL.
+- ``rows_update`` / ``values_update``: many rows' fields set to values of their own, one statement per
+  table on PostgreSQL;
+- ``rows_insert`` / ``values_insert``: new rows whose ids nobody reads back, through COPY on PostgreSQL
+  (from model instances, or from plain tuples of values).
 """
 
 from __future__ import annotations
@@ -62,14 +64,37 @@ def postgres_only(forward: Step, reverse: Step = None) -> Any:
 ROWS_UPDATE_CHUNK = 1000  # rows per statement: a batch's changed turns in one, a full fold's in a few
 
 
+def _columns(model: type[models.Model], fields: Sequence[str]) -> list[models.Field[Any, Any]]:
+    meta = model._meta
+    columns: list[models.Field[Any, Any]] = []
+    for name in fields:
+        found = meta.get_field(name)
+        if not isinstance(found, models.Field) or found.column is None:
+            raise ValueError(f"{model.__name__}.{name} is not a column")
+        columns.append(found)
+    return columns
+
+
 def rows_update(*, model: type[models.Model], rows: Sequence[models.Model], fields: Sequence[str]) -> int:
     """Write ``fields`` of each of ``rows`` (saved instances of ``model``) with its own values; returns how
-    many rows were given.
+    many rows were given (``values_update``)."""
+    columns = _columns(model, fields)
+    return values_update(
+        model=model, fields=fields, rows=[(row.pk, [getattr(row, f.attname) for f in columns]) for row in rows]
+    )
 
-    On PostgreSQL it is one ``UPDATE ... FROM (VALUES ...)`` per 1,000 rows. Django's ``bulk_update`` builds
-    a ``CASE`` per row and field instead, and that building was most of the cost of an assessment's
-    projections (benchmarks/bench_growth.py, docs/perf/2026-12-06-growth-bounded.md). Elsewhere (SQLite)
-    it is one plain ``UPDATE`` per row."""
+
+def values_update(
+    *, model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple[Any, Sequence[Any]]]
+) -> int:
+    """Write ``fields`` of each row named in ``rows``: (its pk, its values in the order of ``fields``, as the
+    model's attributes hold them); returns how many rows were given.
+
+    On PostgreSQL it is one ``UPDATE ... FROM unnest(<one array per column>)`` per 1,000 rows: a dozen
+    parameters however many rows, so that neither the client nor the server parses a statement that grows
+    with them. Django's ``bulk_update`` builds a ``CASE`` per row and field instead, and that building was
+    most of the cost of an assessment's projections (benchmarks/bench_growth.py,
+    docs/perf/2026-12-06-growth-bounded.md). Elsewhere (SQLite) it is one plain ``UPDATE`` per row."""
     if not rows:
         return 0
     connection = connections["default"]
@@ -77,39 +102,34 @@ def rows_update(*, model: type[models.Model], rows: Sequence[models.Model], fiel
     pk = meta.pk
     if pk is None:
         raise ValueError(f"{model.__name__} has no primary key")
-    columns: list[models.Field[Any, Any]] = []
-    for name in fields:
-        found = meta.get_field(name)
-        if not isinstance(found, models.Field) or found.column is None:
-            raise ValueError(f"{model.__name__}.{name} is not a column")
-        columns.append(found)
+    columns = _columns(model, fields)
     table = connection.ops.quote_name(meta.db_table)
     quoted = [connection.ops.quote_name(str(f.column)) for f in columns]
     pk_column = connection.ops.quote_name(str(pk.column))
-
-    def values(row: models.Model) -> list[Any]:
-        return [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
-
     with connection.cursor() as cursor:
         if not on_postgresql(connection):
             assigned = ", ".join(f"{c} = %s" for c in quoted)
             # Names are the model's own quoted columns, never input; the values go as parameters.
             sql = f"UPDATE {table} SET {assigned} WHERE {pk_column} = %s"  # noqa: S608
-            cursor.executemany(sql, [[*values(row), pk.get_db_prep_save(row.pk, connection)] for row in rows])
+            cursor.executemany(
+                sql,
+                [
+                    [*(f.get_db_prep_save(v, connection) for f, v in zip(columns, values, strict=True)), key]
+                    for key, values in rows
+                ],
+            )
             return len(rows)
-        # Each value is cast to its column's type: a VALUES list has no column types of its own.
-        casts = [f"%s::{pk.db_type(connection)}"] + [f"%s::{f.db_type(connection)}" for f in columns]
-        one = "(" + ", ".join(casts) + ")"
+        # Each array is cast to its column's type: unnest's rows have no column types of their own.
+        arrays = ", ".join([f"%s::{pk.db_type(connection)}[]", *(f"%s::{f.db_type(connection)}[]" for f in columns)])
         names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
         sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
+        sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
         for start in range(0, len(rows), ROWS_UPDATE_CHUNK):
             chunk = rows[start : start + ROWS_UPDATE_CHUNK]
-            params: list[Any] = []
-            for row in chunk:
-                params.append(pk.get_db_prep_save(row.pk, connection))
-                params.extend(values(row))
-            listed = ", ".join([one] * len(chunk))
-            sql = f"UPDATE {table} SET {sets} FROM (VALUES {listed}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
+            params: list[list[Any]] = [[key for key, _ in chunk]]
+            params.extend(
+                [f.get_db_prep_save(values[i], connection) for _, values in chunk] for i, f in enumerate(columns)
+            )
             cursor.execute(sql, params)
     return len(rows)
 
@@ -128,39 +148,72 @@ _COPIED_AS_HELD = frozenset(
 )
 
 
+def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    """The columns bulk_create would write for a new row: every concrete field but the generated id."""
+    return [
+        f
+        for f in model._meta.concrete_fields
+        if f.column is not None and not isinstance(f, models.AutoField) and not getattr(f, "generated", False)
+    ]
+
+
 def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> int:
     """Insert ``rows`` (unsaved instances of ``model``; their ids are not set); returns how many.
 
-    On PostgreSQL it is one ``COPY ... FROM STDIN``, each value adapted by psycopg's own (compiled) dumpers.
-    ``bulk_create`` sends the rows as arrays bound on the client, and escaping each array's text was most
-    of the client's cost of an assessment's inserts after its queries (benchmarks/bench_growth.py,
-    docs/perf/2026-12-06-growth-flat.md). Elsewhere (SQLite) it is ``bulk_create``."""
+    On PostgreSQL it is one ``COPY ... FROM STDIN`` (``values_insert``). Elsewhere (SQLite) it is
+    ``bulk_create``."""
     if not rows:
         return 0
     connection = connections["default"]
     if not on_postgresql(connection):
         model._default_manager.bulk_create(rows, batch_size=2000)
         return len(rows)
-    meta = model._meta
-    # The columns bulk_create would write for a new row: every concrete field but the generated id.
-    fields = [
-        f
-        for f in meta.concrete_fields
-        if f.column is not None and not isinstance(f, models.AutoField) and not getattr(f, "generated", False)
-    ]
-    table = connection.ops.quote_name(meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-    # A plain column's value goes as the instance holds it (psycopg adapts it, and the server parses COPY's
-    # text as the column's type); the others (JSON, times, defaults computed on save) through the field.
+    fields = _inserted(model)
+    # A plain column's value goes as the instance holds it; the others (JSON, times, defaults computed on
+    # save) as the field prepares them on save.
     plain = [f.get_internal_type() in _COPIED_AS_HELD for f in fields]
-    attnames = [f.attname for f in fields]
-    statement = f"COPY {table} ({columns}) FROM STDIN"  # the model's own quoted columns; values go as data
+    return values_insert(
+        model=model,
+        fields=[f.name for f in fields],
+        rows=[
+            [getattr(row, f.attname) if held else f.pre_save(row, True) for f, held in zip(fields, plain, strict=True)]
+            for row in rows
+        ],
+    )
+
+
+def values_insert(*, model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
+    """Insert new rows of ``model``, each given as its values for ``fields`` (in that order, as the model's
+    attributes hold them); ``fields`` must name every column a new row has (``_inserted``), since no
+    default is computed here. Returns how many.
+
+    On PostgreSQL it is one ``COPY ... FROM STDIN``, each value adapted by psycopg's own (compiled) dumpers.
+    ``bulk_create`` sends the rows as arrays bound on the client, and escaping each array's text was most
+    of the client's cost of an assessment's inserts after its queries (benchmarks/bench_growth.py,
+    docs/perf/2026-12-06-growth-flat.md); building a model instance for each row cost as much again.
+    Elsewhere (SQLite) it is ``bulk_create``."""
+    columns = _columns(model, fields)
+    if {f.column for f in columns} != {f.column for f in _inserted(model)}:
+        raise ValueError(f"{model.__name__}: the fields must name every column of a new row")
+    if not rows:
+        return 0
+    connection = connections["default"]
+    attnames = [f.attname for f in columns]
+    if not on_postgresql(connection):
+        made = [model(**dict(zip(attnames, values, strict=True))) for values in rows]
+        model._default_manager.bulk_create(made, batch_size=2000)
+        return len(rows)
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
+    # A plain column's value goes as it is held (psycopg adapts it, and the server parses COPY's text as
+    # the column's type); the others (JSON, times) through the field.
+    prepared = [(i, f) for i, f in enumerate(columns) if f.get_internal_type() not in _COPIED_AS_HELD]
+    statement = f"COPY {table} ({names}) FROM STDIN"  # the model's own quoted columns; values go as data
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row(
-                [
-                    getattr(row, name) if held else f.get_db_prep_save(f.pre_save(row, True), connection)
-                    for f, name, held in zip(fields, attnames, plain, strict=True)
-                ]
-            )
+        for values in rows:
+            if prepared:
+                values = list(values)
+                for i, f in prepared:
+                    values[i] = f.get_db_prep_save(values[i], connection)
+            copy.write_row(values)
     return len(rows)

@@ -3,7 +3,10 @@ COPY's text format escapes tabs, newlines and backslashes, and JSON travels as J
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from journals.models import Phase, Run, Turn
 from kernel.dialect import rows_insert, rows_update
@@ -52,3 +55,25 @@ def test_rows_insert_and_rows_update_keep_every_value(published):
         ("plain", None),
         ("", None),
     ]
+
+
+def test_rows_update_sets_every_kind_of_column_row_by_row(published):
+    """One array per column: text, integers, JSON (lists, objects, awkward text), times, and a column that is
+    None in every row all come back as each row was given them."""
+    ingest("run-dialect-update", workload_lines("run-dialect-update", turns=3))
+    assert assessment_run(run_id="run-dialect-update") == "stored"
+    turns = list(Turn.objects.filter(run__run_id="run-dialect-update").order_by("pk"))
+    assert len(turns) == 3
+    when = [timezone.now() - timedelta(days=n, microseconds=n) for n in range(3)]
+    values = [
+        (AWKWARD, 0, [AWKWARD, "b"], None, {"k\tey": [1, 2.5, None, True]}, when[0]),
+        (None, 7, [], None, [], when[1]),
+        ("", -3, ["x"], None, ["done", {"n": None}], when[2]),
+    ]
+    for turn, (lineage, branch, plan, resume_from, completed, at) in zip(turns, values, strict=True):
+        turn.lineage, turn.branch, turn.plan, turn.resume_from = lineage, branch, plan, resume_from
+        turn.completed_phases, turn.updated_at = completed, at
+    fields = ["lineage", "branch", "plan", "resume_from", "completed_phases", "updated_at"]
+    assert rows_update(model=Turn, rows=turns, fields=fields) == 3
+    got = list(Turn.objects.filter(pk__in=[t.pk for t in turns]).order_by("pk").values_list(*fields))
+    assert got == values
