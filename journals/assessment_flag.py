@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from journals.models import PendingAssessment, Run
@@ -102,11 +102,13 @@ def assessment_flag(*, run_pk: int) -> PendingAssessment | None:
 def assessment_flag_finished(*, run_pk: int, outcome: str, holder: str = "") -> None:
     """What the latest task run did (``stored``, ``unchanged``, ``superseded``, ``missing``); the task
     gives its lease back if it still holds it."""
-    PendingAssessment.objects.filter(run_id=run_pk).update(finished_at=timezone.now(), outcome=outcome)
+    done: dict[str, Any] = {"finished_at": timezone.now(), "outcome": outcome}
     if holder:
-        PendingAssessment.objects.filter(run_id=run_pk, lease_holder=holder).update(
-            lease_expires_at=None, lease_holder=""
-        )
+        # One statement, so one commit: the outcome and the lease given back land together.
+        ours = Q(lease_holder=holder)
+        done["lease_expires_at"] = Case(When(ours, then=Value(None)), default=F("lease_expires_at"))
+        done["lease_holder"] = Case(When(ours, then=Value("")), default=F("lease_holder"))
+    PendingAssessment.objects.filter(run_id=run_pk).update(**done)
 
 
 def assessment_flag_failed(*, run_pk: int, holder: str, retry_at: datetime) -> None:

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from audits.checks import audit_assessment_sweep
-from journals.assessment_flag import assessment_flag_lower, assessment_flag_renew
+from journals.assessment_flag import assessment_flag_finished, assessment_flag_lower, assessment_flag_renew
 from journals.models import PendingAssessment, Run
 from ops.demo import workload_lines
 from recovery.background import LeaseKeeper, assessment_run
@@ -114,6 +114,20 @@ def test_renewal_moves_the_deadline_only_for_the_holder_and_never_past_the_hard_
     with override_settings(LOOPX_ASSESS_LEASE_SECONDS=30, LOOPX_ASSESS_TIME_LIMIT=300):
         keeper = LeaseKeeper(run_pk=run.pk, holder="task-1")
         assert keeper.expires_at() < keeper.deadline - timedelta(seconds=200)
+
+
+def test_finishing_records_the_outcome_and_gives_back_only_its_own_lease(published):
+    run = ingest("run-finish", workload_lines("run-finish"))
+    soon = timezone.now() + timedelta(seconds=30)
+    assert assessment_flag_lower(run_pk=run.pk, holder="task-new", expires_at=soon)
+    # A task that lost its lease to a newer one finishes: the outcome is its, the lease stays the newer one's.
+    assessment_flag_finished(run_pk=run.pk, outcome="superseded", holder="task-old")
+    flag = PendingAssessment.objects.get(run=run)
+    assert (flag.outcome, flag.lease_holder, flag.lease_expires_at) == ("superseded", "task-new", soon)
+    assert flag.finished_at is not None
+    assessment_flag_finished(run_pk=run.pk, outcome="stored", holder="task-new")
+    flag = PendingAssessment.objects.get(run=run)
+    assert (flag.outcome, flag.lease_holder, flag.lease_expires_at) == ("stored", "", None)
 
 
 @pytest.mark.django_db(transaction=True)
