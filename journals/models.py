@@ -336,7 +336,8 @@ class TurnEffective(models.Model):
 class Phase(models.Model):
     """A planned phase of a turn, and the live record that committed it (null while uncommitted)."""
 
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="phases")
+    # Read through phase_unique_position, which leads with it.
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="phases", db_index=False)
     position = models.IntegerField()
     name = models.TextField()
     committed = models.BooleanField(default=False)

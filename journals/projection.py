@@ -250,20 +250,22 @@ def branches_project(*, run: Run, views: Iterable[BranchView]) -> None:
         if not 0 <= view.branch <= _MAX_BRANCH:
             continue
         branch = existing.get(view.branch)
+        shown = (view.parent, view.from_lsn, view.fork_lsn, view.discarded_from, view.live)
         if branch is None:
             branch = Branch(run=run, number=view.branch)  # a fork whose new branch has no record yet
             create.append(branch)
+        elif shown == tuple(getattr(branch, name) for name in _BRANCH_SHOWN):
+            continue  # most batches move no fork: the run's branches are read, not written
         else:
             update.append(branch)
-        branch.parent = view.parent
-        branch.from_lsn = view.from_lsn
-        branch.fork_lsn = view.fork_lsn
-        branch.discarded_from = view.discarded_from
-        branch.live = view.live
+        for name, value in zip(_BRANCH_SHOWN, shown, strict=True):
+            setattr(branch, name, value)
     if create:
         Branch.objects.bulk_create(create)
-    if update:
-        Branch.objects.bulk_update(update, ["parent", "from_lsn", "fork_lsn", "discarded_from", "live"])
+    rows_update(model=Branch, rows=update, fields=_BRANCH_SHOWN)
+
+
+_BRANCH_SHOWN = ("parent", "from_lsn", "fork_lsn", "discarded_from", "live")
 
 
 # --- The gate ---------------------------------------------------------------------------------------

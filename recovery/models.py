@@ -106,8 +106,10 @@ class TurnAssessment(models.Model):
     the picture before it. A turn's picture under an assessment is its newest row at or before that
     assessment (``recovery.state.picture_rows``); the rows together are the history of its decisions."""
 
-    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="turn_rows")
-    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="assessments")
+    # Both read through the composite indexes below, which lead with them: single-column indexes would
+    # only cost every batch's inserts.
+    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="turn_rows", db_index=False)
+    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="assessments", db_index=False)
     decision = models.CharField(max_length=16)
     reason = models.CharField(max_length=64, null=True, blank=True)
     resume_from = models.TextField(null=True, blank=True)
@@ -133,8 +135,9 @@ class OutputEntry(models.Model):
     one in force before it. The entry in force at a position under an assessment is the newest one at or
     before it (``recovery.output.assessment_output_read``). Positions are the engine's order of turns."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
-    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="entries")
+    # Read through outputentry_unique, outputentry_latest and outputentry_turn, which lead with them.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="entries", db_index=False)
     ordinal = models.IntegerField()
     # sha256 of the engine's turn id: where a turn stands, for an assessment that lists only some turns.
     turn_digest = models.CharField(max_length=64)

@@ -481,7 +481,11 @@ def _assessment_project(
         locked.save(update_fields=["live_branch", "blocked_reason", "assessed_seq"])
         engine_rows = _engine_rows(shown, turns, orphans)
         turn_pks = None if listed is None else list(engine_rows)
-        turn_states_refresh(run=locked, assessment=stored, engine_rows=engine_rows, turn_pks=turn_pks)
+        # The turns' ids and plans as just written; a turn the engine does not know (an orphan) is read.
+        plans = None if orphans else {t.pk: (t.turn_id, t.plan) for t in turns.values()}
+        turn_states_refresh(
+            run=locked, assessment=stored, engine_rows=engine_rows, turn_pks=turn_pks, turn_plans=plans
+        )
     assessments_compact(run=locked)
 
 

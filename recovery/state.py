@@ -480,11 +480,14 @@ def turn_states_refresh(
     assessment: Assessment | None = None,
     violations: list[Any] | None = None,
     engine_rows: Mapping[int, EngineRow] | None = None,
+    turn_plans: Mapping[int, tuple[str, Any]] | None = None,
 ) -> dict[int, StateValue]:
     """Recompute and store the effective state of the run's turns (all of them, or ``turn_pks``) under
     ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
     row keeps its ``since`` while its state and reason stay the same, and while the turn stays held (a
-    hold's start is kept when its reason changes). Returns turn pk -> state."""
+    hold's start is kept when its reason changes). Returns turn pk -> state.
+    ``turn_plans``: turn pk -> (turn id, plan) of every turn to refresh, from a caller that just wrote them
+    (they are not read back)."""
     assessment = assessment or projected_assessment(run)
     if assessment is None:
         return {}
@@ -519,7 +522,12 @@ def turn_states_refresh(
     found: dict[int, StateValue] = {}
     newly_held: list[tuple[str, StateValue]] = []
     hold_changes: list[tuple[str, StateValue, str | None]] = []
-    for pk, turn_id, plan in turns.values_list("pk", "turn_id", "plan").iterator(chunk_size=5000):
+    listed: Iterable[tuple[int, str, Any]] = (
+        turns.values_list("pk", "turn_id", "plan").iterator(chunk_size=5000)
+        if turn_plans is None
+        else ((pk, *turn_plans[pk]) for pk in sorted(turn_plans))
+    )
+    for pk, turn_id, plan in listed:
         engine = engine_of.get(pk)
         if engine is None:
             continue
