@@ -106,11 +106,11 @@ def values_update(
     table = connection.ops.quote_name(meta.db_table)
     quoted = [connection.ops.quote_name(str(f.column)) for f in columns]
     pk_column = connection.ops.quote_name(str(pk.column))
-    with connection.cursor() as cursor:
-        if not on_postgresql(connection):
-            assigned = ", ".join(f"{c} = %s" for c in quoted)
-            # Names are the model's own quoted columns, never input; the values go as parameters.
-            sql = f"UPDATE {table} SET {assigned} WHERE {pk_column} = %s"  # noqa: S608
+    if not on_postgresql(connection):
+        assigned = ", ".join(f"{c} = %s" for c in quoted)
+        # Names are the model's own quoted columns, never input; the values go as parameters.
+        sql = f"UPDATE {table} SET {assigned} WHERE {pk_column} = %s"  # noqa: S608
+        with connection.cursor() as cursor:
             cursor.executemany(
                 sql,
                 [
@@ -118,20 +118,35 @@ def values_update(
                     for key, values in rows
                 ],
             )
-            return len(rows)
-        # Each array is cast to its column's type: unnest's rows have no column types of their own.
-        arrays = ", ".join([f"%s::{pk.db_type(connection)}[]", *(f"%s::{f.db_type(connection)}[]" for f in columns)])
-        names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
-        sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
-        sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
+        return len(rows)
+    # Each array is cast to its column's type: unnest's rows have no column types of their own.
+    arrays = ", ".join([f"%s::{pk.db_type(connection)}[]", *(f"%s::{f.db_type(connection)}[]" for f in columns)])
+    names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
+    sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
+    sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
+    _unnest_each(connection, sql, [key for key, _ in rows], columns, [values for _, values in rows])
+    return len(rows)
+
+
+def _unnest_each(
+    connection: Any, sql: str, keys: list[Any], columns: Sequence[models.Field[Any, Any]], rows: Sequence[Sequence[Any]]
+) -> None:
+    """Run ``sql`` (its parameters: one array of ``keys`` when given, then one array per column) for each
+    1,000 of ``rows``. Server-side binding (a plain psycopg cursor on the same connection and transaction):
+    the arrays go to the server as binary values instead of being quoted element by element into the SQL
+    text, and the statement, the same text for a model's fields whatever the rows, is prepared once per
+    connection (settings: prepare_threshold)."""
+    import psycopg  # PostgreSQL's only
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as raw:
         for start in range(0, len(rows), ROWS_UPDATE_CHUNK):
             chunk = rows[start : start + ROWS_UPDATE_CHUNK]
-            params: list[list[Any]] = [[key for key, _ in chunk]]
+            params: list[list[Any]] = [keys[start : start + ROWS_UPDATE_CHUNK]] if keys else []
             params.extend(
-                [f.get_db_prep_save(values[i], connection) for _, values in chunk] for i, f in enumerate(columns)
+                [f.get_db_prep_save(values[i], connection) for values in chunk] for i, f in enumerate(columns)
             )
-            cursor.execute(sql, params)
-    return len(rows)
+            raw.execute(sql, params)
 
 
 _COPIED_AS_HELD = frozenset(
@@ -157,16 +172,16 @@ def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
     ]
 
 
-def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> int:
+def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model], ignore_conflicts: bool = False) -> int:
     """Insert ``rows`` (unsaved instances of ``model``; their ids are not set); returns how many.
 
-    On PostgreSQL it is one ``COPY ... FROM STDIN`` (``values_insert``). Elsewhere (SQLite) it is
-    ``bulk_create``."""
+    On PostgreSQL it is ``values_insert``'s. Elsewhere (SQLite) it is ``bulk_create``. ``ignore_conflicts``:
+    a row whose unique key is taken is left out, as ``bulk_create(ignore_conflicts=True)`` does."""
     if not rows:
         return 0
     connection = connections["default"]
     if not on_postgresql(connection):
-        model._default_manager.bulk_create(rows, batch_size=2000)
+        model._default_manager.bulk_create(rows, batch_size=2000, ignore_conflicts=ignore_conflicts)
         return len(rows)
     fields = _inserted(model)
     # A plain column's value goes as the instance holds it; the others (JSON, times, defaults computed on
@@ -179,10 +194,13 @@ def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model]) -> i
             [getattr(row, f.attname) if held else f.pre_save(row, True) for f, held in zip(fields, plain, strict=True)]
             for row in rows
         ],
+        ignore_conflicts=ignore_conflicts,
     )
 
 
-def values_insert(*, model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
+def values_insert(
+    *, model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence[Any]], ignore_conflicts: bool = False
+) -> int:
     """Insert new rows of ``model``, each given as its values for ``fields`` (in that order, as the model's
     attributes hold them); ``fields`` must name every column a new row has (``_inserted``), since no
     default is computed here. Returns how many.
@@ -191,6 +209,8 @@ def values_insert(*, model: type[models.Model], fields: Sequence[str], rows: Seq
     ``bulk_create`` sends the rows as arrays bound on the client, and escaping each array's text was most
     of the client's cost of an assessment's inserts after its queries (benchmarks/bench_growth.py,
     docs/perf/2026-12-06-growth-flat.md); building a model instance for each row cost as much again.
+    ``ignore_conflicts`` (a row whose unique key is taken is left out): one ``INSERT ... SELECT FROM
+    unnest(<one array per column>) ON CONFLICT DO NOTHING`` per 1,000 rows instead, bound on the server.
     Elsewhere (SQLite) it is ``bulk_create``."""
     columns = _columns(model, fields)
     if {f.column for f in columns} != {f.column for f in _inserted(model)}:
@@ -201,10 +221,16 @@ def values_insert(*, model: type[models.Model], fields: Sequence[str], rows: Seq
     attnames = [f.attname for f in columns]
     if not on_postgresql(connection):
         made = [model(**dict(zip(attnames, values, strict=True))) for values in rows]
-        model._default_manager.bulk_create(made, batch_size=2000)
+        model._default_manager.bulk_create(made, batch_size=2000, ignore_conflicts=ignore_conflicts)
         return len(rows)
     table = connection.ops.quote_name(model._meta.db_table)
     names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
+    if ignore_conflicts:
+        arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in columns)
+        # The model's own quoted columns and types; the values go as parameters.
+        sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING"  # noqa: S608
+        _unnest_each(connection, sql, [], columns, rows)
+        return len(rows)
     # A plain column's value goes as it is held (psycopg adapts it, and the server parses COPY's text as
     # the column's type); the others (JSON, times) through the field.
     prepared = [(i, f) for i, f in enumerate(columns) if f.get_internal_type() not in _COPIED_AS_HELD]

@@ -42,7 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
-from kernel.dialect import rows_update
+from kernel.dialect import rows_insert, rows_update
 from kernel.errors import ServiceError
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
@@ -582,7 +582,7 @@ def _states_store(
     state."""
     with transaction.atomic():
         if create:
-            TurnEffective.objects.bulk_create(create, batch_size=2000, ignore_conflicts=True)
+            rows_insert(model=TurnEffective, rows=create, ignore_conflicts=True)
         if update:
             rows_update(model=TurnEffective, rows=update, fields=[*_FIELDS, "since", "updated_at"])
         run_status_refresh(run=run, integrity=integrity)

@@ -77,3 +77,19 @@ def test_rows_update_sets_every_kind_of_column_row_by_row(published):
     assert rows_update(model=Turn, rows=turns, fields=fields) == 3
     got = list(Turn.objects.filter(pk__in=[t.pk for t in turns]).order_by("pk").values_list(*fields))
     assert got == values
+
+
+def test_rows_insert_can_leave_out_the_rows_whose_key_is_taken(published):
+    """``ignore_conflicts``: a new row whose unique key is held already is left out, the rest go in."""
+    ingest("run-dialect-conflict", workload_lines("run-dialect-conflict", turns=2))
+    assert assessment_run(run_id="run-dialect-conflict") == "stored"
+    turn = Turn.objects.filter(run__run_id="run-dialect-conflict").first()
+    assert turn is not None
+    taken = Phase.objects.get(turn=turn, position=0)
+    again = [
+        Phase(turn=turn, position=0, name="not this one", committed=False, record_id=None, committed_at=None),
+        Phase(turn=turn, position=200, name=AWKWARD, committed=False, record_id=None, committed_at=None),
+    ]
+    assert rows_insert(model=Phase, rows=again, ignore_conflicts=True) == 2
+    assert Phase.objects.get(turn=turn, position=0).name == taken.name
+    assert Phase.objects.get(turn=turn, position=200).name == AWKWARD
