@@ -12,7 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from engine.canonical import canonical_bytes, parse_line
+from engine.canonical import canonical_bytes_no_float, parse_line
 from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
@@ -64,9 +64,10 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         ]
         # One digest of everything the turn's rows show, its committing records included, so that unchanged
         # turns cost nothing on a refresh, and a fork rewrites only the turns whose live commits it moved.
-        signature = hashlib.sha256(
-            canonical_bytes(storable([fields, intents, td.terminal, commits.get(key, (0, 0))]))
-        ).hexdigest()
+        # A change detector compared with itself only, so any deterministic bytes do: orjson's, where they
+        # can be, over values made storable once (``fields`` already are).
+        shown = [fields, storable(intents), storable(td.terminal), list(commits.get(key, (0, 0)))]
+        signature = hashlib.sha256(canonical_bytes_no_float(shown)).hexdigest()
         if turn.assessed_digest != signature:
             for k, v in fields.items():
                 setattr(turn, k, v)
