@@ -10,17 +10,20 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
 - ``rows_update`` / ``values_update``: many rows' fields set to values of their own, one statement per
   table on PostgreSQL;
 - ``rows_insert`` / ``values_insert``: new rows whose ids nobody reads back, through COPY on PostgreSQL
-  (from model instances, or from plain tuples of values).
+  (from model instances, or from plain tuples of values);
+- ``fetched``: a query's rows streamed (a whole run's) or fetched at once (a batch's few).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from django.db import connections, models
+from django.db.models import QuerySet
 
 Step = str | Callable[[Any, Any], None] | None
+T = TypeVar("T")
 
 
 def on_postgresql(connection: Any = None) -> bool:
@@ -59,6 +62,15 @@ def postgres_only(forward: Step, reverse: Step = None) -> Any:
         return run
 
     return migrations.RunPython(step(forward), step(reverse))
+
+
+def fetched(queryset: QuerySet[Any, T], *, stream: bool, chunk_size: int = 5000) -> Iterable[T]:
+    """The rows of ``queryset``: streamed ``chunk_size`` at a time when ``stream`` (a whole run's, so that memory
+    stays flat), else fetched at once. On PostgreSQL streaming opens a server-side cursor (DECLARE, FETCH,
+    CLOSE, and a plan made for the first rows): for a batch's hundred turns one plain fetch is cheaper."""
+    if stream:
+        return queryset.iterator(chunk_size=chunk_size)
+    return queryset
 
 
 ROWS_UPDATE_CHUNK = 1000  # rows per statement: a batch's changed turns in one, a full fold's in a few

@@ -34,7 +34,7 @@ from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import TurnDecision
 from journals.storable import storable
-from kernel.dialect import rows_insert
+from kernel.dialect import fetched, rows_insert
 from recovery.models import Assessment, OutputEntry
 
 _MODULUS = 2**256
@@ -217,7 +217,7 @@ def _digests_in_force(run_pk: int, positions: Sequence[int] | None) -> dict[int,
     rows = _in_force(run_pk, None)
     if positions is not None:
         rows = rows.filter(ordinal__in=list(positions))
-    return dict(rows.values_list("ordinal", "digest").iterator(chunk_size=5000))
+    return dict(fetched(rows.values_list("ordinal", "digest"), stream=positions is None))
 
 
 def output_entries_store(*, assessment: Assessment, plan: OutputPlan) -> int:

@@ -27,7 +27,7 @@ from journals.changes import turn_change_mark
 from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, intents_of, turn_key, turns_project
 from journals.storable import storable
-from kernel.dialect import rows_insert
+from kernel.dialect import fetched, rows_insert
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
@@ -505,7 +505,7 @@ def _rows_changed(run: Run, rows: list[TurnAssessment], turn_pks: list[int] | No
     """The rows whose turn is new or whose picture differs from the turn's newest stored row (of the turns
     ``turn_pks`` only, when given: the rows are theirs)."""
     stored = picture_rows(run_id=run.pk, turn_pks=turn_pks).values_list("turn_id", *_PICTURE)
-    before = {values[0]: tuple(values[1:]) for values in stored.iterator(chunk_size=5000)}
+    before = {values[0]: tuple(values[1:]) for values in fetched(stored, stream=turn_pks is None)}
     return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
 
 

@@ -42,7 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
-from kernel.dialect import rows_insert, rows_update
+from kernel.dialect import fetched, rows_insert, rows_update
 from kernel.errors import ServiceError
 from kernel.events import emit, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
@@ -347,7 +347,7 @@ def state_inputs_gather(
         decisions = GateDecision.objects.filter(run_id=run_id)
         if turn_pks is not None:
             decisions = decisions.filter(turn_id__in=list(turn_pks))
-        for decision in decisions.order_by("id").iterator(chunk_size=2000):
+        for decision in fetched(decisions.order_by("id"), stream=turn_pks is None, chunk_size=2000):
             operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
     unknown: dict[int, list[str]] = {}
     if intents is None:
@@ -515,7 +515,7 @@ def turn_states_refresh(
     operator_of, unknown, integrity = inputs.operator_of, inputs.unknown, inputs.integrity
     if violations is None and any(d.kind == "approve" for d in operator_of.values()):
         violations = assessment_violations(assessment)
-    existing = {e.turn_id: e for e in stored.iterator(chunk_size=5000)}
+    existing = {e.turn_id: e for e in fetched(stored, stream=wanted is None)}
     now = timezone.now()
     create: list[TurnEffective] = []
     update: list[TurnEffective] = []
