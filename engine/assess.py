@@ -805,7 +805,7 @@ class Assessor:
     # -- the main pass -------------------------------------------------------------------------------------
     def feed(self, line: bytes) -> None:
         """Fold one line (the writer and fold_state feed line by line)."""
-        self.feed_batch((line,))  # no block: each line is searched for float markers itself
+        self.feed_batch([line])  # no block: each line is searched for float markers itself
 
     def feed_batch(self, lines: Sequence[bytes], block: bytes | None = None) -> None:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
@@ -830,13 +830,14 @@ class Assessor:
         check_marks = not (
             block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and _NEGATIVE_EXPONENT(block) is None
         )
-        if len(lines) <= _PARSE_LINES:
-            self._fold_lines(lines, check_marks)
+        batch = lines if isinstance(lines, list) else list(lines)  # a list: compiled, read by index in C
+        if len(batch) <= _PARSE_LINES:
+            self._fold_lines(batch, check_marks)
             return
-        for start in range(0, len(lines), _PARSE_LINES):
-            self._fold_lines(lines[start : start + _PARSE_LINES], check_marks)
+        for start in range(0, len(batch), _PARSE_LINES):
+            self._fold_lines(batch[start : start + _PARSE_LINES], check_marks)
 
-    def _fold_lines(self, lines: Sequence[bytes], check_marks: bool) -> None:
+    def _fold_lines(self, lines: list[bytes], check_marks: bool) -> None:
         """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float).
 
         Only the run-level checks are here, as one conjunction over local variables (the classification of
@@ -875,6 +876,7 @@ class Assessor:
                 self._feed_general(line)
                 run = self.run
                 continue
+            lsn: object = ln
             if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
                 canonical = False
             info = branches.get(b) if type(b) is int else None
@@ -917,7 +919,7 @@ class Assessor:
             info.last_digest = record_digest
             if not (type(turn) is str and turn and self._turn_rule(kind, record, v, b, ln, view, turn)):
                 self._semantics(record, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
-            if ln in info.points:
+            if lsn in info.points:  # the parsed int itself: compiled, `ln` would be boxed again first
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
         self._last_at = last_at
@@ -1749,7 +1751,11 @@ def assess(
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
     with cycle_collection_paused():
         assessor = fold_lines(source, lambda points: Assessor(points, normalise_evidence(evidence)))
-        return assessor.finish(dict(expect or {}))
+        result = assessor.finish(dict(expect or {}))
+        # The fold is freed while the collector is still paused: once it is back on, its first collection
+        # would walk every object of the fold (millions) before reference counting freed them anyway.
+        del assessor
+    return result
 
 
 def fold_lines(source: Source, start: Callable[[Counter[tuple[int, int]]], Assessor]) -> Assessor:
