@@ -791,7 +791,7 @@ class Assessor:
     def _at_ok(self, at: Any) -> bool:
         """`at` is RFC 3339. A writer's times share their date, hour and minute with the previous record's
         and repeat their seconds, so both halves are remembered once proven (the full check runs otherwise)."""
-        if at.__class__ is not str:
+        if type(at) is not str:
             return False
         if at.startswith(self._at_prefix) and at[16:] in self._at_suffixes:
             return True
@@ -927,10 +927,10 @@ class Assessor:
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
         (turns usually share a few plans: memory grows with turns, not with their plans); else None."""
-        if raw.__class__ is not list or not raw:
+        if type(raw) is not list or not raw:
             return None
         for name in raw:
-            if name.__class__ is not str or not name:
+            if type(name) is not str or not name:
                 return None
         if len(set(raw)) != len(raw):
             return None
@@ -1133,7 +1133,7 @@ class Assessor:
             self._invalid(b, ln, turn, f"{plan_field} must be a non-empty list of distinct phase names")
             return
         lineage_raw = obj.get(_K_LINEAGE)
-        if lineage_raw is not None and lineage_raw.__class__ is not str:
+        if lineage_raw is not None and type(lineage_raw) is not str:
             self._invalid(b, ln, turn, "lineage must be a string")
             return
         lineage = self._names.setdefault(lineage_raw, lineage_raw) if lineage_raw else None  # turns of a job share it
@@ -1167,7 +1167,7 @@ class Assessor:
         state = view.turns.get(turn)
         if state is not None and state.terminal is None:
             done = state.done
-            if done < len(state.phases) and state.phases[done] == phase:  # the next phase of the plan
+            if type(phase) is str and done < len(state.phases) and state.phases[done] == phase:  # the next phase
                 if state.gen != view.gen:
                     state = view.writable(turn)
                 state.done = done + 1
@@ -1194,25 +1194,25 @@ class Assessor:
 
     def _dispatched(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent = obj.get(_K_INTENT)
-        if intent.__class__ is not str or not intent:
+        if type(intent) is not str or not intent:
             self._invalid(b, ln, turn, "intent_dispatched needs a non-empty string intent")
             return
         key = obj.get(_K_IDEMPOTENCY_KEY)
-        if key is not None and key.__class__ is not str:
+        if key is not None and type(key) is not str:
             self._invalid(b, ln, turn, "idempotency_key must be a string")
             return
-        if obj.get(_K_ARGS_DIGEST, "").__class__ is not str:
+        if type(obj.get(_K_ARGS_DIGEST, "")) is not str:
             self._invalid(b, ln, turn, "args_digest must be a string")
             return
         if v == 1:
             unsafe = obj.get("unsafe")
-            if unsafe.__class__ is not bool:
+            if type(unsafe) is not bool:
                 self._invalid(b, ln, turn, "a v1 intent_dispatched needs unsafe: true|false")
                 return
             effect_class = "unsafe" if unsafe else ("idempotent" if key else "safe")
         else:
             raw_class = obj.get(_K_EFFECT_CLASS)
-            if raw_class.__class__ is not str or raw_class not in _CLASSES:
+            if type(raw_class) is not str or raw_class not in _CLASSES:
                 self._invalid(b, ln, turn, "effect_class must be safe, idempotent or unsafe")
                 return
             effect_class = _CLASSES[raw_class]
@@ -1304,10 +1304,10 @@ class Assessor:
 
     def _observed(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent, outcome = obj.get(_K_INTENT), obj.get(_K_OUTCOME)
-        if intent.__class__ is not str or not intent:
+        if type(intent) is not str or not intent:
             self._invalid(b, ln, turn, "effect_observed needs a non-empty string intent")
             return
-        if outcome.__class__ is not str or outcome not in _OUTCOMES:
+        if type(outcome) is not str or outcome not in _OUTCOMES:
             self._invalid(b, ln, turn, "outcome must be succeeded, failed or unknown")
             return
         outcome = _OUTCOMES[outcome]
@@ -1338,7 +1338,7 @@ class Assessor:
 
     def _terminal(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         status = obj.get(_K_STATUS)
-        if status.__class__ is not str or status not in _STATUSES:
+        if type(status) is not str or status not in _STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
             return
         status = _STATUSES[status]

@@ -173,10 +173,11 @@ def canonical_many(states: list[TurnState], turns: list[str]) -> list[bytes]:
     return out
 
 
-def _kept_bytes(turns: dict[str, TurnState]) -> tuple[list[str], list[Any], list[int], list[TurnState]] | None:
-    """The turns in the dict's order, which must be sorted (else None): their ids, their kept canonical
-    bytes (None where there are none), and the places and states of the turns without. One pass that reads
-    each turn once (compiled: a C loop over the dict that reads each state's field directly)."""
+def _kept_bytes(turns: dict[str, TurnState]) -> tuple[bool, list[str], list[Any], list[int], list[TurnState]]:
+    """Whether the dict's order is sorted (it stops at the first turn out of order), and then the turns'
+    ids, their kept canonical bytes (None where there are none), and the places and states of the turns
+    without. One pass that reads each turn once (compiled: a C loop over the dict that reads each state's
+    field directly)."""
     keys: list[str] = []
     parts: list[Any] = []
     missing: list[int] = []
@@ -184,7 +185,7 @@ def _kept_bytes(turns: dict[str, TurnState]) -> tuple[list[str], list[Any], list
     last = ""  # before any id
     for turn, state in turns.items():
         if turn < last:
-            return None
+            return False, keys, parts, missing, stale
         last = turn
         canon = state.canon
         if canon is None:
@@ -192,7 +193,7 @@ def _kept_bytes(turns: dict[str, TurnState]) -> tuple[list[str], list[Any], list
             stale.append(state)
         keys.append(turn)
         parts.append(canon)
-    return keys, parts, missing, stale
+    return True, keys, parts, missing, stale
 
 
 class View:
@@ -250,11 +251,9 @@ class View:
         gen = self.gen
         # Sorted by turn id. Turns are kept in order of planning, which is already sorted when ids grow over
         # time: then the dict is read once, in its own order (a fold may hold 100,000s of turns).
-        found = _kept_bytes(self.turns)
-        if found is None:
-            found = _kept_bytes(dict(sorted(self.turns.items())))  # ids are unique: pairs compare by id alone
-        assert found is not None
-        keys, parts, missing, stale = found
+        ordered, keys, parts, missing, stale = _kept_bytes(self.turns)
+        if not ordered:
+            _, keys, parts, missing, stale = _kept_bytes(dict(sorted(self.turns.items())))  # ids are unique
         if missing:
             fresh = canonical_many(stale, [keys[i] for i in missing])
             for i, state, canon in zip(missing, stale, fresh, strict=True):
