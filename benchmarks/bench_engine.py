@@ -31,6 +31,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from engine import assess
@@ -184,9 +185,10 @@ def floor(path: Path) -> dict[str, float]:
 def engine(path: Path) -> dict[str, float]:
     result = assess(path)
     compiled_ran = running_compiled()
-    decisions: dict[str, int] = {}
-    for t in result.turns:
-        decisions[t.decision.value] = decisions.get(t.decision.value, 0) + 1
+    # Counted by member, named once each: an Enum's `.value` costs about 0.3 us, and reading it twice per turn
+    # cost 0.06 s of 100,000 turns, timed as if the engine had spent it.
+    by_member = Counter(t.decision for t in result.turns)
+    decisions = {member.value: count for member, count in by_member.items()}
     return {
         "records": result.records,
         "turns": len(result.turns),

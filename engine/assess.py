@@ -791,7 +791,7 @@ class Assessor:
     def _at_ok(self, at: Any) -> bool:
         """`at` is RFC 3339. A writer's times share their date, hour and minute with the previous record's
         and repeat their seconds, so both halves are remembered once proven (the full check runs otherwise)."""
-        if at.__class__ is not str:
+        if type(at) is not str:
             return False
         if at.startswith(self._at_prefix) and at[16:] in self._at_suffixes:
             return True
@@ -805,7 +805,7 @@ class Assessor:
     # -- the main pass -------------------------------------------------------------------------------------
     def feed(self, line: bytes) -> None:
         """Fold one line (the writer and fold_state feed line by line)."""
-        self.feed_batch((line,))  # no block: each line is searched for float markers itself
+        self.feed_batch([line])  # no block: each line is searched for float markers itself
 
     def feed_batch(self, lines: Sequence[bytes], block: bytes | None = None) -> None:
         """Fold lines in file order (`block`: the same lines as one buffer, when the reader has it).
@@ -830,13 +830,14 @@ class Assessor:
         check_marks = not (
             block is not None and block.find(b".") < 0 and block.find(b"+") < 0 and _NEGATIVE_EXPONENT(block) is None
         )
-        if len(lines) <= _PARSE_LINES:
-            self._fold_lines(lines, check_marks)
+        batch = lines if isinstance(lines, list) else list(lines)  # a list: compiled, read by index in C
+        if len(batch) <= _PARSE_LINES:
+            self._fold_lines(batch, check_marks)
             return
-        for start in range(0, len(lines), _PARSE_LINES):
-            self._fold_lines(lines[start : start + _PARSE_LINES], check_marks)
+        for start in range(0, len(batch), _PARSE_LINES):
+            self._fold_lines(batch[start : start + _PARSE_LINES], check_marks)
 
-    def _fold_lines(self, lines: Sequence[bytes], check_marks: bool) -> None:
+    def _fold_lines(self, lines: list[bytes], check_marks: bool) -> None:
         """feed_batch's work on a few dozen lines (`check_marks`: a line may hold a float).
 
         Only the run-level checks are here, as one conjunction over local variables (the classification of
@@ -875,6 +876,7 @@ class Assessor:
                 self._feed_general(line)
                 run = self.run
                 continue
+            lsn: object = ln
             if check_marks and (line.find(b".") >= 0 or line.find(b"+") >= 0 or line.find(b"e-") >= 0):
                 canonical = False
             info = branches.get(b) if type(b) is int else None
@@ -917,7 +919,7 @@ class Assessor:
             info.last_digest = record_digest
             if not (type(turn) is str and turn and self._turn_rule(kind, record, v, b, ln, view, turn)):
                 self._semantics(record, v, b, ln, view)  # a fork, a checkpoint, or a record that names no turn
-            if ln in info.points:
+            if lsn in info.points:  # the parsed int itself: compiled, `ln` would be boxed again first
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
         self._last_at = last_at
@@ -925,10 +927,10 @@ class Assessor:
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
         (turns usually share a few plans: memory grows with turns, not with their plans); else None."""
-        if raw.__class__ is not list or not raw:
+        if type(raw) is not list or not raw:
             return None
         for name in raw:
-            if name.__class__ is not str or not name:
+            if type(name) is not str or not name:
                 return None
         if len(set(raw)) != len(raw):
             return None
@@ -1131,7 +1133,7 @@ class Assessor:
             self._invalid(b, ln, turn, f"{plan_field} must be a non-empty list of distinct phase names")
             return
         lineage_raw = obj.get(_K_LINEAGE)
-        if lineage_raw is not None and lineage_raw.__class__ is not str:
+        if lineage_raw is not None and type(lineage_raw) is not str:
             self._invalid(b, ln, turn, "lineage must be a string")
             return
         lineage = self._names.setdefault(lineage_raw, lineage_raw) if lineage_raw else None  # turns of a job share it
@@ -1165,7 +1167,7 @@ class Assessor:
         state = view.turns.get(turn)
         if state is not None and state.terminal is None:
             done = state.done
-            if done < len(state.phases) and state.phases[done] == phase:  # the next phase of the plan
+            if type(phase) is str and done < len(state.phases) and state.phases[done] == phase:  # the next phase
                 if state.gen != view.gen:
                     state = view.writable(turn)
                 state.done = done + 1
@@ -1192,25 +1194,25 @@ class Assessor:
 
     def _dispatched(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent = obj.get(_K_INTENT)
-        if intent.__class__ is not str or not intent:
+        if type(intent) is not str or not intent:
             self._invalid(b, ln, turn, "intent_dispatched needs a non-empty string intent")
             return
         key = obj.get(_K_IDEMPOTENCY_KEY)
-        if key is not None and key.__class__ is not str:
+        if key is not None and type(key) is not str:
             self._invalid(b, ln, turn, "idempotency_key must be a string")
             return
-        if obj.get(_K_ARGS_DIGEST, "").__class__ is not str:
+        if type(obj.get(_K_ARGS_DIGEST, "")) is not str:
             self._invalid(b, ln, turn, "args_digest must be a string")
             return
         if v == 1:
             unsafe = obj.get("unsafe")
-            if unsafe.__class__ is not bool:
+            if type(unsafe) is not bool:
                 self._invalid(b, ln, turn, "a v1 intent_dispatched needs unsafe: true|false")
                 return
             effect_class = "unsafe" if unsafe else ("idempotent" if key else "safe")
         else:
             raw_class = obj.get(_K_EFFECT_CLASS)
-            if raw_class.__class__ is not str or raw_class not in _CLASSES:
+            if type(raw_class) is not str or raw_class not in _CLASSES:
                 self._invalid(b, ln, turn, "effect_class must be safe, idempotent or unsafe")
                 return
             effect_class = _CLASSES[raw_class]
@@ -1302,10 +1304,10 @@ class Assessor:
 
     def _observed(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         intent, outcome = obj.get(_K_INTENT), obj.get(_K_OUTCOME)
-        if intent.__class__ is not str or not intent:
+        if type(intent) is not str or not intent:
             self._invalid(b, ln, turn, "effect_observed needs a non-empty string intent")
             return
-        if outcome.__class__ is not str or outcome not in _OUTCOMES:
+        if type(outcome) is not str or outcome not in _OUTCOMES:
             self._invalid(b, ln, turn, "outcome must be succeeded, failed or unknown")
             return
         outcome = _OUTCOMES[outcome]
@@ -1336,7 +1338,7 @@ class Assessor:
 
     def _terminal(self, obj: dict[str, Any], v: int, b: int, ln: int, view: View, turn: str) -> None:
         status = obj.get(_K_STATUS)
-        if status.__class__ is not str or status not in _STATUSES:
+        if type(status) is not str or status not in _STATUSES:
             self._invalid(b, ln, turn, "status must be completed, failed or cancelled")
             return
         status = _STATUSES[status]
@@ -1749,7 +1751,11 @@ def assess(
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
     with cycle_collection_paused():
         assessor = fold_lines(source, lambda points: Assessor(points, normalise_evidence(evidence)))
-        return assessor.finish(dict(expect or {}))
+        result = assessor.finish(dict(expect or {}))
+        # The fold is freed while the collector is still paused: once it is back on, its first collection
+        # would walk every object of the fold (millions) before reference counting freed them anyway.
+        del assessor
+    return result
 
 
 def fold_lines(source: Source, start: Callable[[Counter[tuple[int, int]]], Assessor]) -> Assessor:

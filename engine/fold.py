@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from itertools import compress, count, islice, repeat
-from operator import attrgetter, gt, is_
+from itertools import compress, count, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from .canonical import canonical_bytes_no_float
@@ -173,6 +173,29 @@ def canonical_many(states: list[TurnState], turns: list[str]) -> list[bytes]:
     return out
 
 
+def _kept_bytes(turns: dict[str, TurnState]) -> tuple[bool, list[str], list[Any], list[int], list[TurnState]]:
+    """Whether the dict's order is sorted (it stops at the first turn out of order), and then the turns'
+    ids, their kept canonical bytes (None where there are none), and the places and states of the turns
+    without. One pass that reads each turn once (compiled: a C loop over the dict that reads each state's
+    field directly)."""
+    keys: list[str] = []
+    parts: list[Any] = []
+    missing: list[int] = []
+    stale: list[TurnState] = []
+    last = ""  # before any id
+    for turn, state in turns.items():
+        if turn < last:
+            return False, keys, parts, missing, stale
+        last = turn
+        canon = state.canon
+        if canon is None:
+            missing.append(len(parts))
+            stale.append(state)
+        keys.append(turn)
+        parts.append(canon)
+    return True, keys, parts, missing, stale
+
+
 class View:
     """The fold of one timeline as it stands: turn states, the highest schema version seen, and the
     ``unknown_turn`` violations of turns named before they were planned on it (they move into the turn's own
@@ -226,27 +249,12 @@ class View:
         numbers, time-ordered ids) that is the few recent turns. The result is the same either way
         (tests/engine compares it with the contract's formula over the whole fold)."""
         gen = self.gen
-        turns = self.turns
         # Sorted by turn id. Turns are kept in order of planning, which is already sorted when ids grow over
-        # time: then the dict is read in its own order, not looked up turn by turn (C loops throughout:
-        # a fold may hold 100,000s of turns).
-        keys = list(turns)
-        states = list(turns.values())
-        if any(map(gt, keys, islice(keys, 1, None))):
-            pairs = sorted(turns.items())  # ids are unique: pairs compare by id alone
-            keys = [turn for turn, _ in pairs]
-            states = [state for _, state in pairs]
-        # One loop over the turns for their kept bytes and the turns without (compiled: engine/compiled.py, a C
-        # loop that reads each state's field directly).
-        parts: list[Any] = []
-        missing: list[int] = []  # the turns without kept bytes
-        for i, state in enumerate(states):
-            canon = state.canon
-            if canon is None:
-                missing.append(i)
-            parts.append(canon)
+        # time: then the dict is read once, in its own order (a fold may hold 100,000s of turns).
+        ordered, keys, parts, missing, stale = _kept_bytes(self.turns)
+        if not ordered:
+            _, keys, parts, missing, stale = _kept_bytes(dict(sorted(self.turns.items())))  # ids are unique
         if missing:
-            stale = [states[i] for i in missing]
             fresh = canonical_many(stale, [keys[i] for i in missing])
             for i, state, canon in zip(missing, stale, fresh, strict=True):
                 if state.gen != gen:

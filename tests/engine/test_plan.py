@@ -92,6 +92,23 @@ def test_a_default_phase_name_is_not_in_a_custom_plan() -> None:
 
 
 @pytest.mark.parametrize(
+    "phase", [None, 1, True, ["plan"], {"plan": 1}, ""], ids=["null", "int", "bool", "list", "object", "empty"]
+)
+def test_a_committed_phase_that_is_not_a_name_is_record_invalid_and_the_next_name_still_commits(
+    phase: object,
+) -> None:
+    w = writer()
+    w.plan("t1", "job-1")
+    put(w, "phase_committed", turn="t1", phase=phase)  # where the plan's next phase, "plan", is expected
+    w.commit("t1", "plan")
+    result = run(w)
+    assert [(v.code, v.detail, v.lsn) for v in result.violations] == [
+        ("record_invalid", "line 2: phase_committed needs a non-empty string phase", 1)
+    ]
+    assert turn(result, "t1").completed_phases == ("plan",)
+
+
+@pytest.mark.parametrize(
     "phases",
     [[], ["a", "a"], ["a", "b", "a"], "plan", [1, 2], ["a", None], {"a": 1}, ["a", ""]],
     ids=["empty", "twice", "twice-apart", "string", "ints", "null", "object", "empty-name"],
