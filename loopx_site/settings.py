@@ -124,10 +124,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django turns psycopg's prepared statements off for every query. Its own cursors bind client-side and
-    # are never prepared either way; only the statements written for ingest on psycopg's server-side cursor
-    # (journals/postgres.py, _write_projection_pg) are, after 5 uses on a connection: every batch runs them,
-    # so parsing and planning them once per connection spares every later batch (docs/api.md). A pooler in transaction
-    # mode without prepared-statement support (PgBouncer before 1.21) needs DB_PREPARED_STATEMENTS=0.
+    # are never prepared either way; only the statements written for ingest and an assessment's many-row
+    # writes on psycopg's server-bound cursor (journals/postgres.py, kernel/dialect.py) are, after 5 uses on
+    # a connection: every batch runs them, so parsing and planning them once per connection spares every
+    # later batch (docs/api.md). A pooler in transaction mode without prepared-statement support (PgBouncer
+    # before 1.21) needs DB_PREPARED_STATEMENTS=0.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
         5 if env_bool("DB_PREPARED_STATEMENTS", True) else None
     )
