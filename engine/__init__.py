@@ -9,7 +9,7 @@ Records in, typed dataclasses out. Public API (docs/engine.md):
 - ``ENGINE_VERSION`` (decisions) and ``PROJECTION_VERSION`` (the canonical fold's shape)
 - ``redact(obj)``: section 8's public-safety projection
 - ``assess_incremental(snapshot, new_lines, *, evidence=None, expect=None, changed_only=False,
-  rewind_window=REWIND_WINDOW) -> (Assessment, FoldSnapshot)``; ``snapshot_load(bytes) -> FoldSnapshot``;
+  rewind_window=REWIND_WINDOW) -> (Assessment, FoldSnapshot)``; ``snapshot_load(manifest, parts) -> FoldSnapshot``;
   ``SnapshotUnusable`` (its ``reason``: fold from the start); ``forget_warm_folds()`` (the folds kept in
   memory, engine/warm.py)
 """

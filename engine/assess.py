@@ -41,8 +41,6 @@ from .canonical import is_int as _is_int
 from .fold import (
     DigestCache,
     IntentEntry,
-    StateReader,
-    StateWriter,
     TurnState,
     View,
     merge_outcome,
@@ -629,9 +627,9 @@ class Assessor:
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
         # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
         self.unreachable: set[tuple[int, int]] = set()
-        # The world ledger's rows as the last state_rows wrote them, where each turn's entries are in them,
-        # and how many entries there were (a fold kept in memory writes only what its batch named again).
-        self._world_kept: tuple[list[Any], dict[str, list[int]], int] | None = None
+        # What the last fold snapshot wrote of this fold, part by part (engine/parts.py): a fold kept in
+        # memory writes again only the parts whose turns the lines since named.
+        self.sealed: Any = None
         self.rewind_window = 0  # records per branch that a resumed fold can undo (incremental.undo_logs_keep)
         # The turns whose fold the forks of this batch left behind (None: not known), for incremental.py.
         self.forked_turns: set[str] | None = None
@@ -644,17 +642,12 @@ class Assessor:
         self.points[(branch, lsn)] += 1
         self._point_lsns.setdefault(branch, set()).add(lsn)  # the set a branch holds (or will hold)
 
-    # -- fold snapshots (engine/incremental.py) -------------------------------------------------------------
-    def state_rows(self, named: set[str] | None = None) -> list[Any]:
-        """Everything the fold carries after its last line, as plain JSON values in a fixed order: the same
-        fold gives the same rows. Left out, since they only make it faster: the checkpoints' digest cache,
-        the `at` cache, the shared copies of names and plans (rebuilt as it goes on), spent points.
-        ``named``: the turns the lines since the last call named (named_turns), when this fold wrote rows
-        before: the world ledger's rows of the other turns are those written then (a record changes the
-        entries of its own turn only), so only the named ones are written again."""
-        writer = StateWriter()
-        views = [[b, *writer.view_row(view)] for b, view in sorted(self.views.items())]
-        snapshots = [[b, ln, *writer.view_row(view)] for (b, ln), view in sorted(self.snapshots.items())]
+    # -- fold snapshots (engine/incremental.py, engine/parts.py) ------------------------------------------
+    def head_rows(self) -> list[Any]:
+        """The fold's run-level rows after its last line, as plain JSON values in a fixed order: the same
+        fold gives the same rows. The per-turn state (views, world ledger, first plannings) is written by
+        engine/parts.py. Left out, since they only make it faster: the checkpoints' digest cache, the `at`
+        cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
         return [
             self.run,
             self.records,
@@ -662,56 +655,25 @@ class Assessor:
             self.live,
             [[v.code, v.branch, v.lsn, v.turn, v.detail, v.line] for v in self.violations],
             [info.row() for _, info in sorted(self.branches.items())],
-            writer.plan_rows(),
-            views,
-            snapshots,
             sorted([b, ln, n] for (b, ln), n in self.points.items() if n > 0),
-            self._world_rows(named),
-            [x for turn, first in self.turns_first.items() for x in (turn, *first)],
             [[c["branch"], c["lsn"], c["covers_lsn"], c["verified"]] for c in self.checkpoints],
         ]
 
-    def _world_rows(self, named: set[str] | None) -> list[Any]:
-        entries = list(self.world.values())
-        kept = self._world_kept
-        if named is None or kept is None:
-            rows = list(chain.from_iterable(map(_WORLD_ROW, entries)))
-            where: dict[str, list[int]] = {}
-            for i, w in enumerate(entries):
-                where.setdefault(w.turn, []).append(i)
-            self._world_kept = (rows, where, len(entries))
-            return list(rows)
-        rows, where, done = kept
-        width = len(_WORLD_FIELDS)
-        for turn in named:
-            for i in where.get(turn, ()):
-                rows[i * width : (i + 1) * width] = _WORLD_ROW(entries[i])
-        for i in range(done, len(entries)):
-            rows.extend(_WORLD_ROW(entries[i]))
-            where.setdefault(entries[i].turn, []).append(i)
-        self._world_kept = (rows, where, len(entries))
-        return list(rows)
-
     @classmethod
-    def from_state_rows(cls, rows: Sequence[Any], evidence: Mapping[Any, Any]) -> Assessor:
-        """The fold ``state_rows`` wrote, ready to go on (``resume_points`` first, then ``feed_batch``)."""
-        run, records, line_no, live, violations, branches, plans, views, snapshots, points, world, first, ckpts = rows
+    def from_head_rows(cls, rows: Sequence[Any], evidence: Mapping[Any, Any]) -> Assessor:
+        """A fold with the run-level rows ``head_rows`` wrote and no turn yet (engine/parts.py reads those)."""
+        run, records, line_no, live, violations, branches, points, ckpts = rows
         self = cls(Counter({(b, ln): n for b, ln, n in points}), evidence)
         self.run, self.records, self.line_no, self.live = run, records, line_no, live
         self.violations = [Violation(Code(c), b, ln, turn, detail, line) for c, b, ln, turn, detail, line in violations]
         self.branches = {row[0]: _Branch.from_row(row, self._point_lsns.setdefault(row[0], set())) for row in branches}
-        reader = StateReader(plans)
-        for plan in reader.plans:
-            self._plans.setdefault(plan, plan)  # turns planned later share them
-        self.views = {row[0]: reader.view(row[1:]) for row in views}
-        self.snapshots = {(row[0], row[1]): reader.view(row[2:]) for row in snapshots}
-        width = len(_WORLD_FIELDS)
-        entries = map(_World.from_row, zip(*[iter(world)] * width, strict=True))
-        self.world = {(w.turn, w.intent): w for w in entries}
-        it = iter(first)
-        self.turns_first = {turn: (line, lineage, b) for turn, line, lineage, b in zip(it, it, it, it, strict=True)}
         self.checkpoints = [{"branch": b, "lsn": ln, "covers_lsn": c, "verified": ok} for b, ln, c, ok in ckpts]
         return self
+
+    def shared_plan(self, plan: Sequence[str]) -> tuple[str, ...]:
+        """One object per phase plan read back: turns planned later share it."""
+        phases = tuple(plan)
+        return self._plans.setdefault(phases, phases)
 
     def resume_points(self, points: Counter[tuple[int, int]]) -> None:
         """Points that the lines after a resumed fold's last line need (their pre-scan). A point ahead of its
@@ -730,7 +692,7 @@ class Assessor:
                 self.unreachable.add((b, ln))
 
     def settle_points(self) -> None:
-        """The points as ``from_state_rows`` would read them back: those already used dropped (a spent point
+        """The points as a fold read back from its snapshot would hold them: those already used dropped (a spent point
         would otherwise keep a fold if its lsn were read again) and the unreachable ones of the batch before
         forgotten (the next batch's pre-scan finds its own). For a fold kept in memory (engine/warm.py)."""
         for point in [point for point, n in self.points.items() if n <= 0]:

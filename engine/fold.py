@@ -29,9 +29,8 @@ on the first dispatch, violations a tuple (usually empty, shared).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from itertools import compress, count, repeat
-from operator import attrgetter, is_
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from .canonical import canonical_bytes_no_float
@@ -287,84 +286,37 @@ class View:
         return view
 
 
-# -- fold snapshots (engine/incremental.py) ---------------------------------------------------------------
-# A view as rows of plain JSON values: [schema, unplanned, turns], each turn either a new state,
-# [turn, plan index, lineage, committed count, terminal, intents ({intent: entry} or null), violations,
-# plan branch], or the index of a state written before (views share states copy-on-write; each is written
-# once). Tuples and dicts go to the JSON writer as they are (arrays and objects, in their order).
+# -- fold snapshots (engine/parts.py) ----------------------------------------------------------------------
+# A turn state as a row of plain JSON values: [plan index, lineage, committed count, terminal, intents
+# ({intent: entry} or null), violations, plan branch]. Tuples and dicts go to the JSON writer as they are
+# (arrays and objects, in their order).
 
 _STATE_FIELDS = attrgetter("lineage", "done", "terminal", "intents", "violations", "plan_branch")
 _CODES: dict[str, str] = {code.value: code for code in Code}  # codes read back as the members they were
 
 
-def _code(text: str) -> str:
+def code_of(text: str) -> str:
+    """A violation code read back: the member it was, or the text as it is."""
     return _CODES.get(text, text)
 
 
-class StateWriter:
-    """Views as rows for a fold snapshot: each turn state once, however many views share it, and each
-    plan once (``plan_rows`` after the views)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, int] = {}  # id of a state written -> its index
-        self.plans: dict[tuple[str, ...], int] = {}
-
-    def view_row(self, view: View) -> list[Any]:
-        # Views after a fork share most of their states: those are found in C loops, only new ones are built.
-        states = list(view.turns.values())
-        ids = list(map(id, states))
-        turns: list[Any] = list(map(self.seen.get, ids))
-        if None in turns:
-            keys = list(view.turns)
-            for i in compress(count(), map(is_, turns, repeat(None))):
-                self.seen[ids[i]] = len(self.seen)
-                turns[i] = self._state_row(keys[i], states[i])
-        return [view.schema, view.unplanned, turns]
-
-    def _state_row(self, turn: str, state: TurnState) -> tuple[Any, ...]:
-        plan = self.plans.get(state.phases)
-        if plan is None:
-            plan = self.plans[state.phases] = len(self.plans)
-        return (turn, plan, *_STATE_FIELDS(state))
-
-    def plan_rows(self) -> list[tuple[str, ...]]:
-        return list(self.plans)  # in order of their indexes
+def state_row(state: TurnState, plan: int) -> list[Any]:
+    """The state's row, its plan given by index in a table the writer keeps."""
+    return [plan, *_STATE_FIELDS(state)]
 
 
-class StateReader:
-    """The views a StateWriter wrote, with the states they shared shared again. Every state read has a
-    generation no view has, so a view copies a state before its first write to it (as after a fork)."""
-
-    def __init__(self, plans: list[list[str]]) -> None:
-        self.plans = [tuple(plan) for plan in plans]
-        self.states: list[tuple[str, TurnState]] = []
-        self.gen = next_generation()
-
-    def view(self, row: list[Any]) -> View:
-        schema, unplanned, turns = row
-        view = View()
-        view.schema = schema
-        view.unplanned = tuple((t, _code(c), b, ln, line) for t, c, b, ln, line in unplanned)
-        # A view refers only to states written before it (one state per turn in a view), so its new states
-        # are read first, and then every entry is looked up (C loops: most entries of a forked view are refs).
-        states = self.states
-        first = len(states)
-        states.extend(map(self._state, [entry for entry in turns if entry.__class__ is not int]))
-        fresh = iter(range(first, len(states)))
-        indexes = [entry if entry.__class__ is int else next(fresh) for entry in turns]
-        view.turns = dict(map(states.__getitem__, indexes))
-        return view
-
-    def _state(self, entry: list[Any]) -> tuple[str, TurnState]:
-        turn, plan, lineage, done, terminal, intents, violations, plan_branch = entry
-        state = TurnState(lineage, self.plans[plan], plan_branch, self.gen)
-        state.done = done
-        state.terminal = terminal
-        if intents:
-            state.intents = dict(zip(intents, map(tuple, intents.values()), strict=True))
-        if violations:
-            state.violations = tuple((_code(c), b, ln, line) for c, b, ln, line in violations)
-        return turn, state
+def state_from_row(row: Sequence[Any], plans: Sequence[tuple[str, ...]], gen: int) -> TurnState:
+    """The state ``state_row`` wrote. ``gen``: a generation no view has, so that a view copies the state
+    before its first write to it (views that shared it before share it again)."""
+    plan, lineage, done, terminal, intents, violations, plan_branch = row
+    state = TurnState(lineage, plans[plan], plan_branch, gen)
+    state.done = done
+    state.terminal = terminal
+    if intents:
+        state.intents = dict(zip(intents, map(tuple, intents.values()), strict=True))
+    if violations:
+        state.violations = tuple((code_of(c), b, ln, line) for c, b, ln, line in violations)
+    return state
 
 
 _HASH_EVERY = 256  # turns between saved hash states

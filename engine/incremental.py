@@ -5,13 +5,16 @@ starting from the fold a ``FoldSnapshot`` saved, and gives exactly what ``assess
 prefix (the tests compare the canonical bytes after every batch). What it cannot continue it refuses
 with ``SnapshotUnusable``; the caller then folds from the start, which is always correct.
 
-A snapshot is plain bytes, read back without executing anything (JSON, never pickle)::
+A snapshot is plain bytes, read back without executing anything (JSON, never pickle): a small manifest
+and its parts (engine/parts.py)::
 
-    header line:  {"engine":..., "evidence":<sha256>, "format":1, "kind":"loopx-fold", "lines":N,
-                   "projection":..., "rows":"orjson"|"json"}
-    rows line:    Assessor.state_rows() as JSON (docs/engine.md, "Incremental assessment")
-    seal line:    sha256 hex of the two lines above, newline included
+    manifest:  {"engine":..., "evidence":<sha256>, "format":2, "kind":"loopx-fold", "lines":N,
+                "parts":[[<sha256>, "orjson"|"json"], ...], "projection":...}   (one line, canonical)
+               sha256 hex of that line, newline included (the seal)
+    parts:     the head (the run's rows), then the turns' rows a thousand turns each
 
+The manifest names every part by its sha256, so its seal covers them all; a fold writes again only the
+parts whose turns changed since its last snapshot, and a store keeps the others as they are.
 The same lines fed in the same batches give the same bytes. Operator evidence changes the fold itself (an
 unsafe retry is judged when it is read), so the evidence is part of a snapshot's identity.
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -42,15 +45,13 @@ from .assess import (
     named_turns,
     normalise_evidence,
 )
-from .canonical import HAVE_ORJSON, canonical_bytes, is_int
+from .canonical import canonical_bytes, is_int
+from .parts import CODECS, note_named, open_parts, seal_parts
 from .rewind import REWIND_WINDOW, UndoLog
 from .types import SNAPSHOT_REASONS, Assessment, SnapshotUnusable
 from .warm import warm_fold
 
-if HAVE_ORJSON:
-    import orjson
-
-FORMAT = 1
+FORMAT = 2
 _KIND = "loopx-fold"
 
 __all__ = [
@@ -69,11 +70,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FoldSnapshot:
-    """The whole fold after a journal's first ``lines`` lines, as deterministic bytes."""
+    """The whole fold after a journal's first ``lines`` lines, as deterministic bytes: a manifest and the
+    parts it names (see the module's docstring)."""
 
-    data: bytes  # header, rows and seal (see the module's docstring)
+    data: bytes  # the manifest: its line and its seal
     digest: str  # sha256 hex of data
     lines: int  # how many journal lines it has folded (the journal's line count so far)
+    parts: tuple[bytes, ...] = ()  # in the manifest's order, the head first
+    part_digests: tuple[str, ...] = ()  # sha256 hex of each part, as the manifest names them
 
 
 def evidence_digest(normalised: Mapping[Any, Any]) -> str:
@@ -90,49 +94,35 @@ def evidence_digest(normalised: Mapping[Any, Any]) -> str:
     return hashlib.sha256(b"[" + b",".join(items) + b"]").hexdigest()
 
 
-def _encode(rows: list[Any]) -> tuple[str, bytes]:
-    """The rows as compact JSON. orjson writes them unless it refuses (an integer beyond 64 bits, a lone
-    surrogate in a string a record could not encode); then the standard library does, ASCII-escaped."""
-    if HAVE_ORJSON:
-        try:
-            return "orjson", orjson.dumps(rows)
-        except TypeError:  # orjson.JSONEncodeError
-            pass
-    return "json", json.dumps(rows, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
-def _decode(codec: str, body: bytes) -> Any:
-    # orjson reads an integer beyond 64 bits as a float: rows holding one were written, and are read, by
-    # the standard library.
-    if codec == "orjson" and HAVE_ORJSON:
-        return orjson.loads(body)
-    return json.loads(body)
-
-
-def _seal(assessor: Assessor, evidence: str, named: set[str] | None = None) -> FoldSnapshot:
-    codec, body = _encode(assessor.state_rows(named))
+def _seal(assessor: Assessor, evidence: str) -> FoldSnapshot:
+    parts = seal_parts(assessor)
     header = {
         "engine": ENGINE_VERSION,
         "evidence": evidence,
         "format": FORMAT,
         "kind": _KIND,
         "lines": assessor.line_no,
+        "parts": [[part.digest, part.codec] for part in parts],
         "projection": PROJECTION_VERSION,
-        "rows": codec,
     }
-    head = canonical_bytes(header) + b"\n" + body + b"\n"
+    head = canonical_bytes(header) + b"\n"
     data = head + hashlib.sha256(head).hexdigest().encode("ascii")
-    return FoldSnapshot(data, hashlib.sha256(data).hexdigest(), assessor.line_no)
+    return FoldSnapshot(
+        data,
+        hashlib.sha256(data).hexdigest(),
+        assessor.line_no,
+        tuple(part.data for part in parts),
+        tuple(part.digest for part in parts),
+    )
 
 
-def _opened(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """The header and the rows' bytes, once the seal holds (first, so that any changed byte is "corrupt")
-    and the versions are this engine's ("version")."""
+def _opened(data: bytes) -> dict[str, Any]:
+    """The manifest's header, once the seal holds (first, so that any changed byte is "corrupt") and the
+    versions are this engine's ("version")."""
     head, newline, seal = data.rpartition(b"\n")
-    if not newline or hashlib.sha256(head + b"\n").hexdigest().encode("ascii") != seal:
+    if not newline or b"\n" in head or hashlib.sha256(head + b"\n").hexdigest().encode("ascii") != seal:
         raise SnapshotUnusable("corrupt", "the bytes are not the ones sealed")
-    header_line, _, body = head.partition(b"\n")
-    return _header(header_line), body
+    return _header(head)
 
 
 def _header(header_line: bytes) -> dict[str, Any]:
@@ -149,25 +139,48 @@ def _header(header_line: bytes) -> dict[str, Any]:
     lines = header.get("lines")
     if not (is_int(lines) and lines >= 0 and isinstance(header.get("evidence"), str)):
         raise SnapshotUnusable("corrupt", "the header has no line count or evidence")
+    listed = header.get("parts")
+    if not (isinstance(listed, list) and listed and all(_part_named(item) for item in listed)):
+        raise SnapshotUnusable("corrupt", "the header names no parts")
     return header
 
 
-def snapshot_load(data: bytes) -> FoldSnapshot:
-    """A snapshot read back (from a database, say): its seal and versions checked, its digest computed.
-    Raises SnapshotUnusable ("corrupt" or "version")."""
+def _part_named(item: Any) -> bool:
+    return isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and item[1] in CODECS
+
+
+def _parts_hold(header: dict[str, Any], parts: Sequence[bytes]) -> tuple[str, ...]:
+    """The parts' digests, once each part is the one the manifest names ("corrupt": missing, extra, other)."""
+    listed = header["parts"]
+    if len(parts) != len(listed):
+        raise SnapshotUnusable("corrupt", f"{len(parts)} parts where the manifest names {len(listed)}")
+    for number, (part, (digest, _)) in enumerate(zip(parts, listed, strict=True)):
+        if hashlib.sha256(part).hexdigest() != digest:
+            raise SnapshotUnusable("corrupt", f"part {number} is not the one sealed")
+    return tuple(digest for digest, _ in listed)
+
+
+def snapshot_load(data: bytes, parts: Sequence[bytes]) -> FoldSnapshot:
+    """A snapshot read back (from a database, say): its manifest's seal and versions checked, each part
+    checked against the digest the manifest names, its digest computed. Raises SnapshotUnusable
+    ("corrupt" or "version")."""
     data = bytes(data)
-    header, _ = _opened(data)
-    return FoldSnapshot(data, hashlib.sha256(data).hexdigest(), header["lines"])
+    header = _opened(data)
+    held = tuple(bytes(part) for part in parts)
+    digests = _parts_hold(header, held)
+    return FoldSnapshot(data, hashlib.sha256(data).hexdigest(), header["lines"], held, digests)
 
 
 def _resumed(snapshot: FoldSnapshot, evidence: dict[Any, Any], evidence_id: str) -> Assessor:
-    header, body = _opened(snapshot.data)
+    header = _opened(snapshot.data)
     if hashlib.sha256(snapshot.data).hexdigest() != snapshot.digest or header["lines"] != snapshot.lines:
         raise SnapshotUnusable("corrupt", "the digest or line count does not match the bytes")
+    digests = _parts_hold(header, snapshot.parts)
     if header["evidence"] != evidence_id:
         raise SnapshotUnusable("evidence", "folded under other operator evidence")
+    codecs = [codec for _, codec in header["parts"]]
     try:
-        assessor = Assessor.from_state_rows(_decode(header["rows"], body), evidence)
+        assessor = open_parts(list(zip(digests, codecs, snapshot.parts, strict=True)), evidence)
     except (ValueError, TypeError, KeyError, IndexError) as exc:  # sealed, yet not rows of this format
         raise SnapshotUnusable("corrupt", "the rows cannot be read") from exc
     if assessor.line_no != snapshot.lines:
@@ -315,8 +328,8 @@ def _assess_from(
     with cycle_collection_paused():
         assessor = fold_lines(new_lines, opened)
         named = named_turns(new_lines) if start is not None else None
-        # A kept fold may have skipped writing the batches before this one: all its world rows are written.
-        after = _seal(assessor, evidence_id, None if isinstance(start, Assessor) else named) if seal else None
+        note_named(assessor, named)  # the parts to write again at the fold's next seal
+        after = _seal(assessor, evidence_id) if seal else None
         changed = _changed(named, before[0] if before else None, assessor, wanted)
         result = assessor.finish(wanted, set(changed) if changed_only and changed is not None else None)
         kept = KeptFold(keep if keep is not None else "", assessor.line_no)

@@ -62,6 +62,7 @@ from recovery.models import (
     GateDecision,
     OperatorEvidence,
     OutputEntry,
+    SnapshotPart,
     TurnAssessment,
     TurnClaim,
 )
@@ -156,6 +157,7 @@ _DELETED_HERE = frozenset(
         ("recovery", "turnassessment"),
         ("recovery", "outputentry"),
         ("recovery", "foldsnapshot"),
+        ("recovery", "snapshotpart"),
         ("recovery", "assessment"),
         ("recovery", "turnclaim"),
         ("journals", "phase"),
@@ -278,6 +280,7 @@ def _delete_run_rows(run: Any) -> dict[str, int]:
     remove("turn_assessments", TurnAssessment.objects.filter(assessment__run=run))
     remove("output_entries", OutputEntry.objects.filter(run=run))
     remove("fold_snapshots", FoldSnapshot.objects.filter(run=run))
+    remove("snapshot_parts", SnapshotPart.objects.filter(run=run))
     remove("assessments", Assessment.objects.filter(run=run))
     remove("claims", TurnClaim.objects.filter(turn__run=run))
     remove("phases", Phase.objects.filter(turn__run=run))

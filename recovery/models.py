@@ -159,7 +159,8 @@ class OutputEntry(models.Model):
 
 class FoldSnapshot(models.Model):
     """The engine's fold after a run's records through ``through_seq``, so that the next assessment reads only
-    the records after it (engine/incremental.py). One per run: a newer one replaces it."""
+    the records after it (engine/incremental.py). One per run: a newer one replaces it. ``data`` is the
+    snapshot's manifest; its parts are the run's SnapshotPart rows."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="fold_snapshot")
     through_seq = models.BigIntegerField()
@@ -173,6 +174,22 @@ class FoldSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"fold snapshot of run {self.run_id} through seq {self.through_seq}"
+
+
+class SnapshotPart(models.Model):
+    """One part of a run's fold snapshot (engine/parts.py), numbered as its manifest lists it, the head 0. A
+    new snapshot replaces only the parts whose digest changed and deletes those its manifest no longer names."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshot_parts")
+    number = models.IntegerField()
+    digest = models.CharField(max_length=64)
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="snapshot_part_unique_number")]
+
+    def __str__(self) -> str:
+        return f"part {self.number} of run {self.run_id}'s fold snapshot"
 
 
 class TurnClaim(models.Model):
@@ -251,4 +268,3 @@ class GateDecision(AppendOnlyModel):
     class Meta:
         ordering = ["turn", "-id"]
         constraints = [models.CheckConstraint(condition=_in("kind", GATE_KINDS), name="gatedecision_kind_valid")]
-

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 import engine
@@ -38,6 +39,7 @@ from recovery.models import (
     FoldSnapshot,
     GateDecision,
     OperatorEvidence,
+    SnapshotPart,
     TurnAssessment,
     TurnClaim,
 )
@@ -313,16 +315,18 @@ def _snapshot_due(row: FoldSnapshot | None, last_seq: int) -> bool:
 
 def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:
     """The run's stored fold snapshot when the next assessment may start from it: same engine, projection and
-    evidence, a prefix that grew past it, and bytes that load and match what was stored. Line N of a run's
-    journal is its record of seq N, so the snapshot's line count is the seq it was folded through."""
+    evidence, a prefix that grew past it, and a manifest and parts that load and match what was stored. Line N
+    of a run's journal is its record of seq N, so the snapshot's line count is the seq it was folded through."""
     row = FoldSnapshot.objects.filter(run=inputs.run).first()
     if row is None or row.through_seq >= inputs.run.last_seq or row.lines != row.through_seq:
         return None
     versions = (row.engine_version, row.projection_version, row.evidence_digest)
     if versions != (ENGINE_VERSION, PROJECTION_VERSION, inputs.identity["evidence_digest"]):
         return None
+    # In number order: a part missing, left over or of another snapshot fails the manifest's digests.
+    parts = SnapshotPart.objects.filter(run=inputs.run).order_by("number").values_list("data", flat=True)
     try:
-        loaded = engine.snapshot_load(bytes(row.data))
+        loaded = engine.snapshot_load(bytes(row.data), [bytes(part) for part in parts])
     except SnapshotUnusable:
         return None
     return loaded if (loaded.digest, loaded.lines) == (row.digest, row.lines) else None
@@ -330,8 +334,9 @@ def _snapshot_usable(inputs: AssessmentInputs) -> engine.FoldSnapshot | None:
 
 def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
     """Replace the run's fold snapshot with the one after this assessment's prefix (under the run's lock;
-    never with an older one). The stored bytes are replaced without being read back: they grow with the
-    run's turns."""
+    never with an older one): its manifest, and of its parts only those whose digest changed, the parts it
+    no longer names deleted. A fold from the start writes every part (it may follow stored parts that did
+    not load)."""
     after = fold.snapshot
     if after is None:
         return
@@ -346,8 +351,17 @@ def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
         "updated_at": timezone.now(),
     }
     stored = FoldSnapshot.objects.filter(run=run)
-    if not stored.filter(through_seq__lte=inputs.run.last_seq).update(**fields) and not stored.exists():
+    if not stored.filter(through_seq__lte=inputs.run.last_seq).update(**fields):
+        if stored.exists():
+            return  # a newer one is stored: its parts stay
         FoldSnapshot.objects.create(run=run, **fields)
+    parts = SnapshotPart.objects.filter(run=run)
+    held = dict(parts.values_list("number", "digest")) if fold.started_from is not None else {}
+    changed = [n for n, digest in enumerate(after.part_digests) if held.get(n) != digest]
+    parts.filter(Q(number__in=changed) | Q(number__gte=len(after.parts))).delete()
+    SnapshotPart.objects.bulk_create(
+        SnapshotPart(run=run, number=n, digest=after.part_digests[n], data=after.parts[n]) for n in changed
+    )
 
 
 def assessment_output(inputs: AssessmentInputs, result: EngineAssessment) -> Any:

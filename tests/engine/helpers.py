@@ -264,9 +264,10 @@ def fold_in_batches(
         assert_same(result, prefix, **kwargs)
         assert after.lines == end
         assert after.digest == hashlib.sha256(after.data).hexdigest()
+        assert after.part_digests == tuple(hashlib.sha256(part).hexdigest() for part in after.parts)
         if written is not None:
             written.append(after.data)
-        snapshot = snapshot_load(after.data) if round_trip else after
+        snapshot = snapshot_load(after.data, after.parts) if round_trip else after
         assert snapshot == after
         done = end
     assert snapshot is not None

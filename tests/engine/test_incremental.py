@@ -8,7 +8,8 @@ from __future__ import annotations
 import gc
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine.incremental as incremental
+import engine.parts as parts
 import engine.warm as warm
 from engine import (
     REWIND_WINDOW,
@@ -40,6 +42,16 @@ from tests.engine.model import JournalModel
 from tests.engine.strategies import valid_journals
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _small_parts() -> Iterator[None]:
+    """Parts of two turns each: the journals drawn here span several, so that a batch's seal writes some
+    parts again and keeps the others (a run's parts hold a thousand turns)."""
+    group = parts.GROUP
+    parts.GROUP = 2
+    yield
+    parts.GROUP = group
 
 
 def cuts_of(data: st.DataObject, size: int) -> list[int]:
@@ -77,8 +89,8 @@ def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
         if window >= len(lines) and not cold:
             assert refusals == []
         # Every fork and checkpoint of a valid journal uses its point: no fold is left kept, and the snapshot
-        # is the same bytes whatever the batches.
-        assert last.data == whole.data
+        # is the same bytes whatever the batches: the same manifest and the same parts.
+        assert last.data == whole.data and last.parts == whole.parts
         assert_same(
             assess_incremental(last, [], evidence=model.evidence, expect=expect)[0],
             lines,
@@ -394,6 +406,15 @@ def _small() -> JournalWriter:
     return w
 
 
+def _many_turns(count: int) -> JournalWriter:
+    w = JournalWriter("r")
+    for n in range(count):
+        w.plan(f"t{n}")
+        w.commit(f"t{n}", "plan")
+        w.dispatch(f"t{n}", "i1", "unsafe")
+    return w
+
+
 def test_every_flipped_byte_is_corrupt() -> None:
     w = _small()
     _, snapshot = assess_incremental(None, w.lines)
@@ -401,20 +422,83 @@ def test_every_flipped_byte_is_corrupt() -> None:
         flipped = bytearray(snapshot.data)
         flipped[at] ^= 0xFF
         with pytest.raises(SnapshotUnusable) as refused:
-            snapshot_load(bytes(flipped))
+            snapshot_load(bytes(flipped), snapshot.parts)
         assert refused.value.reason == "corrupt", at
-    data = snapshot.data.replace(b'"t1"', b'"t2"', 1)
-    forged = FoldSnapshot(data, hashlib.sha256(data).hexdigest(), snapshot.lines)  # a digest made to match
+    for number, part in enumerate(snapshot.parts):
+        for at in range(len(part)):
+            flipped = bytearray(part)
+            flipped[at] ^= 0xFF
+            damaged = [*snapshot.parts[:number], bytes(flipped), *snapshot.parts[number + 1 :]]
+            with pytest.raises(SnapshotUnusable) as refused:
+                snapshot_load(snapshot.data, damaged)
+            assert refused.value.reason == "corrupt", (number, at)
+    data = snapshot.data.replace(b'"lines"', b'"Lines"', 1)
+    forged = FoldSnapshot(
+        data, hashlib.sha256(data).hexdigest(), snapshot.lines, snapshot.parts
+    )  # a digest made to match
+    forget_warm_folds()
     with pytest.raises(SnapshotUnusable) as refused:
         assess_incremental(forged, [])
     assert refused.value.reason == "corrupt"
     for wrong in (
-        FoldSnapshot(snapshot.data, "0" * 64, snapshot.lines),
-        FoldSnapshot(snapshot.data, snapshot.digest, 9),
+        replace(snapshot, digest="0" * 64),
+        replace(snapshot, lines=9),
+        replace(snapshot, parts=snapshot.parts[:1]),
     ):
+        forget_warm_folds()
         with pytest.raises(SnapshotUnusable) as refused:
             assess_incremental(wrong, [])
         assert refused.value.reason == "corrupt"
+
+
+def _refused_then_whole(snapshot: FoldSnapshot, lines: list[bytes], done: int) -> str:
+    """The reason ``snapshot`` (read cold) is refused, after checking that the caller's fallback, a fold from
+    the start, is the full fold."""
+    forget_warm_folds()
+    with pytest.raises(SnapshotUnusable) as refused:
+        assess_incremental(snapshot, lines[done:])
+    result, _ = assess_incremental(None, lines)
+    assert_same(result, lines)
+    return refused.value.reason
+
+
+def test_a_missing_extra_corrupt_or_older_part_is_refused_and_the_whole_fold_follows() -> None:
+    """A store that lost a part, kept one too many, damaged one, or holds a part of an older snapshot under
+    the same number: the manifest names every part by its digest, so each is "corrupt"."""
+    w = _many_turns(7)  # four parts of two turns and the head
+    older = assess_incremental(None, w.lines[:-2])[1]
+    _, snapshot = assess_incremental(None, w.lines[:-1])
+    assert len(snapshot.parts) == 5 and len(older.parts) == 5
+    stale = [n for n in range(5) if older.parts[n] != snapshot.parts[n]]
+    assert 0 < len(stale) < 5  # the head and the last turns' part changed, the others did not
+    shapes = {
+        "missing": snapshot.parts[:-1],
+        "extra": (*snapshot.parts, snapshot.parts[-1]),
+        "corrupt": (*snapshot.parts[:-1], snapshot.parts[-1].replace(b"t6", b"t9")),
+        "older": tuple(older.parts[n] if n == stale[-1] else part for n, part in enumerate(snapshot.parts)),
+    }
+    for name, held in shapes.items():
+        with pytest.raises(SnapshotUnusable) as refused:
+            snapshot_load(snapshot.data, held)
+        assert refused.value.reason == "corrupt", name
+        reason = _refused_then_whole(replace(snapshot, parts=tuple(held)), w.lines, snapshot.lines)
+        assert reason == "corrupt", name
+    result, _ = assess_incremental(snapshot_load(snapshot.data, snapshot.parts), w.lines[-1:])
+    assert_same(result, w.lines)
+
+
+def test_a_seal_writes_again_only_the_parts_whose_turns_changed() -> None:
+    """A fold that goes on writes again the head and the parts of the turns the new lines name; every other
+    part is the same bytes, and the result is the full fold's."""
+    w = _many_turns(9)
+    _, before = assess_incremental(None, w.lines)
+    w.commit("t8", "dispatch")  # the last part's turn
+    w.commit("t1", "dispatch")  # the first part's
+    result, after = assess_incremental(before, w.lines[-2:])
+    assert_same(result, w.lines)
+    changed = [n for n, (old, new) in enumerate(zip(before.parts, after.parts, strict=True)) if old != new]
+    assert changed == [0, 1, 5]
+    assert after.parts == assess_incremental(None, w.lines)[1].parts
 
 
 @pytest.mark.parametrize("name", ["ENGINE_VERSION", "PROJECTION_VERSION", "FORMAT"])
@@ -423,7 +507,7 @@ def test_a_snapshot_of_another_version_is_refused(monkeypatch: pytest.MonkeyPatc
     with monkeypatch.context() as patched:
         patched.setattr(incremental, name, 0 if name == "FORMAT" else "0.0.0")
         _, old = assess_incremental(None, w.lines)
-    for attempt in (lambda: snapshot_load(old.data), lambda: assess_incremental(old, [])):
+    for attempt in (lambda: snapshot_load(old.data, old.parts), lambda: assess_incremental(old, [])):
         with pytest.raises(SnapshotUnusable) as refused:
             attempt()
         assert refused.value.reason == "version"
@@ -449,15 +533,25 @@ def test_a_snapshot_folded_under_other_evidence_is_refused() -> None:
 # -- what the snapshot holds -------------------------------------------------------------------------------
 
 
+def _all_parts(assessor: Assessor) -> list[bytes]:
+    """Every part of the fold written afresh (none kept from an earlier seal)."""
+    assessor.sealed = None
+    return [part.data for part in parts.seal_parts(assessor)]
+
+
+def _read_back(snapshot: FoldSnapshot) -> FoldSnapshot:
+    return snapshot_load(snapshot.data, snapshot.parts)
+
+
 def test_finish_leaves_the_fold_as_it_was() -> None:
     w = _small()
     w.plan("t2")
     assessor = Assessor(Counter(), normalise_evidence(None))
     for line in w.lines:
         assessor.feed(line)
-    rows = orjson.dumps(assessor.state_rows())
+    rows = _all_parts(assessor)
     first = assessor.finish({0: 99, 3: 1})
-    assert orjson.dumps(assessor.state_rows()) == rows
+    assert _all_parts(assessor) == rows
     assert assessor.finish({0: 99, 3: 1}) == first
     assert [v.code for v in first.violations][-2:] == ["offset_mismatch", "offset_mismatch"]
 
@@ -474,17 +568,20 @@ def test_new_lines_may_come_from_a_file_or_a_callable(tmp_path: Path) -> None:
         assert after.lines == len(w.lines)
 
 
-def test_a_snapshot_is_plain_json_lines_with_a_seal() -> None:
-    """Read back without executing anything: a JSON header naming the versions, JSON rows, a sha256 seal."""
+def test_a_snapshot_is_a_sealed_json_manifest_and_json_parts() -> None:
+    """Read back without executing anything: a JSON manifest naming the versions and each part by its
+    sha256, its seal, and parts of JSON rows."""
     w, _ = _forked_journal()
     _, snapshot = assess_incremental(None, w.lines, evidence={"i1": "happened"})
-    header, rows, seal = snapshot.data.split(b"\n")
-    assert hashlib.sha256(header + b"\n" + rows + b"\n").hexdigest().encode() == seal
+    header, seal = snapshot.data.split(b"\n")
+    assert hashlib.sha256(header + b"\n").hexdigest().encode() == seal
     fields: Mapping[str, Any] = orjson.loads(header)
     assert fields["engine"] == incremental.ENGINE_VERSION and fields["lines"] == len(w.lines)
     assert fields["projection"] == incremental.PROJECTION_VERSION and fields["format"] == incremental.FORMAT
     assert fields["evidence"] == incremental.evidence_digest(normalise_evidence({"i1": "happened"}))
-    assert isinstance(orjson.loads(rows), list)
+    assert fields["parts"] == [[hashlib.sha256(part).hexdigest(), "orjson"] for part in snapshot.parts]
+    assert list(snapshot.part_digests) == [digest for digest, _ in fields["parts"]]
+    assert all(isinstance(orjson.loads(part), list) for part in snapshot.parts)
 
 
 def test_integers_beyond_64_bits_round_trip_exactly() -> None:
@@ -493,9 +590,9 @@ def test_integers_beyond_64_bits_round_trip_exactly() -> None:
     w = _small()
     put(w, "phase_committed", envelope={"lsn": 2**70}, turn="t1", phase="envelope")
     _, snapshot = assess_incremental(None, w.lines)
-    assert b'"rows":"json"' in snapshot.data
+    assert [codec for _, codec in orjson.loads(snapshot.data.split(b"\n")[0])["parts"]] == ["json", "orjson"]
     w.commit("t1", "dispatch")
-    result, _ = assess_incremental(snapshot_load(snapshot.data), w.lines[-1:])
+    result, _ = assess_incremental(snapshot_load(snapshot.data, snapshot.parts), w.lines[-1:])
     assert_same(result, w.lines)
     assert 2**70 in [v.lsn for v in result.violations]
 
@@ -542,7 +639,7 @@ def test_a_kept_fold_holds_the_points_a_fold_read_back_holds() -> None:
     full.points[(0, 0)] -= 1  # as a use of it would leave it: spent
     full.settle_points()
     assert full.points == Counter({(0, point): 1}) and not full.unreachable
-    back = Assessor.from_state_rows(orjson.loads(orjson.dumps(full.state_rows())), {})
+    back = parts.open_parts([(part.digest, part.codec, part.data) for part in parts.seal_parts(full)], {})
     assert back.points == full.points
 
 
@@ -589,7 +686,9 @@ def test_a_kept_fold_written_now_and_then_is_the_full_fold_after_every_batch(
         forget_warm_folds()
         assert assess_kept(start, [], keep="other", seal=False, evidence=model.evidence) is None
         try:
-            cold = assess_incremental(snapshot_load(stored.data), lines[stored.lines :], evidence=model.evidence)[0]
+            cold = assess_incremental(
+                snapshot_load(stored.data, stored.parts), lines[stored.lines :], evidence=model.evidence
+            )[0]
         except SnapshotUnusable:
             cold = assess_incremental(None, lines, evidence=model.evidence)[0]
         assert_same(cold, lines, evidence=model.evidence)
@@ -656,7 +755,7 @@ def test_a_kept_fold_holds_no_cycle_so_the_collector_may_look_away() -> None:
     and checkpoints, its undo log, and a fold read back from a snapshot's bytes)."""
     w, ends = _rewinding_run(200)
     assert _cycles_left_by(lambda: _kept_fold(w.lines, ends)) == 0
-    assert _cycles_left_by(lambda: snapshot_load(assess_incremental(None, w.lines)[1].data)) == 0
+    assert _cycles_left_by(lambda: _read_back(assess_incremental(None, w.lines)[1])) == 0
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
