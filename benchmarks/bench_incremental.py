@@ -9,10 +9,11 @@ The journal is bench_engine's (generated once and cached). Its last ``--tail`` l
 the rest is folded once into a snapshot. Printed, the least CPU time of ``--rounds`` (other load on a
 shared machine disturbs it least): the full fold of the whole journal; the snapshot's size; snapshot_load;
 the resumed batch (assess_incremental, everything: seal check, rows read, the batch folded, the new
-snapshot written, the assessment); and its parts: the rows parsed (orjson), the fold rebuilt from them,
-the fold written as rows, one sha256 pass, finish (which decides every turn, so it grows with the run
-too). Then the two speed paths: the same batch when this process still holds the fold that wrote the
-snapshot (engine/warm.py), and with ``changed_only=True`` as well (only the decisions the batch may change).
+snapshot written, the assessment); and its steps: the parts parsed and the fold rebuilt from them, every
+part written afresh, the parts of the tail's turns written again (what a kept fold's seal writes), one
+sha256 pass over the parts, finish (which decides every turn, so it grows with the run too). Then the two
+speed paths: the same batch when this process still holds the fold that wrote the snapshot
+(engine/warm.py), and with ``changed_only=True`` as well (only the decisions the batch may change).
 A run's growth is approximated by two sizes: ``--records 100000`` and the default, each with ``--tail 1000``.
 See docs/perf/2026-12-06-incremental-engine.md.
 """
@@ -31,7 +32,8 @@ import orjson
 
 from benchmarks.bench_engine import journal
 from engine import REWIND_WINDOW, SnapshotUnusable, assess, assess_incremental, snapshot_load
-from engine.assess import Assessor, cycle_collection_paused
+from engine.assess import cycle_collection_paused, named_turns
+from engine.parts import note_named, open_parts, seal_parts
 from engine.warm import forget_warm_folds
 
 
@@ -121,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"journal: {result.records:,} records, {len(result.turns):,} turns, {len(result.branches)} branches")
     print(f"full fold (assess):              {full:7.3f} s")
     first, (_, snapshot) = _best(1, lambda: assess_incremental(None, head))
-    print(f"first fold + snapshot:           {first:7.3f} s   snapshot {len(snapshot.data) / 1e6:.1f} MB")
-    loaded, _ = _best(rounds, lambda: snapshot_load(snapshot.data))
+    size = (len(snapshot.data) + sum(map(len, snapshot.parts))) / 1e6
+    print(f"first fold + snapshot:           {first:7.3f} s   snapshot {size:.1f} MB in {len(snapshot.parts)} parts")
+    loaded, _ = _best(rounds, lambda: snapshot_load(snapshot.data, snapshot.parts))
     print(f"snapshot_load (seal, sha256):    {loaded:7.3f} s")
     forget_warm_folds()
     resumed, (incremental, _) = _best_after(rounds, forget_warm_folds, lambda _: assess_incremental(snapshot, tail))
@@ -143,16 +146,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  kept, changed_only:            {changed:7.3f} s   ({full / changed:.1f}x; {listed})")
     forget_warm_folds()
 
-    body = snapshot.data.split(b"\n")[1]
+    codecs = [codec for _, codec in orjson.loads(snapshot.data.split(b"\n")[0])["parts"]]
+    listed = list(zip(snapshot.part_digests, codecs, snapshot.parts, strict=True))
+    named = named_turns(tail)
+
+    def afresh() -> Any:
+        assessor.sealed = None  # no part kept from an earlier seal
+        return seal_parts(assessor)
+
+    def again() -> Any:
+        note_named(assessor, named)  # as after the tail's batch: its turns' parts only
+        return seal_parts(assessor)
+
     with cycle_collection_paused():  # as assess_incremental reads and writes a snapshot
-        parsed, rows = _best(rounds, lambda: orjson.loads(body))
-        rebuilt, assessor = _best(rounds, lambda: Assessor.from_state_rows(rows, {}))
-        written, _ = _best(rounds, lambda: orjson.dumps(assessor.state_rows()))
+        rebuilt, assessor = _best(rounds, lambda: open_parts(listed, {}))
+        written, _ = _best(rounds, afresh)
+        rewritten, _ = _best(rounds, again)
         finished, _ = _best(rounds, lambda: assessor.finish({}))
-    hashed, _ = _best(rounds, lambda: hashlib.sha256(snapshot.data).hexdigest())
-    print(f"  rows parsed (orjson.loads):    {parsed:7.3f} s")
-    print(f"  fold rebuilt from rows:        {rebuilt:7.3f} s")
-    print(f"  fold written as rows + dumps:  {written:7.3f} s")
+    hashed, _ = _best(rounds, lambda: [hashlib.sha256(part).hexdigest() for part in snapshot.parts])
+    print(f"  parts parsed, fold rebuilt:    {rebuilt:7.3f} s")
+    print(f"  every part written afresh:     {written:7.3f} s")
+    print(f"  the tail's turns' parts again: {rewritten:7.3f} s   ({len(named or ())} turns named)")
     print(f"  one sha256 pass:               {hashed:7.3f} s")
     print(f"  finish (every turn decided):   {finished:7.3f} s")
     head.unlink()

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
+import engine
+import engine.parts as engine_parts
 from engine import assess as engine_assess
 from engine import forget_warm_folds
 from engine.writer import JournalWriter
@@ -16,7 +19,7 @@ from journals.projection import turns_project
 from ops.demo import workload_lines
 from recovery import services as recovery_services
 from recovery.background import assessment_run
-from recovery.models import Assessment, FoldSnapshot, OperatorEvidence
+from recovery.models import Assessment, FoldSnapshot, OperatorEvidence, SnapshotPart
 from recovery.output import assessment_output_read
 from recovery.services import turn_decision
 from recovery.state import picture_rows, turn_states_refresh
@@ -122,6 +125,82 @@ def test_a_damaged_snapshot_folds_the_whole_prefix(published, reads):
     assert Assessment.objects.filter(run=run).latest().from_snapshot is None
     assert _decisions(run) == _whole(lines)
     assert FoldSnapshot.objects.get(run=run).digest != snapshot.digest
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshot parts of two turns each, so that a short run's snapshot has several."""
+    monkeypatch.setattr(engine_parts, "GROUP", 2)
+
+
+def _stored_parts(run: Run) -> dict[int, tuple[int, str]]:
+    return {
+        number: (pk, digest)
+        for pk, number, digest in SnapshotPart.objects.filter(run=run).values_list("pk", "number", "digest")
+    }
+
+
+def test_a_new_snapshot_replaces_only_the_parts_whose_digest_changed(published, small_parts, settings):
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 0  # a snapshot after every batch
+    lines = workload_lines("run-parts", turns=10)
+    cut = len(lines) * 2 // 3
+    ingest("run-parts", lines[:cut])
+    assessment_run(run_id="run-parts")
+    run = Run.objects.get(run_id="run-parts")
+    before = _stored_parts(run)
+    ingest("run-parts", lines[cut:])
+    assessment_run(run_id="run-parts")
+    after = _stored_parts(run)
+    manifest = FoldSnapshot.objects.get(run=run).data
+    assert sorted(after) == list(range(len(after))) and len(after) > 3
+    assert [after[n][1] for n in sorted(after)] == [
+        d for d, _ in orjson.loads(manifest.split(b"\n")[0])["parts"]
+    ]
+    kept = [n for n in before if n in after and after[n] == before[n]]  # the same row: not written again
+    assert 0 not in kept and kept  # the head is written every time, the early turns' parts are not
+    assert all(after[n][1] != before[n][1] for n in after if n in before and n not in kept)
+
+
+def _damage(run: Run, how: str, older: dict[int, bytes]) -> None:
+    parts = SnapshotPart.objects.filter(run=run)
+    last = parts.order_by("-number").first()
+    assert last is not None
+    if how == "corrupt":
+        parts.filter(pk=last.pk).update(data=bytes(last.data).replace(b"t", b"T", 1))
+    elif how == "missing":
+        parts.filter(pk=last.pk).delete()
+    elif how == "extra":
+        SnapshotPart.objects.create(run=run, number=last.number + 1, digest=last.digest, data=last.data)
+    else:  # the part of the same number of an older snapshot, its digest with it
+        number = next(n for n in sorted(older, reverse=True) if bytes(older[n]) != bytes(parts.get(number=n).data))
+        parts.filter(number=number).update(data=older[number])
+
+
+@pytest.mark.parametrize("how", ["corrupt", "missing", "extra", "older"])
+def test_a_damaged_missing_extra_or_older_part_folds_the_whole_prefix_and_is_written_again(
+    published, reads, small_parts, settings, how
+):
+    settings.LOOPX_SNAPSHOT_EVERY_RECORDS = 0
+    lines = workload_lines(f"run-{how}", turns=10)
+    ingest(f"run-{how}", lines[:30])
+    assessment_run(run_id=f"run-{how}")
+    run = Run.objects.get(run_id=f"run-{how}")
+    older = dict(SnapshotPart.objects.filter(run=run).values_list("number", "data"))
+    ingest(f"run-{how}", lines[30:40])
+    assessment_run(run_id=f"run-{how}")
+    _damage(run, how, older)
+    forget_warm_folds()  # a restarted worker: it reads the stored manifest and parts
+    ingest(f"run-{how}", lines[40:])
+    reads.clear()
+    assert assessment_run(run_id=f"run-{how}") == "stored"
+    run.refresh_from_db()
+    assert set(reads) == {(0, run.last_seq)}
+    assert Assessment.objects.filter(run=run).latest().from_snapshot is None
+    assert _decisions(run) == _whole(lines)
+    # The whole fold wrote every part again: the stored snapshot loads.
+    stored = FoldSnapshot.objects.get(run=run)
+    held = SnapshotPart.objects.filter(run=run).order_by("number").values_list("data", flat=True)
+    assert engine.snapshot_load(bytes(stored.data), [bytes(part) for part in held]).digest == stored.digest
 
 
 def _full_output(run: Run) -> Any:
