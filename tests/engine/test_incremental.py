@@ -511,6 +511,8 @@ def test_a_snapshot_of_another_version_is_refused(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(SnapshotUnusable) as refused:
             attempt()
         assert refused.value.reason == "version"
+    w.commit("t1", "dispatch")
+    assert _refused_then_whole(old, w.lines, old.lines) == "version"
 
 
 def test_a_snapshot_folded_under_other_evidence_is_refused() -> None:
