@@ -143,7 +143,7 @@ def stored_rows() -> tuple[int, int, float]:
 
 def snapshot_through() -> int | None:
     """The seq the run's stored fold snapshot was folded through (None: none stored)."""
-    # Django is set up at run time, in the child, on the scratch database.
+    # Django is set up at run time, in the child, on the scratch database: models load once the app registry is ready.
     from recovery.models import FoldSnapshot
 
     return FoldSnapshot.objects.filter(run__run_id=RUN).values_list("through_seq", flat=True).first()

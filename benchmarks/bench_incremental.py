@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     forget_warm_folds()
 
     codecs = [codec for _, codec in orjson.loads(snapshot.data.split(b"\n")[0])["parts"]]
-    listed = list(zip(snapshot.part_digests, codecs, snapshot.parts, strict=True))
+    stored = list(zip(snapshot.part_digests, codecs, snapshot.parts, strict=True))
     named = named_turns(tail)
 
     def afresh() -> Any:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return seal_parts(assessor)
 
     with cycle_collection_paused():  # as assess_incremental reads and writes a snapshot
-        rebuilt, assessor = _best(rounds, lambda: open_parts(listed, {}))
+        rebuilt, assessor = _best(rounds, lambda: open_parts(stored, {}))
         written, _ = _best(rounds, afresh)
         rewritten, _ = _best(rounds, again)
         finished, _ = _best(rounds, lambda: assessor.finish({}))

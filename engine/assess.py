@@ -314,7 +314,7 @@ class _Reader:
 # -- state ---------------------------------------------------------------------------------------------------
 
 
-# The fields of a world-ledger entry, in the order a fold snapshot writes them (_WORLD_ROW).
+# The fields of a world-ledger entry, in the order a fold snapshot writes them (WORLD_ROW).
 _WORLD_FIELDS: Final = (
     "turn",
     "intent",
@@ -372,7 +372,7 @@ class _World:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> _World:
-        """The entry _WORLD_ROW read (a fold snapshot): every slot set once, in slot order."""
+        """The entry WORLD_ROW read (a fold snapshot): every slot set once, in slot order."""
         world = cls(row[0], row[1], row[2])
         (
             _,
@@ -397,7 +397,8 @@ class _World:
         return world
 
 
-_WORLD_ROW = attrgetter(*_WORLD_FIELDS)  # an entry's fields in slot order, in one C call
+WORLD_ROW = attrgetter(*_WORLD_FIELDS)  # an entry's fields in slot order, in one C call
+WorldEntry = _World  # the entry's type, for engine/parts.py, which writes and reads entries
 
 
 class _Branch:

@@ -19,7 +19,7 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 # The modules compiled (the fold's hot path), as paths from the repository's root.
-COMPILED = ("engine/assess.py", "engine/fold.py", "engine/canonical.py")
+COMPILED = ("engine/assess.py", "engine/fold.py", "engine/canonical.py", "engine/parts.py")
 # What a compiled module's code was built against: its own source and the engine modules it imports.
 SOURCES = (*COMPILED, "engine/types.py", "engine/rewind.py")
 DIGEST_FILE = "compiled.sha256"  # in engine/: the digest of SOURCES that the compiled modules were built from

@@ -17,7 +17,7 @@ on write). Each view starts from the view it came from: a branch's from its pare
 branch's, the first branch's from nothing. ``refs`` lists only the views whose state differs from the one
 they start from: [branch, index] or [branch, lsn, index] for a snapshot, index -1 when the view does not
 hold the turn. So a fork changes the rows of the turns its branch left behind, not every row. The world
-entries are the turn's ledger entries in order of first dispatch, each as assess.py's ``_WORLD_ROW`` without
+entries are the turn's ledger entries in order of first dispatch, each as assess.py's ``WORLD_ROW`` without
 the turn.
 
 A record changes the state of the turn it names and nothing of another turn (views, ledger and first
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Any, NamedTuple
 
-from .assess import _WORLD_ROW, Assessor, _World
+from .assess import WORLD_ROW, Assessor, WorldEntry
 from .canonical import HAVE_ORJSON
 from .fold import TurnState, View, code_of, next_generation, state_from_row, state_row
 
@@ -61,13 +61,14 @@ class Sealed:
     """What the fold's last snapshot wrote: each turn part, the turns in order of first planning, each turn's
     world entries, the turns of the ledger never planned, the views then, and the turns named since."""
 
-    __slots__ = ("parts", "order", "ordinal", "world_of", "world_done", "orphans", "views", "named")
+    __slots__ = ("group", "parts", "order", "ordinal", "world_of", "world_done", "orphans", "views", "named")
 
     def __init__(self) -> None:
+        self.group = GROUP  # turns per part when they were written
         self.parts: list[Part] = []
         self.order: list[str] = []
         self.ordinal: dict[str, int] = {}
-        self.world_of: dict[str, list[_World]] = {}
+        self.world_of: dict[str, list[WorldEntry]] = {}
         self.world_done = 0  # ledger entries indexed in world_of
         self.orphans: set[str] = set()
         self.views: Views = {}
@@ -120,7 +121,7 @@ def seal_parts(assessor: Assessor) -> list[Part]:
     the fold's last snapshot (all of them for a fold that wrote none)."""
     views = _views(assessor)
     sealed: Sealed | None = assessor.sealed
-    if sealed is None or sealed.named is None:
+    if sealed is None or sealed.named is None or sealed.group != GROUP:
         sealed = Sealed()
         sealed.index(assessor)
         sealed.orphans = set(sealed.world_of).difference(assessor.turns_first)
@@ -219,7 +220,7 @@ def _rows(assessor: Assessor, sealed: Sealed, turns: Sequence[str], views: list[
                     states.append(state_row(state, plans.setdefault(state.phases, len(plans))))
             refs.append([*key, at] if isinstance(key, tuple) else [key, at])
         first = firsts.get(turn)
-        world = [_WORLD_ROW(entry)[1:] for entry in world_of.get(turn, ())]
+        world = [WORLD_ROW(entry)[1:] for entry in world_of.get(turn, ())]
         rows.append([turn, first, states, refs, world])
     return [list(plans), rows]
 
@@ -292,6 +293,6 @@ def _read(
             if state is not None:
                 turns[turn] = state
         for row in entries:
-            entry = _World.from_row((turn, *row))
+            entry = WorldEntry.from_row((turn, *row))
             world[(turn, entry.intent)] = entry
             world_of.setdefault(turn, []).append(entry)

@@ -153,9 +153,7 @@ def test_a_new_snapshot_replaces_only_the_parts_whose_digest_changed(published, 
     after = _stored_parts(run)
     manifest = FoldSnapshot.objects.get(run=run).data
     assert sorted(after) == list(range(len(after))) and len(after) > 3
-    assert [after[n][1] for n in sorted(after)] == [
-        d for d, _ in orjson.loads(manifest.split(b"\n")[0])["parts"]
-    ]
+    assert [after[n][1] for n in sorted(after)] == [d for d, _ in orjson.loads(manifest.split(b"\n")[0])["parts"]]
     kept = [n for n in before if n in after and after[n] == before[n]]  # the same row: not written again
     assert 0 not in kept and kept  # the head is written every time, the early turns' parts are not
     assert all(after[n][1] != before[n][1] for n in after if n in before and n not in kept)
