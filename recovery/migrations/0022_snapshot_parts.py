@@ -10,7 +10,7 @@ from kernel.dialect import lz4_compressed
 class Migration(migrations.Migration):
     dependencies = [
         ("journals", "0015_turn_search_trigram"),
-        ("recovery", "0020_snapshot_lz4"),
+        ("recovery", "0021_redundant_fk_indexes"),
     ]
 
     operations = [
