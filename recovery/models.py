@@ -180,7 +180,8 @@ class SnapshotPart(models.Model):
     """One part of a run's fold snapshot (engine/parts.py), numbered as its manifest lists it, the head 0. A
     new snapshot replaces only the parts whose digest changed and deletes those its manifest no longer names."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshot_parts")
+    # Read through snapshot_part_unique_number, which leads with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshot_parts", db_index=False)
     number = models.IntegerField()
     digest = models.CharField(max_length=64)
     data = models.BinaryField()

@@ -24,7 +24,10 @@ class Migration(migrations.Migration):
                 (
                     "run",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="snapshot_parts", to="journals.run"
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="snapshot_parts",
+                        to="journals.run",
                     ),
                 ),
             ],
