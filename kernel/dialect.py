@@ -152,12 +152,17 @@ def values_update(
     names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
     sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
     sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
-    _unnest_each(connection, sql, [key for key, _ in rows], columns, [values for _, values in rows])
+    _unnest_each(connection, sql, columns, [values for _, values in rows], keys=[key for key, _ in rows])
     return len(rows)
 
 
 def _unnest_each(
-    connection: Any, sql: str, keys: list[Any], columns: Sequence[models.Field[Any, Any]], rows: Sequence[Sequence[Any]]
+    connection: Any,
+    sql: str,
+    columns: Sequence[models.Field[Any, Any]],
+    rows: Sequence[Sequence[Any]],
+    *,
+    keys: Sequence[Any] | None = None,
 ) -> None:
     """Run ``sql`` (its parameters: one array of ``keys`` when given, then one array per column) for each
     1,000 of ``rows``. Server-side binding (a plain psycopg cursor on the same connection and transaction):
@@ -170,7 +175,7 @@ def _unnest_each(
     with psycopg.Cursor(connection.connection) as raw:
         for start in range(0, len(rows), ROWS_UPDATE_CHUNK):
             chunk = rows[start : start + ROWS_UPDATE_CHUNK]
-            params: list[list[Any]] = [keys[start : start + ROWS_UPDATE_CHUNK]] if keys else []
+            params: list[list[Any]] = [] if keys is None else [list(keys[start : start + ROWS_UPDATE_CHUNK])]
             params.extend(
                 [f.get_db_prep_save(values[i], connection) for values in chunk] for i, f in enumerate(columns)
             )
@@ -257,7 +262,7 @@ def values_insert(
         arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in columns)
         # The model's own quoted columns and types; the values go as parameters.
         sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING"  # noqa: S608
-        _unnest_each(connection, sql, [], columns, rows)
+        _unnest_each(connection, sql, columns, rows)
         return len(rows)
     # A plain column's value goes as it is held (psycopg adapts it, and the server parses COPY's text as
     # the column's type); the others (JSON, times) through the field.

@@ -359,8 +359,9 @@ def _snapshot_store(run: Run, fold: Fold, inputs: AssessmentInputs) -> None:
     held = dict(parts.values_list("number", "digest")) if fold.started_from is not None else {}
     changed = [n for n, digest in enumerate(after.part_digests) if held.get(n) != digest]
     parts.filter(Q(number__in=changed) | Q(number__gte=len(after.parts))).delete()
-    SnapshotPart.objects.bulk_create(
-        SnapshotPart(run=run, number=n, digest=after.part_digests[n], data=after.parts[n]) for n in changed
+    rows_insert(
+        model=SnapshotPart,
+        rows=[SnapshotPart(run=run, number=n, digest=after.part_digests[n], data=after.parts[n]) for n in changed],
     )
 
 
