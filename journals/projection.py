@@ -43,6 +43,9 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
     records = list(_live_records(run, named, last_seq, cutoffs)) if len(named) <= _TURNS_NAMED_AT_MOST else None
     commits = _live_commits(run, cutoffs, last_seq, records)
     changed: list[tuple[Turn, TurnDecision]] = []
+    # A turn never assessed before has no Phase or Intent rows yet (they are written only below, with its
+    # digest): there is nothing of its to read back. Most of a batch's changed turns are new ones.
+    assessed_before: set[int] = set()
     for td in result.turns:
         key = keys.get(td.turn)
         if key is None:
@@ -69,6 +72,8 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         shown = [fields, storable(intents), storable(td.terminal), list(commits.get(key, (0, 0)))]
         signature = hashlib.sha256(canonical_bytes_no_float(shown)).hexdigest()
         if turn.assessed_digest != signature:
+            if turn.assessed_digest:
+                assessed_before.add(turn.pk)
             for k, v in fields.items():
                 setattr(turn, k, v)
             turn.assessed_digest = signature
@@ -78,7 +83,8 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         written = [*TURN_ASSESSED_FIELDS, "updated_at", "assessed_digest"]
         rows_update(model=Turn, rows=[t for t, _ in changed], fields=written)
         ids = [t.turn_id for t, _ in changed]
-        _rewrite_timelines(changed, records if records is not None else _live_records(run, ids, last_seq, cutoffs))
+        live = records if records is not None else _live_records(run, ids, last_seq, cutoffs)
+        _rewrite_timelines(changed, live, assessed_before)
     return {engine_id: existing[key] for engine_id, key in keys.items()}
 
 
@@ -147,9 +153,11 @@ def _live(cutoffs: dict[int, float], branch: int, lsn: int) -> bool:
     return lsn <= cutoffs.get(branch, -1)
 
 
-def _rewrite_timelines(changed: list[tuple[Turn, TurnDecision]], records: Iterable[_LiveRecord]) -> None:
+def _rewrite_timelines(
+    changed: list[tuple[Turn, TurnDecision]], records: Iterable[_LiveRecord], assessed_before: set[int]
+) -> None:
     """The changed turns' Phase and Intent rows; ``records``: at least their live commits, each turn's in seq
-    order (``_live_records``)."""
+    order (``_live_records``); ``assessed_before``: the pks of the turns that may have rows already."""
     wanted = {t.turn_id for t, _ in changed}
     # The first live phase_committed record of each (turn, phase): the committing record.
     committing: dict[tuple[str | None, str], tuple[int, str | None]] = {}
@@ -160,7 +168,7 @@ def _rewrite_timelines(changed: list[tuple[Turn, TurnDecision]], records: Iterab
         phase, at = obj.get("phase"), obj.get("at")
         if isinstance(phase, str):
             committing.setdefault((turn_id, storable(phase)), (pk, storable(at) if isinstance(at, str) else None))
-    turns = [t for t, _ in changed]
+    turns = [t for t, _ in changed if t.pk in assessed_before]
     phases: list[tuple[Any, ...]] = []
     intents: list[tuple[Any, ...]] = []
     for turn, td in changed:
@@ -195,8 +203,9 @@ _INTENT_FIELDS = (
 def _rows_sync(
     model: type[Phase | Intent], turns: list[Turn], wanted: list[tuple[Any, ...]], fields: tuple[str, ...]
 ) -> None:
-    """Make the turns' rows of ``model`` exactly ``wanted`` (each the values of ``fields``: the turn's pk, the
-    row's key within its turn, then the rest), writing only the rows that differ: a turn that committed one
+    """Make the changed turns' rows of ``model`` exactly ``wanted`` (each the values of ``fields``: the turn's
+    pk, the row's key within its turn, then the rest), writing only the rows that differ (``turns``: those of
+    the changed turns that may have rows already; the others' are all new): a turn that committed one
     more phase changes one Phase row, not its whole timeline. Rows go as tuples, not model instances:
     building an instance for each of a batch's new rows cost as much as writing them."""
     key, rest = fields[1], fields[2:]
