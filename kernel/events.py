@@ -31,7 +31,8 @@ Events and their keyword arguments (all JSON-safe; payloads are redacted before 
                        assessment; a lost send leaves the flag raised for the sweep.
 
 The ``instrument_*`` decorators let a service opt in with one line instead of threading sends through
-its body.
+its body. A sender of many events at once (a refresh that newly holds a hundred turns) sends them inside
+:func:`sending_many`, so that a receiver reads what it looks up once for all of them (:func:`looked_up`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
 from django.dispatch import Signal
@@ -69,6 +72,32 @@ def emit(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
                 exc_info=(type(result), result, result.__traceback__),
                 extra={"event": "ops.receiver_failed", "receiver": getattr(receiver, "__qualname__", repr(receiver))},
             )
+
+
+_looked_up: ContextVar[dict[str, Any] | None] = ContextVar("loopx_events_looked_up", default=None)
+
+
+@contextmanager
+def sending_many() -> Iterator[None]:
+    """The events sent inside share their receivers' lookups (:func:`looked_up`): a sender of many events in
+    one transaction, where what the receivers read cannot change between two of them."""
+    token = _looked_up.set({}) if _looked_up.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _looked_up.reset(token)
+
+
+def looked_up(key: str, read: Callable[[], R]) -> R:
+    """``read()``, once per :func:`sending_many` for each ``key``; outside one, every time."""
+    memo = _looked_up.get()
+    if memo is None:
+        return read()
+    if key not in memo:
+        memo[key] = read()
+    value: R = memo[key]
+    return value
 
 
 def instrument_ingest(func: Callable[P, R]) -> Callable[P, R]:

@@ -90,16 +90,17 @@ def enqueue(event: str, subject: tuple[Any, ...], data: dict[str, Any]) -> list[
     if event not in EVENTS:
         raise ValueError(f"unknown webhook event {event!r}")
     run = data.get("run") if isinstance(data.get("run"), str) else None
-    hooks = [
-        hook
-        for hook in Webhook.objects.filter(active=True).prefetch_related("team__prefixes")
-        if hook.subscribes(event) and _destined(hook, run)
-    ]
+    active = events.looked_up("notifications.webhooks_active", _webhooks_active)
+    hooks = [hook for hook in active if hook.subscribes(event) and _destined(hook, run)]
     if not hooks:
         return []
     key = idempotency_key(event, subject)
     body = _body(event, key, data)
     return deliveries_create(targets=[("webhook", hook, body) for hook in hooks], event=event, key=key, run=run)
+
+
+def _webhooks_active() -> list[Webhook]:
+    return list(Webhook.objects.filter(active=True).prefetch_related("team__prefixes"))
 
 
 def deliveries_create(*, targets: Iterable[tuple[str, Any, str]], event: str, key: str, run: str | None) -> list[int]:

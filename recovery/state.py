@@ -44,7 +44,7 @@ from journals.models import (
 from journals.remedies import remedy_steps, remedy_text
 from kernel.dialect import fetched, rows_insert, rows_update
 from kernel.errors import ServiceError
-from kernel.events import emit, turn_blocked, turn_hold_changed
+from kernel.events import emit, sending_many, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
 from recovery.recovery_audits.models import RecoveryDivergence
@@ -586,25 +586,36 @@ def _states_store(
         if update:
             rows_update(model=TurnEffective, rows=update, fields=[*_FIELDS, "since", "updated_at"])
         run_status_refresh(run=run, integrity=integrity)
-        for turn_id, value in newly_held:
-            emit(
-                turn_blocked,
-                run_id=run.run_id,
-                turn_id=turn_id,
-                reason=value.reason,
-                reason_line=value.engine.reason_line if value.engine else None,
-                assessment_id=assessment.pk,
-                state=str(value.state),
-            )
-        if hold_changes:
-            emit(
-                turn_hold_changed,
-                run_id=run.run_id,
-                turns=[
-                    {"turn_id": turn_id, "state": str(value.state), "gate": value.gate, "previous_state": previous}
-                    for turn_id, value, previous in hold_changes
-                ],
-            )
+        with sending_many():
+            _holds_announce(run, assessment, newly_held, hold_changes)
+
+
+def _holds_announce(
+    run: Run,
+    assessment: Assessment,
+    newly_held: list[tuple[str, StateValue]],
+    hold_changes: Sequence[tuple[str, StateValue, str | None]],
+) -> None:
+    """`turn_blocked` for each newly held turn, then one `turn_hold_changed` (``_states_store``)."""
+    for turn_id, value in newly_held:
+        emit(
+            turn_blocked,
+            run_id=run.run_id,
+            turn_id=turn_id,
+            reason=value.reason,
+            reason_line=value.engine.reason_line if value.engine else None,
+            assessment_id=assessment.pk,
+            state=str(value.state),
+        )
+    if hold_changes:
+        emit(
+            turn_hold_changed,
+            run_id=run.run_id,
+            turns=[
+                {"turn_id": turn_id, "state": str(value.state), "gate": value.gate, "previous_state": previous}
+                for turn_id, value, previous in hold_changes
+            ],
+        )
 
 
 _FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "note", "needs_evidence")
