@@ -17,6 +17,7 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connections, models
@@ -176,10 +177,16 @@ def _unnest_each(
         for start in range(0, len(rows), ROWS_UPDATE_CHUNK):
             chunk = rows[start : start + ROWS_UPDATE_CHUNK]
             params: list[list[Any]] = [] if keys is None else [list(keys[start : start + ROWS_UPDATE_CHUNK])]
-            params.extend(
-                [f.get_db_prep_save(values[i], connection) for values in chunk] for i, f in enumerate(columns)
-            )
+            params.extend([_prepared(f, values[i], connection) for values in chunk] for i, f in enumerate(columns))
             raw.execute(sql, params)
+
+
+def _prepared(field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
+    """``value`` as the field prepares it on save; a time that already names its zone goes as it is (the
+    field would only check that it does, at a cost comparable to sending it)."""
+    if type(value) is datetime and value.tzinfo is not None and isinstance(field, models.DateTimeField):
+        return value
+    return field.get_db_prep_save(value, connection)
 
 
 _COPIED_AS_HELD = frozenset(
