@@ -238,6 +238,7 @@ class Turn(models.Model):
     # Not indexed alone: turn_updated_id (-updated_at, -id) serves its ranges and orderings.
     updated_at = models.DateTimeField(default=timezone.now)
     # Digest of the latest assessment's picture of this turn: a refresh rewrites only turns that changed.
+    # Empty until the turn's first picture is written: a turn without one has no Phase or Intent rows yet.
     assessed_digest = models.CharField(max_length=64, blank=True, default="")
     # The fencing counter of the recovery gate: only ever grows (recovery.services.turn_claim).
     fencing_counter = models.BigIntegerField(default=0)
@@ -293,8 +294,11 @@ STATE_ROW_FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor
 class TurnEffective(models.Model):
     """The stored effective state of a turn (see TurnState). A turn with no row is not yet assessed."""
 
-    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, primary_key=True, related_name="effective")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Both keys are kept by statement triggers on PostgreSQL (kernel/references.py).
+    turn = models.OneToOneField(
+        Turn, on_delete=models.CASCADE, primary_key=True, related_name="effective", db_constraint=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
     state = models.CharField(max_length=24, choices=TurnState.choices)
     gate = models.CharField(max_length=8, choices=_choices(GATE_STATES))
     # What the gate answers: the engine's decision unless an operator's decision is in force.
@@ -336,12 +340,15 @@ class TurnEffective(models.Model):
 class Phase(models.Model):
     """A planned phase of a turn, and the live record that committed it (null while uncommitted)."""
 
-    # Read through phase_unique_position, which leads with it.
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="phases", db_index=False)
+    # Read through phase_unique_position, which leads with it. Both keys are kept by statement triggers on
+    # PostgreSQL (kernel/references.py).
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="phases", db_index=False, db_constraint=False)
     position = models.IntegerField()
     name = models.TextField()
     committed = models.BooleanField(default=False)
-    record = models.ForeignKey("JournalRecord", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    record = models.ForeignKey(
+        "JournalRecord", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
     # The committing record's `at`: informational, as the writer stated it (never used for ordering).
     committed_at = models.TextField(null=True, blank=True)
 
@@ -364,7 +371,11 @@ OUTCOMES = ("succeeded", "failed", "unknown")
 class Intent(models.Model):
     """An intent of a turn as the latest assessment sees it (described by its latest dispatch)."""
 
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="intents")
+    # Read through intent_unique_per_turn, which leads with it; kept by statement triggers on PostgreSQL
+    # (kernel/references.py).
+    turn = models.ForeignKey(
+        Turn, on_delete=models.CASCADE, related_name="intents", db_index=False, db_constraint=False
+    )
     intent_id = models.CharField(max_length=ID_MAX)
     effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
     idempotency_key = models.TextField(null=True, blank=True)

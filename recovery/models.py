@@ -107,9 +107,13 @@ class TurnAssessment(models.Model):
     assessment (``recovery.state.picture_rows``); the rows together are the history of its decisions."""
 
     # Both read through the composite indexes below, which lead with them: single-column indexes would
-    # only cost every batch's inserts.
-    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="turn_rows", db_index=False)
-    turn = models.ForeignKey(Turn, on_delete=models.PROTECT, related_name="assessments", db_index=False)
+    # only cost every batch's inserts. Both kept by statement triggers on PostgreSQL (kernel/references.py).
+    assessment = models.ForeignKey(
+        Assessment, on_delete=models.CASCADE, related_name="turn_rows", db_index=False, db_constraint=False
+    )
+    turn = models.ForeignKey(
+        Turn, on_delete=models.PROTECT, related_name="assessments", db_index=False, db_constraint=False
+    )
     decision = models.CharField(max_length=16)
     reason = models.CharField(max_length=64, null=True, blank=True)
     resume_from = models.TextField(null=True, blank=True)
@@ -135,9 +139,12 @@ class OutputEntry(models.Model):
     one in force before it. The entry in force at a position under an assessment is the newest one at or
     before it (``recovery.output.assessment_output_read``). Positions are the engine's order of turns."""
 
-    # Read through outputentry_unique, outputentry_latest and outputentry_turn, which lead with them.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
-    assessment = models.ForeignKey(Assessment, on_delete=models.CASCADE, related_name="entries", db_index=False)
+    # Read through outputentry_unique, outputentry_latest and outputentry_turn, which lead with them; kept by
+    # statement triggers on PostgreSQL (kernel/references.py).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
+    assessment = models.ForeignKey(
+        Assessment, on_delete=models.CASCADE, related_name="entries", db_index=False, db_constraint=False
+    )
     ordinal = models.IntegerField()
     # sha256 of the engine's turn id: where a turn stands, for an assessment that lists only some turns.
     turn_digest = models.CharField(max_length=64)
