@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain, compress, islice
+from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TypeGuard
@@ -615,6 +615,11 @@ class Assessor:
         self.views: dict[int, View] = {0: View()}
         self.live = 0
         self.world: dict[tuple[str, str], _World] = {}
+        # The ledger's entries by turn, each turn's in the ledger's order, for its first ``_world_indexed``
+        # entries (the ledger only grows): a batch decides its own turns from their entries alone, not by
+        # reading the whole ledger, which grows with the run.
+        self._world_of: dict[str, list[_World]] = {}
+        self._world_indexed = 0
         self.turns_first: dict[str, tuple[int, str | None, int]] = {}  # turn -> (line, lineage, branch)
         self.checkpoints: list[dict[str, Any]] = []
         self.line_no = 0
@@ -1480,8 +1485,16 @@ class Assessor:
         turns with a live intent that is indeterminate (rule 4)."""
         entries: Iterable[_World] = self.world.values()
         if only is not None:
-            entries = list(entries)
-            entries = compress(entries, map(only.__contains__, map(_turn_of_world, entries)))  # C loops
+            world_of = self._world_of
+            if self._world_indexed < len(self.world):
+                for w in islice(self.world.values(), self._world_indexed, None):
+                    listed = world_of.get(w.turn)
+                    if listed is None:
+                        world_of[w.turn] = [w]
+                    else:
+                        listed.append(w)
+                self._world_indexed = len(self.world)
+            entries = [w for turn in only if turn in world_of for w in world_of[turn]]
         intents_of: dict[str, tuple[IntentView, ...]] = {}
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
@@ -1636,7 +1649,6 @@ class Assessor:
 
 
 _line_of = attrgetter("line")
-_turn_of_world = attrgetter("turn")
 _line_of_pair = itemgetter(0)
 
 
