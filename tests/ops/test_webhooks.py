@@ -77,8 +77,13 @@ def test_fails_twice_then_succeeds(webhook_receiver, eager_celery, settings, dja
         assert headers["x-loopx-attempt"] == str(number)
     payload = json.loads(body)
     assert payload["event"] == "turn.blocked" and payload["id"] == item.idempotency_key
-    assert payload["data"] == {"run": "r1", "turn": "t1", "reason": "lineage_missing", "reason_line": 3,
-                               "assessment": 7}
+    assert payload["data"] == {
+        "run": "r1",
+        "turn": "t1",
+        "reason": "lineage_missing",
+        "reason_line": 3,
+        "assessment": 7,
+    }
     assert SECRET not in body.decode()
 
 
@@ -189,7 +194,8 @@ def test_inactive_and_unsubscribed_hooks_get_nothing(published):
 def test_payload_is_redacted(published):
     _hook("http://127.0.0.1:9/hook", ["package.rejected"])
     [pk] = delivery.enqueue(
-        "package.rejected", ("pkg-1", "checksum_mismatch"),
+        "package.rejected",
+        ("pkg-1", "checksum_mismatch"),
         {"package": "pkg-1", "evidence": {"api_key": "sk-PLANTED", "nested": [{"password": "PLANTED-2"}]}},
     )
     body = WebhookDelivery.objects.get(pk=pk).body
@@ -223,8 +229,13 @@ def test_admin_never_shows_the_secret_and_resends(superuser_client, published, d
     # Saving without typing a secret keeps the old one.
     answer = admin_client.post(
         f"/admin/notifications/webhook/{hook.pk}/change/",
-        {"name": "ops", "url": "https://hooks.example.com/in", "secret": "", "events": ["turn.blocked"],
-         "active": "on"},
+        {
+            "name": "ops",
+            "url": "https://hooks.example.com/in",
+            "secret": "",
+            "events": ["turn.blocked"],
+            "active": "on",
+        },
     )
     assert answer.status_code == 302
     assert Webhook.objects.get(pk=hook.pk).secret == SECRET
@@ -323,8 +334,9 @@ def _traversing_package() -> bytes:
     return buf.getvalue()
 
 
-def test_a_rejected_package_upload_is_announced(operator, published, settings, tmp_path,
-                                                django_capture_on_commit_callbacks):
+def test_a_rejected_package_upload_is_announced(
+    operator, published, settings, tmp_path, django_capture_on_commit_callbacks
+):
     """The package service's verification (what the validate_package task runs) rejects a hostile upload:
     one `package.rejected` delivery, naming the upload by its id, never by the uploader's file name."""
     from django.core.files.uploadedfile import SimpleUploadedFile
@@ -373,3 +385,41 @@ def test_deliveries_of_another_teams_runs_are_absent_and_404(published, red_clie
     assert WebhookDelivery.objects.get(pk=blue_pk).attempt_limit == delivery.max_attempts()  # not resent
     everything = operator_client.get("/api/v1/webhook-deliveries").json()
     assert len(everything["results"] if isinstance(everything, dict) else everything) == 2
+
+
+def test_events_sent_together_read_the_webhooks_once(published):
+    """Inside ``events.sending_many`` (a refresh that newly holds many turns) the active webhooks are read
+    once for all the events; each event still makes its own delivery. Outside, each event reads them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _hook("https://hooks.example.com/a")
+    with events.sending_many():
+        _blocked(turn="t1")
+        with CaptureQueriesContext(connection) as inside:
+            _blocked(turn="t2")
+            _blocked(turn="t3")
+    assert inside.captured_queries  # the deliveries were written
+    assert not any('FROM "notifications_webhook"' in q["sql"] for q in inside.captured_queries)
+    assert WebhookDelivery.objects.count() == 3
+    with CaptureQueriesContext(connection) as outside:
+        _blocked(turn="t4")
+    assert any('FROM "notifications_webhook"' in q["sql"] for q in outside.captured_queries)
+    assert WebhookDelivery.objects.count() == 4
+
+
+def test_a_lookup_is_kept_for_its_scope_only():
+    read: list[int] = []
+
+    def reader() -> int:
+        read.append(1)
+        return len(read)
+
+    assert events.looked_up("k", reader) == 1
+    assert events.looked_up("k", reader) == 2  # no scope: read every time
+    with events.sending_many():
+        assert events.looked_up("k", reader) == 3
+        with events.sending_many():  # a nested scope shares the outer one
+            assert events.looked_up("k", reader) == 3
+        assert events.looked_up("other", reader) == 4
+    assert events.looked_up("k", reader) == 5
