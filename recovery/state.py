@@ -451,7 +451,13 @@ def picture_rows(
     if turn_pks is not None:
         turns = turns.filter(pk__in=list(turn_pks))
     newest = turns.order_by().annotate(row=Subquery(latest.order_by("-assessment_id").values("pk")[:1]))
-    return TurnAssessment.objects.filter(pk__in=newest.values("row"))
+    if turn_pks is None:
+        return TurnAssessment.objects.filter(pk__in=newest.values("row"))
+    # A few turns' rows (a batch's): their ids are read first, then the rows by primary key. In one statement
+    # the planner joined the ids to the whole table read in full, a cost that grew with the run
+    # (benchmarks/bench_growth.py).
+    rows = [pk for pk in newest.values_list("row", flat=True) if pk is not None]
+    return TurnAssessment.objects.filter(pk__in=rows)
 
 
 def picture_row(*, turn: Turn, through: int | None) -> TurnAssessment | None:
@@ -494,7 +500,6 @@ def turn_states_refresh(
     turns = Turn.objects.filter(run=run)
     stored = TurnEffective.objects.filter(run=run)
     wanted = None if turn_pks is None else list(turn_pks)
-    rows = picture_rows(run_id=run.pk, through=assessment.pk, turn_pks=wanted)
     if wanted is not None:
         turns, stored = turns.filter(pk__in=wanted), stored.filter(turn_id__in=wanted)
     # The assessment that just stored its rows hands them over: they are not read back.
@@ -503,9 +508,11 @@ def turn_states_refresh(
         if engine_rows is not None
         else {
             pk: EngineRow(decision, reason, resume_from, len(completed), line)
-            for pk, decision, reason, resume_from, completed, line in rows.values_list(
-                "turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line"
-            ).iterator(chunk_size=5000)
+            for pk, decision, reason, resume_from, completed, line in picture_rows(
+                run_id=run.pk, through=assessment.pk, turn_pks=wanted
+            )
+            .values_list("turn_id", "decision", "reason", "resume_from", "completed_phases", "reason_line")
+            .iterator(chunk_size=5000)
         }
     )
     if not engine_of:
