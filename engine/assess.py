@@ -44,7 +44,6 @@ from .fold import (
     TurnState,
     View,
     merge_outcome,
-    next_generation,
 )
 from .rewind import UndoLog, turns_since
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
@@ -1357,7 +1356,7 @@ class Assessor:
             info.undo = UndoLog(self.rewind_window, -1)
             old.undo = None
         old.discarded_from = from_lsn
-        base.gen = next_generation()  # the new branch copies each shared turn state before its first write
+        base.branch_off()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base
         self.live = new_branch
         self._take_snapshot(new_branch, -1)
