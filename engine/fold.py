@@ -105,27 +105,6 @@ class TurnState:
             "violations": [{"code": c, "branch": b, "lsn": ln} for c, b, ln, _ in self.violations],
         }
 
-    def sorted_form(self, turn: str) -> dict[str, Any]:
-        """``to_canonical(turn)`` with every object's keys inserted in sorted order, so that orjson writes the
-        canonical bytes without sorting (see canonical_many)."""
-        intents = self.intents
-        return {
-            "committed": self.phases[: self.done],  # tuples are written as arrays
-            "intents": [
-                {"dispatches": n, "effect_class": c, "idempotency_key": k, "intent": i, "outcome": o}
-                for i, (c, k, n, o) in intents.items()
-            ]
-            if intents
-            else (),
-            "lineage": self.lineage,
-            "phases": self.phases,
-            "terminal": self.terminal,
-            "turn": turn,
-            "violations": [{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in self.violations]
-            if self.violations
-            else (),  # usually none: no comprehension to run
-        }
-
     @classmethod
     def from_canonical(cls, item: dict[str, Any], gen: int) -> TurnState:
         # plan_branch is not part of the canonical form; a rebuilt state only needs it for display.
@@ -144,33 +123,85 @@ class TurnState:
         return state
 
 
-# Every turn's canonical bytes start with its first key in sorted order (sorted_form). The same bytes can
-# never occur inside one: nested objects have other keys, and a quote inside a string is escaped.
-_TURN_HEAD = b'{"committed":'
-_TURN_SEP = b"," + _TURN_HEAD
-_CANON_CHUNK = 1024  # turns serialised in one call (what is held at once stays small)
+# A turn's canonical bytes put together from pieces (canonical_many): its keys in sorted order, each value as
+# orjson writes it (the contract's canonical form for values without floats, canonical.py). A piece that
+# holds a value from a small set (an effect class, an outcome, a terminal status, null) is written once.
+_write: Callable[[Any], bytes] = _dumps if _dumps is not None else canonical_bytes_no_float
+_DISPATCHES: dict[int, bytes] = {}
+_CLASSES: dict[str, bytes] = {}
+_OUTCOMES: dict[str | None, bytes] = {}
+_TERMINALS: dict[str | None, bytes] = {}
+
+
+def _piece(kept: dict[Any, bytes], before: bytes, value: Any, after: bytes) -> bytes:
+    """``before``, the value as written, ``after``; kept in ``kept`` (a few hundred at most)."""
+    out = kept.get(value)
+    if out is None:
+        out = before + _write(value) + after
+        if len(kept) < 256:
+            kept[value] = out
+    return out
+
+
+def _intents_pieces(pieces: list[bytes], intents: dict[str, IntentEntry], names: dict[str, bytes]) -> None:
+    """The pieces of ``"intents":[...]``'s value."""
+    sep = b"["
+    for intent, (effect_class, key, dispatches, outcome) in intents.items():
+        name = names.get(intent)
+        if name is None:
+            name = names[intent] = _write(intent)
+        pieces.append(sep)
+        sep = b","
+        pieces.append(_piece(_DISPATCHES, b'{"dispatches":', dispatches, b',"effect_class":'))
+        pieces.append(_piece(_CLASSES, b"", effect_class, b',"idempotency_key":'))
+        pieces.append(b"null" if key is None else _write(key))
+        pieces.append(b',"intent":')
+        pieces.append(name)
+        pieces.append(_piece(_OUTCOMES, b',"outcome":', outcome, b"}"))
+    pieces.append(b"]")
 
 
 def canonical_many(states: list[TurnState], turns: list[str]) -> list[bytes]:
-    """``[canonical_bytes_no_float(s.to_canonical(t)) ...]``, faster: orjson writes a chunk of turns in one
-    call, without sorting (sorted_form), and the result is cut where each turn's bytes begin (_TURN_SEP).
-    The same bytes (the property tests compare the digests with the contract's formula), each right-sized.
-    What orjson refuses (an integer beyond 64 bits) takes the formula, turn by turn."""
+    """``[canonical_bytes_no_float(s.to_canonical(t)) ...]``, put together from pieces: what a plan shares
+    (its phases, its committed prefixes) and the names that repeat (lineages, intent ids) are written once
+    per call; the rest is orjson's spelling of each value. What orjson refuses (an integer beyond 64 bits)
+    takes the formula, turn by turn."""
     out: list[bytes] = []
-    for start in range(0, len(states), _CANON_CHUNK):
-        chunk = list(zip(states[start : start + _CANON_CHUNK], turns[start : start + _CANON_CHUNK], strict=True))
-        pieces: list[bytes] = []
-        if _dumps is not None:
-            try:
-                blob = _dumps([state.sorted_form(turn) for state, turn in chunk])
-                pieces = blob[1:-1].split(_TURN_SEP)
-            except TypeError:  # orjson.JSONEncodeError
-                pieces = []
-        if len(pieces) == len(chunk):
-            out.append(pieces[0])
-            out.extend([_TURN_HEAD + piece for piece in pieces[1:]])
-        else:
-            out.extend([canonical_bytes_no_float(state.to_canonical(turn)) for state, turn in chunk])
+    plans: dict[int, list[bytes]] = {}  # id of a plan (shared, and alive through this call): its pieces
+    names: dict[str, bytes] = {}
+    lineages: dict[str | None, bytes] = {}
+    for state, turn in zip(states, turns, strict=True):
+        try:
+            phases = state.phases
+            plan = plans.get(id(phases))
+            if plan is None:
+                plan = [b'{"committed":' + _write(phases[:done]) + b',"intents":' for done in range(len(phases) + 1)]
+                plan.append(b',"phases":' + _write(phases) + b',"terminal":')
+                plans[id(phases)] = plan
+            lineage = state.lineage
+            lineage_piece = lineages.get(lineage)
+            if lineage_piece is None:
+                lineage_piece = lineages[lineage] = b',"lineage":' + _write(lineage)
+            pieces = [plan[state.done]]
+            intents = state.intents
+            if intents:
+                _intents_pieces(pieces, intents, names)
+            else:
+                pieces.append(b"[]")
+            pieces.append(lineage_piece)
+            pieces.append(plan[-1])
+            pieces.append(_piece(_TERMINALS, b"", state.terminal, b',"turn":'))
+            pieces.append(_write(turn))
+            violations = state.violations
+            if violations:
+                pieces.append(b',"violations":')
+                pieces.append(_write([{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in violations]))
+                pieces.append(b"}")
+            else:
+                pieces.append(b',"violations":[]}')
+            out.append(b"".join(pieces))
+        except TypeError:  # orjson.JSONEncodeError
+            out.append(canonical_bytes_no_float(state.to_canonical(turn)))
     return out
 
 
