@@ -200,6 +200,20 @@ def valid_at(at: Any) -> TypeGuard[str]:
     return day <= _MONTH_DAYS[month]
 
 
+def _known_kind(kind: str) -> bool:
+    """``kind in KINDS``, by comparing it with each kind, the commonest first (about two comparisons for a
+    record). A record's kind is a new string: a set would first hash it. tests/engine holds the two equal."""
+    return (
+        kind == "phase_committed"
+        or kind == "intent_dispatched"
+        or kind == "effect_observed"
+        or kind == "turn_planned"
+        or kind == "turn_terminal"
+        or kind == "checkpoint"
+        or kind == "fork"
+    )
+
+
 def _chain_holds(obj: dict[str, Any], v: Any, expected: str | None) -> bool:
     """The hash chain (v2 only; a v1 record's prev is ignored): `prev` is the digest of the branch's
     previous record (`expected`), and absent from the first record of branch 0 (`expected` None)."""
@@ -815,7 +829,6 @@ class Assessor:
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
         run = self.run
-        kinds = KINDS
         k_at, k_branch, k_kind, k_lsn, k_run, k_v, k_turn = _K_AT, _K_BRANCH, _K_KIND, _K_LSN, _K_RUN, _K_V, _K_TURN
         n = self.line_no
         fast = 0
@@ -851,7 +864,7 @@ class Assessor:
                 and type(ln) is int
                 and ln == info.next_lsn  # so ln >= 0
                 and type(kind) is str
-                and kind in kinds
+                and _known_kind(kind)
                 and type(at) is str
             ):
                 # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
@@ -1499,8 +1512,10 @@ class Assessor:
             if live and resolution is _INDETERMINATE:
                 undetermined.add(turn)
             iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
-            mine = intents_of.get(turn)
-            intents_of[turn] = (iv,) if mine is None else (*mine, iv)
+            # One lookup for a turn's first intent (most turns have one), two for each further one.
+            mine = intents_of.setdefault(turn, (iv,))
+            if mine[-1] is not iv:
+                intents_of[turn] = (*mine, iv)
         return intents_of, blocking, undetermined
 
     def _branch_views(self) -> tuple[BranchView, ...]:
