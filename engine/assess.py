@@ -639,6 +639,7 @@ class Assessor:
         self._at_prefix = ""
         self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
+        self._last_turn = ""  # the last turn the fast path read, as the string object first read for it
         # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
         self.unreachable: set[tuple[int, int]] = set()
         # What the last fold snapshot wrote of this fold, part by part (engine/parts.py): a fold kept in
@@ -661,7 +662,7 @@ class Assessor:
         """The fold's run-level rows after its last line, as plain JSON values in a fixed order: the same
         fold gives the same rows. The per-turn state (views, world ledger, first plannings) is written by
         engine/parts.py. Left out, since they only make it faster: the checkpoints' digest cache, the `at`
-        cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
+        cache, the last turn read, the shared copies of names and plans (rebuilt as it goes on), spent points."""
         return [
             self.run,
             self.records,
@@ -828,6 +829,7 @@ class Assessor:
         suffixes = self._at_suffixes
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
+        last_turn = self._last_turn
         run = self.run
         k_at, k_branch, k_kind, k_lsn, k_run, k_v, k_turn = _K_AT, _K_BRANCH, _K_KIND, _K_LSN, _K_RUN, _K_V, _K_TURN
         n = self.line_no
@@ -887,6 +889,13 @@ class Assessor:
             # Every run-level check passed: the turn rules.
             fast += 1
             turn = record.get(k_turn)
+            if type(turn) is str:
+                # A turn's records mostly follow each other. The same string object for all of them: its
+                # hash is computed once, and the dicts keyed by turn find it by identity.
+                if turn == last_turn:
+                    turn = last_turn
+                else:
+                    last_turn = turn
             if info.undo is not None:
                 info.undo.note(view, ln, True, turn)
             view.schema = v
@@ -898,6 +907,7 @@ class Assessor:
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
         self._last_at = last_at
+        self._last_turn = last_turn
 
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
