@@ -44,7 +44,6 @@ from .fold import (
     TurnState,
     View,
     merge_outcome,
-    next_generation,
 )
 from .rewind import UndoLog, turns_since
 from .types import DEFAULT_PHASES as _DEFAULT_PHASES
@@ -199,6 +198,20 @@ def valid_at(at: Any) -> TypeGuard[str]:
     if month == 2 and day == 29:
         return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
     return day <= _MONTH_DAYS[month]
+
+
+def _known_kind(kind: str) -> bool:
+    """``kind in KINDS``, by comparing it with each kind, the commonest first (about two comparisons for a
+    record). A record's kind is a new string: a set would first hash it. tests/engine holds the two equal."""
+    return (
+        kind == "phase_committed"
+        or kind == "intent_dispatched"
+        or kind == "effect_observed"
+        or kind == "turn_planned"
+        or kind == "turn_terminal"
+        or kind == "checkpoint"
+        or kind == "fork"
+    )
 
 
 def _chain_holds(obj: dict[str, Any], v: Any, expected: str | None) -> bool:
@@ -631,6 +644,7 @@ class Assessor:
         self._at_prefix = ""
         self._at_suffixes: set[str] = set()  # ":SS[.frac](Z|+HH:MM)" seen valid
         self._last_at: str | None = None  # the last `at` the fast path proved valid (records share their time)
+        self._last_turn = ""  # the last turn the fast path read, as the string object first read for it
         # Points behind a resumed fold's heads that it does not hold (resume_points): needing one raises.
         self.unreachable: set[tuple[int, int]] = set()
         # What the last fold snapshot wrote of this fold, part by part (engine/parts.py): a fold kept in
@@ -653,7 +667,7 @@ class Assessor:
         """The fold's run-level rows after its last line, as plain JSON values in a fixed order: the same
         fold gives the same rows. The per-turn state (views, world ledger, first plannings) is written by
         engine/parts.py. Left out, since they only make it faster: the checkpoints' digest cache, the `at`
-        cache, the shared copies of names and plans (rebuilt as it goes on), spent points."""
+        cache, the last turn read, the shared copies of names and plans (rebuilt as it goes on), spent points."""
         return [
             self.run,
             self.records,
@@ -820,8 +834,8 @@ class Assessor:
         suffixes = self._at_suffixes
         prefix = self._at_prefix
         last_at = self._last_at  # the last `at` proven valid
+        last_turn = self._last_turn
         run = self.run
-        kinds = KINDS
         k_at, k_branch, k_kind, k_lsn, k_run, k_v, k_turn = _K_AT, _K_BRANCH, _K_KIND, _K_LSN, _K_RUN, _K_V, _K_TURN
         n = self.line_no
         fast = 0
@@ -857,7 +871,7 @@ class Assessor:
                 and type(ln) is int
                 and ln == info.next_lsn  # so ln >= 0
                 and type(kind) is str
-                and kind in kinds
+                and _known_kind(kind)
                 and type(at) is str
             ):
                 # Not one object (torn, not JSON), not canonical, a float maybe, another run, a field of
@@ -880,6 +894,13 @@ class Assessor:
             # Every run-level check passed: the turn rules.
             fast += 1
             turn = record.get(k_turn)
+            if type(turn) is str:
+                # A turn's records mostly follow each other. The same string object for all of them: its
+                # hash is computed once, and the dicts keyed by turn find it by identity.
+                if turn == last_turn:
+                    turn = last_turn
+                else:
+                    last_turn = turn
             if info.undo is not None:
                 info.undo.note(view, ln, True, turn)
             view.schema = v
@@ -891,6 +912,7 @@ class Assessor:
                 self._take_snapshot(b, ln)  # a point a later fork or checkpoint needs (rare)
         self.records += fast
         self._last_at = last_at
+        self._last_turn = last_turn
 
     def _plan(self, raw: Any) -> tuple[str, ...] | None:
         """A well-formed plan (a non-empty list of distinct non-empty names) as the one tuple kept for it
@@ -1362,7 +1384,7 @@ class Assessor:
             info.undo = UndoLog(self.rewind_window, -1)
             old.undo = None
         old.discarded_from = from_lsn
-        base.gen = next_generation()  # the new branch copies each shared turn state before its first write
+        base.branch_off()  # the new branch copies each shared turn state before its first write
         self.views[new_branch] = base
         self.live = new_branch
         self._take_snapshot(new_branch, -1)
@@ -1513,8 +1535,10 @@ class Assessor:
             if live and resolution is _INDETERMINATE:
                 undetermined.add(turn)
             iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
-            mine = intents_of.get(turn)
-            intents_of[turn] = (iv,) if mine is None else (*mine, iv)
+            # One lookup for a turn's first intent (most turns have one), two for each further one.
+            mine = intents_of.setdefault(turn, (iv,))
+            if mine[-1] is not iv:
+                intents_of[turn] = (*mine, iv)
         return intents_of, blocking, undetermined
 
     def _branch_views(self) -> tuple[BranchView, ...]:

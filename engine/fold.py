@@ -29,7 +29,9 @@ on the first dispatch, violations a tuple (usually empty, shared).
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -103,27 +105,6 @@ class TurnState:
             "violations": [{"code": c, "branch": b, "lsn": ln} for c, b, ln, _ in self.violations],
         }
 
-    def sorted_form(self, turn: str) -> dict[str, Any]:
-        """``to_canonical(turn)`` with every object's keys inserted in sorted order, so that orjson writes the
-        canonical bytes without sorting (see canonical_many)."""
-        intents = self.intents
-        return {
-            "committed": self.phases[: self.done],  # tuples are written as arrays
-            "intents": [
-                {"dispatches": n, "effect_class": c, "idempotency_key": k, "intent": i, "outcome": o}
-                for i, (c, k, n, o) in intents.items()
-            ]
-            if intents
-            else (),
-            "lineage": self.lineage,
-            "phases": self.phases,
-            "terminal": self.terminal,
-            "turn": turn,
-            "violations": [{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in self.violations]
-            if self.violations
-            else (),  # usually none: no comprehension to run
-        }
-
     @classmethod
     def from_canonical(cls, item: dict[str, Any], gen: int) -> TurnState:
         # plan_branch is not part of the canonical form; a rebuilt state only needs it for display.
@@ -142,33 +123,85 @@ class TurnState:
         return state
 
 
-# Every turn's canonical bytes start with its first key in sorted order (sorted_form). The same bytes can
-# never occur inside one: nested objects have other keys, and a quote inside a string is escaped.
-_TURN_HEAD = b'{"committed":'
-_TURN_SEP = b"," + _TURN_HEAD
-_CANON_CHUNK = 1024  # turns serialised in one call (what is held at once stays small)
+# A turn's canonical bytes put together from pieces (canonical_many): its keys in sorted order, each value as
+# orjson writes it (the contract's canonical form for values without floats, canonical.py). A piece that
+# holds a value from a small set (an effect class, an outcome, a terminal status, null) is written once.
+_write: Callable[[Any], bytes] = _dumps if _dumps is not None else canonical_bytes_no_float
+_DISPATCHES: dict[int, bytes] = {}
+_CLASSES: dict[str, bytes] = {}
+_OUTCOMES: dict[str | None, bytes] = {}
+_TERMINALS: dict[str | None, bytes] = {}
+
+
+def _piece(kept: dict[Any, bytes], before: bytes, value: Any, after: bytes) -> bytes:
+    """``before``, the value as written, ``after``; kept in ``kept`` (a few hundred at most)."""
+    out = kept.get(value)
+    if out is None:
+        out = before + _write(value) + after
+        if len(kept) < 256:
+            kept[value] = out
+    return out
+
+
+def _intents_pieces(pieces: list[bytes], intents: dict[str, IntentEntry], names: dict[str, bytes]) -> None:
+    """The pieces of ``"intents":[...]``'s value."""
+    sep = b"["
+    for intent, (effect_class, key, dispatches, outcome) in intents.items():
+        name = names.get(intent)
+        if name is None:
+            name = names[intent] = _write(intent)
+        pieces.append(sep)
+        sep = b","
+        pieces.append(_piece(_DISPATCHES, b'{"dispatches":', dispatches, b',"effect_class":'))
+        pieces.append(_piece(_CLASSES, b"", effect_class, b',"idempotency_key":'))
+        pieces.append(b"null" if key is None else _write(key))
+        pieces.append(b',"intent":')
+        pieces.append(name)
+        pieces.append(_piece(_OUTCOMES, b',"outcome":', outcome, b"}"))
+    pieces.append(b"]")
 
 
 def canonical_many(states: list[TurnState], turns: list[str]) -> list[bytes]:
-    """``[canonical_bytes_no_float(s.to_canonical(t)) ...]``, faster: orjson writes a chunk of turns in one
-    call, without sorting (sorted_form), and the result is cut where each turn's bytes begin (_TURN_SEP).
-    The same bytes (the property tests compare the digests with the contract's formula), each right-sized.
-    What orjson refuses (an integer beyond 64 bits) takes the formula, turn by turn."""
+    """``[canonical_bytes_no_float(s.to_canonical(t)) ...]``, put together from pieces: what a plan shares
+    (its phases, its committed prefixes) and the names that repeat (lineages, intent ids) are written once
+    per call; the rest is orjson's spelling of each value. What orjson refuses (an integer beyond 64 bits)
+    takes the formula, turn by turn."""
     out: list[bytes] = []
-    for start in range(0, len(states), _CANON_CHUNK):
-        chunk = list(zip(states[start : start + _CANON_CHUNK], turns[start : start + _CANON_CHUNK], strict=True))
-        pieces: list[bytes] = []
-        if _dumps is not None:
-            try:
-                blob = _dumps([state.sorted_form(turn) for state, turn in chunk])
-                pieces = blob[1:-1].split(_TURN_SEP)
-            except TypeError:  # orjson.JSONEncodeError
-                pieces = []
-        if len(pieces) == len(chunk):
-            out.append(pieces[0])
-            out.extend([_TURN_HEAD + piece for piece in pieces[1:]])
-        else:
-            out.extend([canonical_bytes_no_float(state.to_canonical(turn)) for state, turn in chunk])
+    plans: dict[int, list[bytes]] = {}  # id of a plan (shared, and alive through this call): its pieces
+    names: dict[str, bytes] = {}
+    lineages: dict[str | None, bytes] = {}
+    for state, turn in zip(states, turns, strict=True):
+        try:
+            phases = state.phases
+            plan = plans.get(id(phases))
+            if plan is None:
+                plan = [b'{"committed":' + _write(phases[:done]) + b',"intents":' for done in range(len(phases) + 1)]
+                plan.append(b',"phases":' + _write(phases) + b',"terminal":')
+                plans[id(phases)] = plan
+            lineage = state.lineage
+            lineage_piece = lineages.get(lineage)
+            if lineage_piece is None:
+                lineage_piece = lineages[lineage] = b',"lineage":' + _write(lineage)
+            pieces = [plan[state.done]]
+            intents = state.intents
+            if intents:
+                _intents_pieces(pieces, intents, names)
+            else:
+                pieces.append(b"[]")
+            pieces.append(lineage_piece)
+            pieces.append(plan[-1])
+            pieces.append(_piece(_TERMINALS, b"", state.terminal, b',"turn":'))
+            pieces.append(_write(turn))
+            violations = state.violations
+            if violations:
+                pieces.append(b',"violations":')
+                pieces.append(_write([{"branch": b, "code": c, "lsn": ln} for c, b, ln, _ in violations]))
+                pieces.append(b"}")
+            else:
+                pieces.append(b',"violations":[]}')
+            out.append(b"".join(pieces))
+        except TypeError:  # orjson.JSONEncodeError
+            out.append(canonical_bytes_no_float(state.to_canonical(turn)))
     return out
 
 
@@ -199,9 +232,15 @@ class View:
     """The fold of one timeline as it stands: turn states, the highest schema version seen, and the
     ``unknown_turn`` violations of turns named before they were planned on it (they move into the turn's own
     violations when it is planned, so a turn named too early is blocked; they are in the canonical form so
-    that a checkpoint between the two records carries them)."""
+    that a checkpoint between the two records carries them).
 
-    __slots__ = ("turns", "schema", "gen", "unplanned")
+    What changed since a snapshot, so that a checkpoint's digest reads only those turns (digest): ``mark``
+    names the turns of a snapshot (None: not known), ``marked`` how many turns the view held then, and
+    ``since`` the turns among those whose state the view has replaced since (a write copies a shared state,
+    writable). Turns are never removed, and a dict keeps its order, so the turns planned since are the last
+    ones. ``ident``: the mark of the turns this view holds, while it is a snapshot nobody has written to."""
+
+    __slots__ = ("turns", "schema", "gen", "unplanned", "mark", "marked", "since", "ident")
 
     def __init__(self) -> None:
         self.turns: dict[str, TurnState] = {}
@@ -209,6 +248,10 @@ class View:
         self.gen = next_generation()
         # (turn, code, branch, lsn, line), timeline order; a tuple so that snapshots can share it.
         self.unplanned: tuple[tuple[str, str, int, int, int], ...] = ()
+        self.mark: int | None = None
+        self.marked = 0
+        self.since: set[str] = set()
+        self.ident: int | None = None
 
     def snapshot(self) -> View:
         """An immutable-by-convention copy; both sides copy a shared TurnState before writing it."""
@@ -217,7 +260,22 @@ class View:
         snap.schema = self.schema
         snap.unplanned = self.unplanned
         self.gen = next_generation()
+        # The snapshot starts from the mark this view had; this view from the snapshot's turns.
+        snap.mark, snap.marked, snap.since = self.mark, self.marked, set(self.since)
+        snap.ident = self.mark = next_generation()
+        self.marked = len(self.turns)
+        self.since = set()
         return snap
+
+    def branch_off(self) -> None:
+        """A snapshot becomes a branch's view (a fork): it copies each shared turn state before its first
+        write, and its turns are no longer those its mark names."""
+        self.gen = next_generation()
+        self.ident = None
+
+    def unmarked(self) -> None:
+        """Turns were put in or taken out other than by a write (rewind.py): what changed is not known."""
+        self.mark = self.ident = None
 
     def take_unplanned(self, turn: str) -> tuple[TurnViolation, ...]:
         """Remove and return (code, branch, lsn, line) of the violations that named ``turn`` before its
@@ -234,6 +292,7 @@ class View:
         if state.gen != self.gen:
             state = state.copy(self.gen)
             self.turns[turn] = state
+            self.since.add(turn)
         return state
 
     def digest(self, cache: DigestCache | None = None) -> str:
@@ -247,27 +306,87 @@ class View:
         turns after that point, not the whole fold; with identifiers that grow over time (sequence
         numbers, time-ordered ids) that is the few recent turns. The result is the same either way
         (tests/engine compares it with the contract's formula over the whole fold)."""
-        gen = self.gen
+        head = b'{"schema":%d,"turns":[' % self.schema
+        h = None if cache is None else self._digest_since(cache, head)
+        if h is None:
+            keys, parts = self._kept_parts()
+            if cache is None:
+                h = hashlib.sha256(head)
+                h.update(b",".join(parts))
+            else:
+                h = cache.resume(head, keys, parts)
+        if cache is not None:
+            # What was hashed is the turns of this snapshot: the next one may start from them.
+            cache.mark = self.ident
+            if self.ident is not None:
+                self.mark, self.marked, self.since = self.ident, len(self.turns), set()
+        unplanned = [{"turn": t, "code": c, "branch": b, "lsn": ln} for t, c, b, ln, _ in self.unplanned]
+        h.update(b'],"unplanned":' + canonical_bytes_no_float(unplanned) + b"}")
+        return h.hexdigest()
+
+    def _kept_parts(self) -> tuple[list[str], list[Any]]:
+        """Every turn's id and canonical bytes, in sorted order (each turn's bytes computed once: see digest)."""
         # Sorted by turn id. Turns are kept in order of planning, which is already sorted when ids grow over
         # time: then the dict is read once, in its own order (a fold may hold 100,000s of turns).
         ordered, keys, parts, missing, stale = _kept_bytes(self.turns)
         if not ordered:
             _, keys, parts, missing, stale = _kept_bytes(dict(sorted(self.turns.items())))  # ids are unique
-        if missing:
-            fresh = canonical_many(stale, [keys[i] for i in missing])
-            for i, state, canon in zip(missing, stale, fresh, strict=True):
-                if state.gen != gen:
-                    state.canon = canon
+        self._fill(parts, missing, stale, [keys[i] for i in missing])
+        return keys, parts
+
+    def _fill(self, parts: list[Any], missing: list[int], stale: list[TurnState], turns: list[str]) -> None:
+        """``parts[missing[i]]``: the canonical bytes of ``stale[i]``, the state of ``turns[i]``; kept on the
+        state when it can no longer change (its generation is not this view's)."""
+        if not missing:
+            return
+        gen = self.gen
+        fresh = canonical_many(stale, turns)
+        for i, state, canon in zip(missing, stale, fresh, strict=True):
+            if state.gen != gen:
+                state.canon = canon
+            parts[i] = canon
+
+    def _digest_since(self, cache: DigestCache, head: bytes) -> Any:
+        """The hash of ``head`` and the turns, from the last digest's when it hashed this view's mark: only
+        the turns replaced or planned since are read. None when that does not apply (another view's turns
+        were hashed last, or a new turn sorts before one hashed then): digest reads every turn."""
+        keys = cache.keys
+        parts: list[Any] = cache.parts  # a new turn's place holds None until its bytes are made
+        held = len(keys)
+        if self.mark is None or self.mark != cache.mark or self.marked != held or not cache.states:
+            return None
+        turns = self.turns
+        # The turns planned since: the last ones of the dict, in order of planning.
+        added = list(islice(reversed(turns.items()), len(turns) - held))
+        added.reverse()
+        ordered, new_keys, new_parts, missing, stale = _kept_bytes(dict(added))
+        last = keys[-1] if held else ""
+        if not ordered or (new_keys and new_keys[0] <= last):
+            return None  # not sorted after the others
+        missing = [held + i for i in missing]
+        named = [new_keys[i - held] for i in missing]
+        first = held
+        places: list[int] = []
+        for turn in self.since:
+            i = bisect_left(keys, turn)
+            if i < held and keys[i] == turn:
+                places.append(i)
+                first = min(first, i)
+            elif turn <= last:
+                return None  # not a turn of the mark nor a new one (cannot happen: turns are never removed)
+        keys.extend(new_keys)
+        parts.extend(new_parts)
+        for i in places:
+            state = turns[keys[i]]
+            canon = state.canon
+            if canon is None:
+                missing.append(i)
+                stale.append(state)
+                named.append(keys[i])
+            else:
                 parts[i] = canon
-        head = b'{"schema":%d,"turns":[' % self.schema
-        if cache is None:
-            h = hashlib.sha256(head)
-            h.update(b",".join(parts))
-        else:
-            h = cache.resume(head, keys, parts)
-        unplanned = [{"turn": t, "code": c, "branch": b, "lsn": ln} for t, c, b, ln, _ in self.unplanned]
-        h.update(b'],"unplanned":' + canonical_bytes_no_float(unplanned) + b"}")
-        return h.hexdigest()
+        self._fill(parts, missing, stale, named)
+        return cache.resume(head, keys, parts, first)
 
     def to_canonical(self) -> dict[str, Any]:
         return {
@@ -328,30 +447,33 @@ class DigestCache:
     references per turn; it is correct whatever views it is used with (everything is compared)."""
 
     def __init__(self) -> None:
+        self.mark: int | None = None  # the mark of the view whose turns were hashed last (View.digest)
         self.head = b""
         self.keys: list[str] = []
         self.parts: list[bytes] = []
         self.states: list[Any] = []  # hashlib objects: states[j] has hashed head + parts[: j * 256]
 
-    def resume(self, head: bytes, keys: list[str], parts: list[bytes]) -> Any:
-        """A sha256 object that has hashed ``head`` and ``b",".join(parts)``."""
+    def resume(self, head: bytes, keys: list[str], parts: list[bytes], first: int | None = None) -> Any:
+        """A sha256 object that has hashed ``head`` and ``b",".join(parts)``. ``first``: the place of the first
+        turn that differs from those hashed last, when the caller knows it (else the lists are compared)."""
         j = 0  # the saved state to resume from: every chunk of 256 before it is unchanged
         if head == self.head and self.states:
-            old_keys, old_parts = self.keys, self.parts
-            last = min(len(self.states) - 1, len(keys) // _HASH_EVERY)
-            # Chunk by chunk, as list comparisons in C (equal objects, or equal bytes, are equal input).
-            while j < last:
-                a, b = j * _HASH_EVERY, (j + 1) * _HASH_EVERY
-                if keys[a:b] != old_keys[a:b] or parts[a:b] != old_parts[a:b]:
-                    break
-                j += 1
-        if self.states and head == self.head:
+            if first is not None:
+                j = min(first // _HASH_EVERY, len(self.states) - 1)
+            else:
+                old_keys, old_parts = self.keys, self.parts
+                last = min(len(self.states) - 1, len(keys) // _HASH_EVERY)
+                # Chunk by chunk, as list comparisons in C (equal objects, or equal bytes, are equal input).
+                while j < last:
+                    a, b = j * _HASH_EVERY, (j + 1) * _HASH_EVERY
+                    if keys[a:b] != old_keys[a:b] or parts[a:b] != old_parts[a:b]:
+                        break
+                    j += 1
             h = self.states[j].copy()
             del self.states[j + 1 :]
         else:
             h = hashlib.sha256(head)
             self.states = [h.copy()]
-            j = 0
         for start in range(j * _HASH_EVERY, len(parts), _HASH_EVERY):
             chunk = b",".join(parts[start : start + _HASH_EVERY])
             h.update(chunk if start == 0 else b"," + chunk)

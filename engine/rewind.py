@@ -97,6 +97,7 @@ class UndoLog:
                     turns[turn] = state
             back.schema = schema
             back.unplanned = unplanned
+        back.unmarked()  # its turns are not those of the snapshot it started as
         return back
 
 

@@ -18,7 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Code, Decision, assess, canonical_bytes, digest, parse_line
+from engine.assess import _known_kind
 from engine.canonical import parse_strict
+from engine.types import KINDS
 from tests.engine.helpers import (
     PHASES,
     assert_clean,
@@ -561,6 +563,11 @@ def test_an_unknown_kind_is_kind_unknown(kind: str) -> None:
     result = run(w)
     assert codes(result) == ["kind_unknown"]
     assert_run_blocked(result, "kind_unknown")
+
+
+@given(st.sampled_from(sorted(KINDS)) | st.text(max_size=20))
+def test_the_main_pass_knows_the_kinds_the_contract_names(kind: str) -> None:
+    assert _known_kind(kind) == (kind in KINDS)
 
 
 def test_a_kind_spelled_with_escapes_is_still_that_kind() -> None:
