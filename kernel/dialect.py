@@ -182,12 +182,30 @@ def _unnest_each(
 
 
 def _prepared(field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
-    """``value`` as the field prepares it on save; a time that already names its zone goes as it is (the
-    field would only check that it does, at a cost comparable to sending it)."""
-    if type(value) is datetime and value.tzinfo is not None and isinstance(field, models.DateTimeField):
+    """``value`` as the field prepares it on save. What the field would only check goes as it is, at a cost
+    comparable to sending it: text for a text column, an integer for an integer column, a boolean for a
+    boolean one, None for any of these, a time that names its zone."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        held = _HELD_AS.get(field.get_internal_type())
+        if held is kind or (value is None and held is not None):
+            return value
+    elif kind is datetime and value.tzinfo is not None and isinstance(field, models.DateTimeField):
         return value
     return field.get_db_prep_save(value, connection)
 
+
+# The Python type a plain column's value has when the field would send it unchanged (``_prepared``).
+_HELD_AS: dict[str, type] = {
+    "BigIntegerField": int,
+    "BooleanField": bool,
+    "CharField": str,
+    "ForeignKey": int,
+    "IntegerField": int,
+    "PositiveIntegerField": int,
+    "SmallIntegerField": int,
+    "TextField": str,
+}
 
 _COPIED_AS_HELD = frozenset(
     {
