@@ -115,6 +115,8 @@ def assessment_evidence_digest(
 
 def corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
     """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order."""
+    if not JournalCorruption.objects.filter(run=run).exists():
+        return []  # nearly every run: a plain probe is cheaper to build than the annotated read
     kept = JournalCorruption.objects.with_force(run).order_by("after_seq", "ordinal", "id")
     return list(kept.values_list("pk", "sha256", "in_force"))
 
