@@ -25,8 +25,8 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import SnapshotUnusable, TurnDecision
 from journals.actors import Actor, person_of
 from journals.changes import turn_change_mark
-from journals.models import Branch, Decision, Intent, Run, Turn
-from journals.projection import branches_project, intents_of, turn_key, turns_project
+from journals.models import Branch, Decision, Intent, Resolution, Run, Turn
+from journals.projection import branches_project, intent_values, intents_of, turn_key, turns_project
 from journals.storable import storable
 from kernel.dialect import fetched, rows_insert
 from kernel.errors import ServiceError
@@ -500,8 +500,15 @@ def _assessment_project(
         turn_pks = None if listed is None else list(engine_rows)
         # The turns' ids and plans as just written; a turn the engine does not know (an orphan) is read.
         plans = None if orphans else {t.pk: (t.turn_id, t.plan) for t in turns.values()}
+        # Their live intents whose outcome nobody knows, as just written (an orphan's are read).
+        unknown = None if orphans else _unknown_intents(shown, turns)
         turn_states_refresh(
-            run=locked, assessment=stored, engine_rows=engine_rows, turn_pks=turn_pks, turn_plans=plans
+            run=locked,
+            assessment=stored,
+            engine_rows=engine_rows,
+            turn_pks=turn_pks,
+            turn_plans=plans,
+            unknown_of=unknown,
         )
     assessments_compact(run=locked)
 
@@ -612,6 +619,20 @@ def _engine_rows(
         for td in result.turns
         if td.turn in turns
     } | {pk: EngineRow(Decision.BLOCKED, reason, None, 0, line) for pk, (reason, line) in orphans.items()}
+
+
+def _unknown_intents(result: EngineAssessment, turns: Mapping[str, Turn]) -> dict[int, list[str]]:
+    """turn pk -> its live intents whose outcome nobody knows, as its Intent rows hold them (``intent_values``,
+    in their order): what the state writer would read back."""
+    unknown: dict[int, list[str]] = {}
+    for td in result.turns:
+        turn = turns.get(td.turn)
+        if turn is None:
+            continue
+        ids = [row[0] for row in intent_values(td) if row[5] and row[3] == Resolution.INDETERMINATE]
+        if ids:
+            unknown[turn.pk] = ids
+    return unknown
 
 
 def _orphan_turns(

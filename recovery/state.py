@@ -47,7 +47,7 @@ from kernel.errors import ServiceError
 from kernel.events import emit, sending_many, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
 from recovery.models import Assessment, GateDecision, TurnAssessment
-from recovery.recovery_audits.models import RecoveryDivergence
+from recovery.recovery_audits.models import RecoveryAudit, RecoveryDivergence
 from recovery.repair.models import REPAIR_QUARANTINED
 
 PROCEED, HOLD, DONE = "proceed", "hold", "done"
@@ -333,13 +333,15 @@ def state_inputs_gather(
     run_id: int,
     turn_pks: Sequence[int] | None = None,
     intents: Sequence[Intent] | None = None,
+    unknown_of: Mapping[int, Sequence[str]] | None = None,
     read_decisions: bool = True,
     engine: EngineRow | None = None,
     read_divergences: bool = True,
 ) -> StateInputs:
     """The inputs of the run's turns (all of them, or ``turn_pks``), each read in one query. A caller that
-    already holds the turns' intents passes them; one that knows the turn has no operator decision (or no
-    recovery audit) says so.
+    already holds the turns' intents passes them (or, as ``unknown_of``, each turn's live intents whose
+    outcome nobody knows, in their order); one that knows the turn has no operator decision (or no recovery
+    audit) says so.
     For one turn whose engine row is given, a done turn (finished, and no block over it) skips the integrity
     and divergence reads: no such hold reaches a finished turn."""
     operator_of: dict[int, GateDecision] = {}
@@ -350,7 +352,9 @@ def state_inputs_gather(
         for decision in fetched(decisions.order_by("id"), stream=turn_pks is None, chunk_size=2000):
             operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
     unknown: dict[int, list[str]] = {}
-    if intents is None:
+    if unknown_of is not None:
+        pairs = [(turn_pk, intent_id) for turn_pk, intent_ids in unknown_of.items() for intent_id in intent_ids]
+    elif intents is None:
         rows = Intent.objects.filter(turn__run_id=run_id, live=True, resolution=Resolution.INDETERMINATE)
         if turn_pks is not None:
             rows = rows.filter(turn_id__in=list(turn_pks))
@@ -487,13 +491,14 @@ def turn_states_refresh(
     violations: list[Any] | None = None,
     engine_rows: Mapping[int, EngineRow] | None = None,
     turn_plans: Mapping[int, tuple[str, Any]] | None = None,
+    unknown_of: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[int, StateValue]:
     """Recompute and store the effective state of the run's turns (all of them, or ``turn_pks``) under
     ``assessment`` (default: the one the run's projections show). Only rows that changed are written; a
     row keeps its ``since`` while its state and reason stay the same, and while the turn stays held (a
     hold's start is kept when its reason changes). Returns turn pk -> state.
     ``turn_plans``: turn pk -> (turn id, plan) of every turn to refresh, from a caller that just wrote them
-    (they are not read back)."""
+    (they are not read back); ``unknown_of``: likewise, each one's live intents whose outcome nobody knows."""
     assessment = assessment or projected_assessment(run)
     if assessment is None:
         return {}
@@ -518,7 +523,9 @@ def turn_states_refresh(
     if not engine_of:
         run_status_refresh(run=run)  # a run with no turn still has a journal, sound or not
         return {}
-    inputs = state_inputs_gather(run_id=run.pk, turn_pks=wanted)
+    # Most runs never had a recovery: a plain probe is cheaper to build than the divergences' read.
+    audited = RecoveryAudit.objects.filter(run_id=run.pk).exists()
+    inputs = state_inputs_gather(run_id=run.pk, turn_pks=wanted, unknown_of=unknown_of, read_divergences=audited)
     operator_of, unknown, integrity = inputs.operator_of, inputs.unknown, inputs.integrity
     if violations is None and any(d.kind == "approve" for d in operator_of.values()):
         violations = assessment_violations(assessment)
