@@ -28,7 +28,7 @@ from journals.changes import turn_change_mark
 from journals.models import Branch, Decision, Intent, Resolution, Run, Turn
 from journals.projection import branches_project, intent_values, intents_of, turn_key, turns_project
 from journals.storable import storable
-from kernel.dialect import fetched, rows_insert
+from kernel.dialect import fetched, rows_insert, values_insert
 from kernel.errors import ServiceError
 from kernel.events import crash_loop_parked, emit, instrument_assessment
 from kernel.failpoints import failpoint
@@ -484,8 +484,8 @@ def _assessment_project(
     turns = turns_project(run=locked, result=shown, last_seq=last_seq)
     orphans = _orphan_turns(run=locked, known=keyed, blocked=blocked)
     rows = _turn_assessments(stored, shown, turns, orphans)
-    changed = _rows_changed(locked, rows, None if listed is None else [row.turn_id for row in rows])
-    rows_insert(model=TurnAssessment, rows=changed)
+    changed = _rows_changed(locked, rows, None if listed is None else [row[1] for row in rows])
+    values_insert(model=TurnAssessment, fields=_TURN_ROW, rows=changed)
     stored.turn_count = counted if counted is not None else len(keyed) + len(orphans)
     stored.rows_written = len(changed)
     stored.save(update_fields=["turn_count", "rows_written"])
@@ -525,12 +525,17 @@ def _turns_listed(newest: Assessment | None, fold: Fold) -> frozenset[str] | Non
 _PICTURE = ("decision", "reason", "resume_from", "completed_phases", "reason_line", "terminal")
 
 
-def _rows_changed(run: Run, rows: list[TurnAssessment], turn_pks: list[int] | None = None) -> list[TurnAssessment]:
+# A TurnAssessment row as values: the assessment's and the turn's pks, then the picture.
+_TURN_ROW = ("assessment", "turn", *_PICTURE)
+_TurnRow = tuple[int, int, str, str | None, Any, Any, int | None, str | None]
+
+
+def _rows_changed(run: Run, rows: list[_TurnRow], turn_pks: list[int] | None = None) -> list[_TurnRow]:
     """The rows whose turn is new or whose picture differs from the turn's newest stored row (of the turns
     ``turn_pks`` only, when given: the rows are theirs)."""
     stored = picture_rows(run_id=run.pk, turn_pks=turn_pks).values_list("turn_id", *_PICTURE)
     before = {values[0]: tuple(values[1:]) for values in fetched(stored, stream=turn_pks is None)}
-    return [row for row in rows if before.get(row.turn_id) != tuple(getattr(row, f) for f in _PICTURE)]
+    return [row for row in rows if before.get(row[1]) != row[2:]]
 
 
 def assessment_picture(*, run: Run, result: EngineAssessment) -> dict[str, tuple[Any, ...]]:
@@ -543,8 +548,7 @@ def assessment_picture(*, run: Run, result: EngineAssessment) -> dict[str, tuple
     for td in result.turns:
         key = turn_key(td)
         if key in listed:
-            row = _turn_row(Assessment(), Turn(turn_id=key), td)
-            picture[key] = tuple(getattr(row, f) for f in _PICTURE)
+            picture[key] = _picture_of(td)
     if blocked is not None:
         for turn_id in listed - picture.keys():
             picture[turn_id] = (Decision.BLOCKED, str(blocked.code), None, [], blocked.line, None)
@@ -586,26 +590,37 @@ def _turn_assessments(
     result: EngineAssessment,
     turns: Mapping[str, Turn],
     orphans: Mapping[int, tuple[str, int | None]],
-) -> list[TurnAssessment]:
-    """The assessment's row for each of the run's turns: the engine's decision, or blocked for a turn the
-    journal no longer plans (an orphan)."""
-    return [_turn_row(stored, turns[td.turn], td) for td in result.turns if td.turn in turns] + [
-        TurnAssessment(assessment=stored, turn_id=pk, decision=Decision.BLOCKED, reason=reason, reason_line=line)
-        for pk, (reason, line) in orphans.items()
-    ]
+) -> list[_TurnRow]:
+    """The assessment's row for each of the run's turns, as values (``_TURN_ROW``): the engine's decision, or
+    blocked for a turn the journal no longer plans (an orphan). Values, not model instances: building an
+    instance for each of a batch's rows cost more than comparing and writing them."""
+    rows = [_turn_values(stored.pk, turns[td.turn].pk, td) for td in result.turns if td.turn in turns]
+    rows.extend(
+        (stored.pk, pk, Decision.BLOCKED.value, reason, None, [], line, None) for pk, (reason, line) in orphans.items()
+    )
+    return rows
+
+
+def _turn_values(assessment_pk: int, turn_pk: int, td: TurnDecision) -> _TurnRow:
+    return (assessment_pk, turn_pk, *_picture_of(td))
+
+
+def _picture_of(td: TurnDecision) -> tuple[str, str | None, Any, Any, int | None, str | None]:
+    """The values of ``_PICTURE`` a row stores for the engine's decision."""
+    return (
+        td.decision.value,
+        td.reason,
+        storable(td.resume_from),
+        storable(list(td.completed_phases)),
+        td.reason_line,
+        td.terminal,
+    )
 
 
 def _turn_row(assessment: Assessment, turn: Turn, td: TurnDecision) -> TurnAssessment:
-    return TurnAssessment(
-        assessment=assessment,
-        turn=turn,
-        decision=td.decision.value,
-        reason=td.reason,
-        resume_from=storable(td.resume_from),
-        completed_phases=storable(list(td.completed_phases)),
-        reason_line=td.reason_line,
-        terminal=td.terminal,
-    )
+    """The row ``_turn_values`` gives, as an unsaved instance (the gate's answer from a fold in memory)."""
+    values = dict(zip(_PICTURE, _picture_of(td), strict=True))
+    return TurnAssessment(assessment=assessment, turn=turn, **values)
 
 
 def _engine_rows(
