@@ -4,7 +4,7 @@ writes a batch's rows into.
 A FOREIGN KEY constraint checks every row on its own: at COMMIT, one lookup (and one FOR KEY SHARE lock) of
 the referenced row per row written. An assessment writes about a thousand rows a batch into five tables
 (a turn's Phase and Intent rows, its TurnAssessment, OutputEntry and TurnEffective rows) and those checks
-were most of its COMMIT (docs/perf/2026-12-06-statement-keys.md). The same invariant, kept by three
+were most of its COMMIT (docs/perf/2026-12-06-batch-rows.md). The same invariant, kept by three
 triggers per key (the journal records' and the turns' run already are: journals migrations 0004 and 0005):
 
 - insert side (``loopx_fk_<table>_<column>``, AFTER INSERT, FOR EACH STATEMENT over the statement's
@@ -13,14 +13,16 @@ triggers per key (the journal records' and the turns' run already are: journals 
   DELETE of one waits for this transaction and then sees its rows. Raised as foreign_key_violation (23503,
   Django's IntegrityError) at the end of the statement, not at COMMIT as the DEFERRABLE INITIALLY DEFERRED
   constraint was: no code path writes a row before the row it references.
-- update side (``..._upd``, AFTER UPDATE OF the column, FOR EACH ROW WHEN the key changed): the new key
-  must name a row, locked FOR KEY SHARE. An update that keeps the key queues no trigger event at all, as
-  the constraint's check skips an unchanged key.
+- update side (``..._upd``, AFTER UPDATE OF the column, FOR EACH ROW WHEN the key changed, with a function
+  of the same name): the new key must name a row, locked FOR KEY SHARE. An update that keeps the key
+  queues no trigger event at all, as the constraint's check skips an unchanged key.
 - delete side (``..._del`` on the referenced table, a constraint trigger AFTER DELETE OR UPDATE OF id,
-  DEFERRABLE INITIALLY DEFERRED as the constraint was): at COMMIT, an id that no longer exists must have
-  no row referencing it. Like the constraint's NO ACTION check it reads with a fresh snapshot, which is
-  READ COMMITTED's, the isolation level of this project. Each referencing column has an index leading
-  with it (docs/deployment.md), so the check is one index probe.
+  DEFERRABLE INITIALLY DEFERRED as the constraint was, with a function of the same name): at COMMIT, an id
+  that no longer exists must have no row referencing it. Like the constraint's NO ACTION check it reads
+  with a fresh snapshot, which is READ COMMITTED's, the isolation level of this project. Each referencing
+  column has an index leading with it (docs/deployment.md), so the check is one index probe. The per-row
+  functions are written for their key in plain SQL, so each session plans them once, as the constraint's
+  own checks are.
 
 SQLite keeps its FOREIGN KEY constraints: a model's state says ``db_constraint=False`` (the truth on
 PostgreSQL), and the migration leaves SQLite's tables as they are.
@@ -57,56 +59,9 @@ BEGIN
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
-
-CREATE OR REPLACE FUNCTION loopx_row_reference_moved() RETURNS trigger AS $$
-DECLARE
-    wanted bigint;
-    found boolean;
-BEGIN
-    EXECUTE format('SELECT ($1).%I', TG_ARGV[0]) INTO wanted USING NEW;
-    IF wanted IS NULL THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE format('SELECT true FROM %I WHERE id = $1 FOR KEY SHARE', TG_ARGV[1]) INTO found USING wanted;
-    IF found IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'foreign_key_violation',
-            CONSTRAINT = TG_NAME,
-            MESSAGE = format('insert or update on table "%s" violates foreign key %s.%s -> %s.id',
-                TG_TABLE_NAME, TG_TABLE_NAME, TG_ARGV[0], TG_ARGV[1]),
-            DETAIL = format('Key (%s)=(%s) is not present in table "%s".', TG_ARGV[0], wanted, TG_ARGV[1]);
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE OR REPLACE FUNCTION loopx_row_unreferenced() RETURNS trigger AS $$
-DECLARE
-    back boolean;
-    referenced boolean;
-BEGIN
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE id = $1)', TG_TABLE_NAME) INTO back USING OLD.id;
-    IF back THEN
-        RETURN NULL;
-    END IF;
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE %I = $1)', TG_ARGV[0], TG_ARGV[1])
-        INTO referenced USING OLD.id;
-    IF referenced THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'foreign_key_violation',
-            CONSTRAINT = TG_NAME,
-            MESSAGE = format('update or delete on table "%s" violates foreign key %s.%s -> %s.id',
-                TG_TABLE_NAME, TG_ARGV[0], TG_ARGV[1], TG_TABLE_NAME),
-            DETAIL = format('Key (id)=(%s) is still referenced from table "%s".', OLD.id, TG_ARGV[0]);
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
 """
 
 DROP_FUNCTIONS = """
-DROP FUNCTION IF EXISTS loopx_row_unreferenced();
-DROP FUNCTION IF EXISTS loopx_row_reference_moved();
 DROP FUNCTION IF EXISTS loopx_rows_reference();
 """
 
@@ -119,18 +74,50 @@ def trigger_names(reference: Reference) -> tuple[str, str, str]:
 
 
 def _create(reference: Reference) -> str:
+    """The key's three triggers. The per-row ones run functions of their own with plain SQL, whose plans the
+    session keeps: a delete of many parents (retention) checks each row as cheaply as the constraint did."""
     table, column, parent = reference
     inserted, updated, deleted = trigger_names(reference)
-    # Names are the migration's own constants, never input.
+    key = f"{table}.{column} -> {parent}.id"
     return f"""
 CREATE TRIGGER {inserted} AFTER INSERT ON {table} REFERENCING NEW TABLE AS written
     FOR EACH STATEMENT EXECUTE FUNCTION loopx_rows_reference('{column}', '{parent}');
+
+CREATE OR REPLACE FUNCTION {updated}() RETURNS trigger AS $$
+BEGIN
+    IF NEW.{column} IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM {parent} WHERE id = NEW.{column} FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'foreign_key_violation',
+            CONSTRAINT = '{updated}',
+            MESSAGE = 'insert or update on table "{table}" violates foreign key {key}',
+            DETAIL = 'Key ({column})=(' || NEW.{column} || ') is not present in table "{parent}".';
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
 CREATE TRIGGER {updated} AFTER UPDATE OF {column} ON {table}
-    FOR EACH ROW WHEN (OLD.{column} IS DISTINCT FROM NEW.{column})
-    EXECUTE FUNCTION loopx_row_reference_moved('{column}', '{parent}');
+    FOR EACH ROW WHEN (OLD.{column} IS DISTINCT FROM NEW.{column}) EXECUTE FUNCTION {updated}();
+
+CREATE OR REPLACE FUNCTION {deleted}() RETURNS trigger AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {parent} WHERE id = OLD.id)
+            AND EXISTS (SELECT 1 FROM {table} WHERE {column} = OLD.id) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'foreign_key_violation',
+            CONSTRAINT = '{deleted}',
+            MESSAGE = 'update or delete on table "{parent}" violates foreign key {key}',
+            DETAIL = 'Key (id)=(' || OLD.id || ') is still referenced from table "{table}".';
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
 CREATE CONSTRAINT TRIGGER {deleted} AFTER DELETE OR UPDATE OF id ON {parent}
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION loopx_row_unreferenced('{table}', '{column}');
-"""
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {deleted}();
+"""  # noqa: S608  the names are the migration's own constants, never input
 
 
 def _drop(reference: Reference) -> str:
@@ -140,6 +127,8 @@ def _drop(reference: Reference) -> str:
 DROP TRIGGER IF EXISTS {deleted} ON {parent};
 DROP TRIGGER IF EXISTS {updated} ON {table};
 DROP TRIGGER IF EXISTS {inserted} ON {table};
+DROP FUNCTION IF EXISTS {deleted}();
+DROP FUNCTION IF EXISTS {updated}();
 ALTER TABLE {table} ADD CONSTRAINT {inserted}
     FOREIGN KEY ({column}) REFERENCES {parent} (id) DEFERRABLE INITIALLY DEFERRED;
 """
