@@ -1444,32 +1444,46 @@ class Assessor:
         violations = [*self.violations, *self._offset_violations(expect)]
         violations.sort(key=_line_of)  # stable: file order, ties in order found
         run_level = self._run_level(violations)
-        intents_of, blocking, undetermined = self._intent_views(only)
+        runs, blocking, undetermined = self._intent_views(only)
         live_turns = self.views[self.live].turns
         # turns_first is in order of first planning (insertion order is file order, and so is each line).
         firsts = self.turns_first
         if only is not None:
             firsts = {turn: firsts[turn] for turn in sorted(only & firsts.keys(), key=firsts.__getitem__)}
-        decisions = tuple(
-            [
+        intents_of = _aligned(firsts, runs)
+        # The live view holds its turns in order of planning on its timeline, mostly the order of firsts:
+        # each turn is found at the next place of the live view's turns (a comparison), not by a lookup in
+        # a table of every turn, which misses the processor's cache; a turn that is not there is looked up.
+        live_keys: list[str] = list(live_turns) if only is None else []
+        live_states: list[TurnState] = list(live_turns.values()) if only is None else []
+        held = len(live_keys)
+        j = 0
+        decisions: list[TurnDecision] = []
+        i = -1
+        for turn, first in firsts.items():
+            i += 1
+            if j < held and live_keys[j] == turn:
+                state: TurnState | None = live_states[j]
+                j += 1
+            else:
+                state = live_turns.get(turn)
+            decisions.append(
                 self._decide(
                     turn,
                     first,
-                    live_turns.get(turn),
-                    intents_of.get(turn, ()),
+                    state,
+                    intents_of[i],
                     blocking.get(turn),
                     run_level,
                     turn in undetermined,
                 )
-                for turn, first in firsts.items()
-            ]
-        )
+            )
         return Assessment(
             self.run,
             self.live,
             self.records,
             tuple(violations),
-            decisions,
+            tuple(decisions),
             self._branch_views(),
             tuple(self.checkpoints),
         )
@@ -1501,10 +1515,11 @@ class Assessor:
 
     def _intent_views(
         self, only: set[str] | None = None
-    ) -> tuple[dict[str, tuple[IntentView, ...]], dict[str, list[tuple[int, str]]], set[str]]:
-        """Each turn's intents (of the turns ``only`` names, if given), in order of first dispatch (the ledger's
-        insertion order is file order), each resolved; the world-ledger violations of each turn; and the
-        turns with a live intent that is indeterminate (rule 4)."""
+    ) -> tuple[list[tuple[str, tuple[IntentView, ...]]], dict[str, list[tuple[int, str]]], set[str]]:
+        """The intents (of the turns ``only`` names, if given), in order of first dispatch (the ledger's
+        insertion order is file order), each resolved, as runs of consecutive intents of one turn (turn,
+        its intents in that run); the world-ledger violations of each turn; and the turns with a live intent
+        that is indeterminate (rule 4)."""
         entries: Iterable[_World] = self.world.values()
         if only is not None:
             world_of = self._world_of
@@ -1517,7 +1532,8 @@ class Assessor:
                         listed.append(w)
                 self._world_indexed = len(self.world)
             entries = [w for turn in only if turn in world_of for w in world_of[turn]]
-        intents_of: dict[str, tuple[IntentView, ...]] = {}
+        runs: list[tuple[str, tuple[IntentView, ...]]] = []
+        run_turn = ""  # the turn of the last run (a turn id is never empty)
         blocking: dict[str, list[tuple[int, str]]] = {}
         undetermined: set[str] = set()
         cut = self._live_cut()
@@ -1535,11 +1551,12 @@ class Assessor:
             if live and resolution is _INDETERMINATE:
                 undetermined.add(turn)
             iv = IntentView(w.intent, w.effect_class, w.branch, live, resolution, w.key, w.count, w.outcome)
-            # One lookup for a turn's first intent (most turns have one), two for each further one.
-            mine = intents_of.setdefault(turn, (iv,))
-            if mine[-1] is not iv:
-                intents_of[turn] = (*mine, iv)
-        return intents_of, blocking, undetermined
+            if turn == run_turn:
+                runs[-1] = (turn, (*runs[-1][1], iv))
+            else:
+                runs.append((turn, (iv,)))
+                run_turn = turn
+        return runs, blocking, undetermined
 
     def _branch_views(self) -> tuple[BranchView, ...]:
         return tuple(
@@ -1672,6 +1689,31 @@ class Assessor:
         )
 
 
+def _aligned(firsts: dict[str, Any], runs: list[tuple[str, tuple[IntentView, ...]]]) -> list[tuple[IntentView, ...]]:
+    """Each turn's intents, in the order of ``firsts`` (its turns), from ``runs`` (_intent_views). A turn's
+    dispatches mostly follow each other, in the order the turns were planned: then each run is the next
+    turn's that has intents, found by comparing ids, without a table of every turn (a lookup in one misses
+    the processor's cache). When a run is left over, a turn's intents are in several runs or not in that
+    order: they are gathered by turn. (When every run is taken, each was taken by the one turn of its id,
+    in order, so no turn has another run.)"""
+    out: list[tuple[IntentView, ...]] = []
+    k = 0
+    held = len(runs)
+    for turn in firsts:
+        if k < held and runs[k][0] == turn:
+            out.append(runs[k][1])
+            k += 1
+        else:
+            out.append(())
+    if k == held:
+        return out
+    intents_of: dict[str, tuple[IntentView, ...]] = {}
+    for turn, views in runs:
+        mine = intents_of.get(turn)
+        intents_of[turn] = views if mine is None else (*mine, *views)
+    return [intents_of.get(turn, ()) for turn in firsts]
+
+
 _line_of = attrgetter("line")
 _line_of_pair = itemgetter(0)
 
@@ -1712,6 +1754,15 @@ def cycle_collection_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                # What the pause leaves alive is mostly the assessment (100,000s of objects, no garbage):
+                # it goes straight to the oldest generation, by two list splices, instead of being walked
+                # by the next young collection (46 ms for 100,000 turns). The caller's young objects go
+                # with it (a few thousand at most: the young generations are small); a cycle among them is
+                # freed by the next full collection. Not when something is frozen (engine/warm.py): unfreezing
+                # would hand it back to the collector.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

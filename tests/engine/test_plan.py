@@ -243,3 +243,42 @@ def test_turn_ids_are_compared_exactly_not_normalised() -> None:
     result = run(w)
     assert_clean(result)
     assert [(t.turn, t.resume_from) for t in result.turns] == [("\u00e9", "plan"), ("e\u0301", "envelope")]
+
+
+def test_each_turn_gets_its_own_intents_whatever_order_turns_dispatch_in() -> None:
+    # Decisions are read in order of first planning; intents in order of first dispatch. Here a turn
+    # dispatches before one planned earlier, and two turns dispatch in turns.
+    w = writer()
+    for name in ("t1", "t2", "t3"):
+        w.plan(name, "job-1")
+    w.dispatch("t2", "a", "safe")
+    w.dispatch("t1", "b", "safe")
+    w.dispatch("t2", "c", "safe")
+    w.dispatch("t1", "d", "safe")
+    w.dispatch("t3", "e", "safe")
+    result = run(w)
+    assert_clean(result)
+    assert [t.turn for t in result.turns] == ["t1", "t2", "t3"]
+    assert [[i.intent for i in t.intents] for t in result.turns] == [["b", "d"], ["a", "c"], ["e"]]
+
+
+def test_a_turn_first_planned_on_a_discarded_suffix_and_again_on_the_live_branch_decides_from_the_live_one() -> None:
+    w = writer()
+    w.plan("t1", "job-1")
+    point = w.mark()
+    w.plan("t2", "job-1")  # the fork's point: on the live timeline
+    w.plan("t3", "job-1")
+    w.plan("t4", "job-1")
+    w.fork(point)
+    w.plan("t3", "job-1")
+    w.commit("t3", "plan")
+    w.plan("t5", "job-1")
+    result = run(w)
+    decided = [(t.turn, t.decision, t.branch, t.completed_phases) for t in result.turns]
+    assert decided == [
+        ("t1", Decision.RESUME, 0, ()),
+        ("t2", Decision.RESUME, 0, ()),
+        ("t3", Decision.RESUME, 1, ("plan",)),
+        ("t4", Decision.DISCARDED, 0, ()),
+        ("t5", Decision.RESUME, 1, ()),
+    ]
