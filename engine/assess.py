@@ -1742,19 +1742,24 @@ def normalise_evidence(evidence: EvidenceMap | None) -> dict[Any, Any]:
 
 
 @contextmanager
-def cycle_collection_paused() -> Iterator[None]:
+def cycle_collection_paused(*, settle: bool = False) -> Iterator[None]:
     """The cyclic garbage collector paused while an assessment runs, and restored (if it was on) after.
 
     The fold allocates millions of small objects that never form cycles, and reference counting frees
     them as usual; the collector would walk all of them again and again to find nothing, a cost that
-    grows with the journal (docs/perf/2026-12-02-engine-predicates.md has the measurement)."""
+    grows with the journal (docs/perf/2026-12-02-engine-predicates.md has the measurement).
+
+    ``settle`` (a whole journal's assessment): what the pause leaves alive is moved to the oldest
+    generation, below. Not for a batch folded into a kept fold (engine/incremental.py): its result is a
+    batch's turns, and asking whether anything is frozen walks every frozen object, the kept fold's
+    millions among them, on every batch (benchmarks/bench_growth.py)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            if gc.get_freeze_count() == 0:
+            if settle and gc.get_freeze_count() == 0:
                 # What the pause leaves alive is mostly the assessment (100,000s of objects, no garbage):
                 # it goes straight to the oldest generation, by two list splices, instead of being walked
                 # by the next young collection (46 ms for 100,000 turns). The caller's young objects go
@@ -1799,7 +1804,7 @@ def assess(
     """Assess a journal. ``source``: a path, a sequence of lines (bytes, no newline) in file order, or a
     callable returning a fresh iterable of lines. ``expect``: branch -> expected high-water lsn.
     ``evidence``: ``(turn, intent)`` or bare intent id -> ``Evidence``. Raises JournalUnreadable."""
-    with cycle_collection_paused():
+    with cycle_collection_paused(settle=True):
         assessor = fold_lines(source, lambda points: Assessor(points, normalise_evidence(evidence)))
         result = assessor.finish(dict(expect or {}))
         # The fold is freed while the collector is still paused: once it is back on, its first collection
