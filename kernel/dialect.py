@@ -207,18 +207,8 @@ _HELD_AS: dict[str, type] = {
     "TextField": str,
 }
 
-_COPIED_AS_HELD = frozenset(
-    {
-        "BigIntegerField",
-        "BooleanField",
-        "CharField",
-        "ForeignKey",
-        "IntegerField",
-        "PositiveIntegerField",
-        "SmallIntegerField",
-        "TextField",
-    }
-)
+# The plain columns, whose values COPY takes as the instance holds them.
+_COPIED_AS_HELD = frozenset(_HELD_AS)
 
 
 def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:

@@ -36,6 +36,7 @@ from recovery.state import (
     state_inputs_gather,
     turn_facts,
     turn_state_decide,
+    unknown_intents,
 )
 
 __all__ = ["DONE", "HOLD", "OPERATOR_BLOCKED", "PROCEED", "RECOVERY_ATTEMPTS_EXCEEDED", "RUN_LEVEL_CODES"]
@@ -167,7 +168,7 @@ def gate_view(
     inputs = state_inputs_gather(
         run_id=turn.run_id,
         turn_pks=[turn.pk],
-        intents=intents,
+        unknown_of=unknown_intents((i.turn_id, i.intent_id, i.live, i.resolution) for i in intents),
         read_decisions=not no_decisions,
         engine=engine,
         read_divergences=not no_audits,

@@ -25,7 +25,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import SnapshotUnusable, TurnDecision
 from journals.actors import Actor, person_of
 from journals.changes import turn_change_mark
-from journals.models import Branch, Decision, Intent, Resolution, Run, Turn
+from journals.models import Branch, Decision, Intent, Run, Turn
 from journals.projection import branches_project, intent_values, intents_of, turn_key, turns_project
 from journals.storable import storable
 from kernel.dialect import fetched, rows_insert, values_insert
@@ -72,6 +72,7 @@ from recovery.state import (
     state_seen_check,
     turn_facts,
     turn_states_refresh,
+    unknown_intents,
 )
 from trail.services import actor_display, operator_action_record, reason_clean
 
@@ -637,17 +638,14 @@ def _engine_rows(
 
 
 def _unknown_intents(result: EngineAssessment, turns: Mapping[str, Turn]) -> dict[int, list[str]]:
-    """turn pk -> its live intents whose outcome nobody knows, as its Intent rows hold them (``intent_values``,
-    in their order): what the state writer would read back."""
-    unknown: dict[int, list[str]] = {}
-    for td in result.turns:
-        turn = turns.get(td.turn)
-        if turn is None:
-            continue
-        ids = [row[0] for row in intent_values(td) if row[5] and row[3] == Resolution.INDETERMINATE]
-        if ids:
-            unknown[turn.pk] = ids
-    return unknown
+    """turn pk -> its live intents whose outcome nobody knows, from the Intent rows just written
+    (``intent_values``): what the state writer would read back."""
+    return unknown_intents(
+        (turns[td.turn].pk, row[0], row[5], row[3])
+        for td in result.turns
+        if td.turn in turns
+        for row in intent_values(td)
+    )
 
 
 def _orphan_turns(

@@ -332,16 +332,14 @@ def state_inputs_gather(
     *,
     run_id: int,
     turn_pks: Sequence[int] | None = None,
-    intents: Sequence[Intent] | None = None,
     unknown_of: Mapping[int, Sequence[str]] | None = None,
     read_decisions: bool = True,
     engine: EngineRow | None = None,
     read_divergences: bool = True,
 ) -> StateInputs:
     """The inputs of the run's turns (all of them, or ``turn_pks``), each read in one query. A caller that
-    already holds the turns' intents passes them (or, as ``unknown_of``, each turn's live intents whose
-    outcome nobody knows, in their order); one that knows the turn has no operator decision (or no recovery
-    audit) says so.
+    already holds the turns' intents passes what they say (``unknown_of``: ``unknown_intents`` of them); one
+    that knows the turn has no operator decision (or no recovery audit) says so.
     For one turn whose engine row is given, a done turn (finished, and no block over it) skips the integrity
     and divergence reads: no such hold reaches a finished turn."""
     operator_of: dict[int, GateDecision] = {}
@@ -353,16 +351,13 @@ def state_inputs_gather(
             operator_of[decision.turn_id] = decision  # the latest decision of any kind is the one in force
     unknown: dict[int, list[str]] = {}
     if unknown_of is not None:
-        pairs = [(turn_pk, intent_id) for turn_pk, intent_ids in unknown_of.items() for intent_id in intent_ids]
-    elif intents is None:
+        unknown = {turn_pk: list(intent_ids) for turn_pk, intent_ids in unknown_of.items()}
+    else:
         rows = Intent.objects.filter(turn__run_id=run_id, live=True, resolution=Resolution.INDETERMINATE)
         if turn_pks is not None:
             rows = rows.filter(turn_id__in=list(turn_pks))
-        pairs = list(rows.order_by("turn_id", "position").values_list("turn_id", "intent_id"))
-    else:
-        pairs = [(i.turn_id, i.intent_id) for i in intents if i.live and i.resolution == Resolution.INDETERMINATE]
-    for turn_pk, intent_id in pairs:
-        unknown.setdefault(turn_pk, []).append(intent_id)
+        for turn_pk, intent_id in rows.order_by("turn_id", "position").values_list("turn_id", "intent_id"):
+            unknown.setdefault(turn_pk, []).append(intent_id)
     done = False
     if engine is not None and turn_pks is not None and len(turn_pks) == 1:
         operator = operator_of.get(turn_pks[0])
@@ -372,6 +367,16 @@ def state_inputs_gather(
     # A done turn is past every hold a recovery's divergence could bring: nothing resumes it.
     diverged = recovery_divergences_open(run_id=run_id, turn_pks=turn_pks) if read_divergences and not done else {}
     return StateInputs(operator_of=operator_of, unknown=unknown, integrity=integrity, diverged=diverged)
+
+
+def unknown_intents(rows: Iterable[tuple[int, str, bool, str]]) -> dict[int, list[str]]:
+    """turn pk -> its live intents whose outcome nobody knows, from (turn pk, intent id, live, resolution)
+    of its Intent rows in their order: what ``state_inputs_gather`` reads from the rows when not handed it."""
+    unknown: dict[int, list[str]] = {}
+    for turn_pk, intent_id, live, resolution in rows:
+        if live and resolution == Resolution.INDETERMINATE:
+            unknown.setdefault(turn_pk, []).append(intent_id)
+    return unknown
 
 
 def recovery_divergences_open(*, run_id: int, turn_pks: Sequence[int] | None = None) -> dict[int, list[str]]:

@@ -70,8 +70,7 @@ def _copy_row(cursor: Any, table: str, values: dict[str, Any], run: Run) -> None
     columns = _columns(table)
     apart = _UNIQUE_APART.get(table, {})
     chosen = [("%s" if c in values else apart.get(c, f'"{c}"')) for c in columns]
-    owned = "run_id" if "run_id" in columns else "turn_id IN (SELECT id FROM journals_turn WHERE run_id = %s)"
-    where = f"{owned} = %s" if owned == "run_id" else owned
+    where = "run_id = %s" if "run_id" in columns else "turn_id IN (SELECT id FROM journals_turn WHERE run_id = %s)"
     names = ", ".join(f'"{c}"' for c in columns)
     cursor.execute(
         f"INSERT INTO {table} ({names}) SELECT {', '.join(chosen)} FROM {table} WHERE {where} ORDER BY 1 LIMIT 1",
