@@ -149,7 +149,7 @@ def values_update(
             )
         return len(rows)
     # Each array is cast to its column's type: unnest's rows have no column types of their own.
-    arrays = ", ".join([f"%s::{pk.db_type(connection)}[]", *(f"%s::{f.db_type(connection)}[]" for f in columns)])
+    arrays = ", ".join([f"%b::{pk.db_type(connection)}[]", *(f"%b::{f.db_type(connection)}[]" for f in columns)])
     names = ", ".join(["id_", *(f"v{i}" for i in range(len(columns)))])
     sets = ", ".join(f"{c} = v.v{i}" for i, c in enumerate(quoted))
     sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS v({names}) WHERE {table}.{pk_column} = v.id_"  # noqa: S608
@@ -167,9 +167,11 @@ def _unnest_each(
 ) -> None:
     """Run ``sql`` (its parameters: one array of ``keys`` when given, then one array per column) for each
     1,000 of ``rows``. Server-side binding (a plain psycopg cursor on the same connection and transaction):
-    the arrays go to the server as binary values instead of being quoted element by element into the SQL
+    the arrays go to the server as parameters instead of being quoted element by element into the SQL
     text, and the statement, the same text for a model's fields whatever the rows, is prepared once per
-    connection (settings: prepare_threshold)."""
+    connection (settings: prepare_threshold). The placeholders ask for psycopg's binary format (``%b``):
+    its text format escapes every element of a text array with a regular expression, a third of the
+    client's cost of these statements (benchmarks/bench_growth.py)."""
     import psycopg  # PostgreSQL's only
 
     connection.ensure_connection()
@@ -274,7 +276,7 @@ def values_insert(
     table = connection.ops.quote_name(model._meta.db_table)
     names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
     if ignore_conflicts:
-        arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in columns)
+        arrays = ", ".join(f"%b::{f.db_type(connection)}[]" for f in columns)
         # The model's own quoted columns and types; the values go as parameters.
         sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING"  # noqa: S608
         _unnest_each(connection, sql, columns, rows)
