@@ -281,11 +281,14 @@ def values_insert(
         sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING"  # noqa: S608
         _unnest_each(connection, sql, columns, rows)
         return len(rows)
-    # A plain column's value goes as it is held (psycopg adapts it, and the server parses COPY's text as
-    # the column's type); the others (JSON, times) through the field.
+    # A plain column's value goes as it is held; the others (JSON, times) through the field. Each is
+    # written in the column's own binary form (psycopg's dumper for the column's type), which the server
+    # takes without parsing text.
     prepared = [(i, f) for i, f in enumerate(columns) if f.get_internal_type() not in _COPIED_AS_HELD]
-    statement = f"COPY {table} ({names}) FROM STDIN"  # the model's own quoted columns; values go as data
+    types = _column_types(connection, model._meta.db_table, [str(f.column) for f in columns])
+    statement = f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"  # the model's own quoted columns
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
+        copy.set_types(types)
         for values in rows:
             if prepared:
                 values = list(values)
@@ -293,3 +296,23 @@ def values_insert(
                     values[i] = f.get_db_prep_save(values[i], connection)
             copy.write_row(values)
     return len(rows)
+
+
+_TYPES: dict[tuple[str, str], dict[str, int]] = {}
+
+
+def _column_types(connection: Any, table: str, columns: Sequence[str]) -> list[int]:
+    """The type oids of ``table``'s ``columns``, read from the catalog once per database and table: what a
+    binary COPY names for each value it writes."""
+    key = (str(connection.settings_dict["NAME"]), table)
+    known = _TYPES.get(key)
+    if known is None or any(c not in known for c in columns):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT attname, atttypid::int FROM pg_attribute"
+                " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+                [connection.ops.quote_name(table)],
+            )
+            known = {str(name): int(oid) for name, oid in cursor.fetchall()}
+        _TYPES[key] = known
+    return [known[c] for c in columns]
