@@ -34,10 +34,13 @@ from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import TurnDecision
 from journals.storable import storable
-from kernel.dialect import fetched, rows_insert
+from kernel.dialect import fetched, values_insert
 from recovery.models import Assessment, OutputEntry
 
 _MODULUS = 2**256
+
+# An output entry a plan stores: its position, its turn's digest, the entry, and the entry's digest.
+EntryValues = tuple[int, str, Any, str]
 
 
 def output_head(*, result: EngineAssessment, repair: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -101,7 +104,7 @@ class OutputPlan:
     turn_entries: int
     entries_sum: str
     digest: str
-    entries: list[OutputEntry]
+    entries: list[EntryValues]
     new_turns: tuple[str, ...] = ()
 
 
@@ -170,10 +173,7 @@ def _planned(
     run_pk: int, head: dict[str, Any], count: int, plan: tuple[int, list[tuple[int, str, Any, str]]]
 ) -> OutputPlan:
     total, changed = plan
-    entries = [
-        OutputEntry(run_id=run_pk, ordinal=i, turn_digest=turn_digest(turn), entry=entry, digest=d)
-        for i, turn, entry, d in changed
-    ]
+    entries = [(i, turn_digest(turn), entry, d) for i, turn, entry, d in changed]
     return OutputPlan(head, count, f"{total:064x}", _digest_of(head, count, total), entries)
 
 
@@ -221,11 +221,16 @@ def _digests_in_force(run_pk: int, positions: Sequence[int] | None) -> dict[int,
 
 
 def output_entries_store(*, assessment: Assessment, plan: OutputPlan) -> int:
-    """Write the plan's entries under ``assessment``; returns how many."""
-    for entry in plan.entries:
-        entry.assessment = assessment
-    rows_insert(model=OutputEntry, rows=plan.entries)
-    return len(plan.entries)
+    """Write the plan's entries under ``assessment``; returns how many. Values, not model instances:
+    building an instance for each of a batch's entries cost as much as writing it."""
+    run_pk, assessment_pk = assessment.run_id, assessment.pk
+    rows = [(run_pk, assessment_pk, *values) for values in plan.entries]
+    values_insert(model=OutputEntry, fields=_ENTRY_ROW, rows=rows)
+    return len(rows)
+
+
+# An OutputEntry row as values: the run's and the assessment's pks, then ``EntryValues``.
+_ENTRY_ROW = ("run", "assessment", "ordinal", "turn_digest", "entry", "digest")
 
 
 def assessment_output_read(*, assessment: Assessment) -> Any:

@@ -42,7 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
-from kernel.dialect import fetched, rows_insert, rows_update
+from kernel.dialect import fetched, rows_update, values_insert
 from kernel.errors import ServiceError
 from kernel.events import emit, sending_many, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
@@ -536,7 +536,7 @@ def turn_states_refresh(
         violations = assessment_violations(assessment)
     existing = {e.turn_id: e for e in fetched(stored, stream=wanted is None)}
     now = timezone.now()
-    create: list[TurnEffective] = []
+    create: list[tuple[Any, ...]] = []
     update: list[TurnEffective] = []
     found: dict[int, StateValue] = {}
     newly_held: list[tuple[str, StateValue]] = []
@@ -568,7 +568,7 @@ def turn_states_refresh(
         if moved and (value.gate == HOLD or held_before):
             hold_changes.append((turn_id, value, row.state if row is not None else None))
         if row is None:
-            create.append(TurnEffective(turn_id=pk, run_id=run.pk, since=now, updated_at=now, **fields))
+            create.append((pk, run.pk, *(fields[k] for k in _FIELDS), now, now))  # _CREATED
             found[pk] = _with_since(value, now)
             continue
         same_state = (row.state, row.reason) == (fields["state"], fields["reason"])
@@ -588,7 +588,7 @@ def turn_states_refresh(
 def _states_store(
     run: Run,
     assessment: Assessment,
-    create: list[TurnEffective],
+    create: list[tuple[Any, ...]],
     update: list[TurnEffective],
     newly_held: list[tuple[str, StateValue]],
     hold_changes: Sequence[tuple[str, StateValue, str | None]] = (),
@@ -601,7 +601,7 @@ def _states_store(
     state."""
     with transaction.atomic():
         if create:
-            rows_insert(model=TurnEffective, rows=create, ignore_conflicts=True)
+            values_insert(model=TurnEffective, fields=_CREATED, rows=create, ignore_conflicts=True)
         if update:
             rows_update(model=TurnEffective, rows=update, fields=[*_FIELDS, "since", "updated_at"])
         run_status_refresh(run=run, integrity=integrity)
@@ -638,6 +638,9 @@ def _holds_announce(
 
 
 _FIELDS = ("state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at", "note", "needs_evidence")
+# A new row as values (not a model instance, which cost as much to build as the row to write): the turn's
+# and the run's pks, ``_FIELDS``, then since and updated_at.
+_CREATED = ("turn", "run", *_FIELDS, "since", "updated_at")
 
 
 def _fields(value: StateValue) -> dict[str, Any]:
