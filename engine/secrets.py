@@ -10,10 +10,17 @@ _SECRET_SUFFIXES = ("_secret", "_token", "_password", "_key")
 
 
 def is_secret_field(name: str) -> bool:
-    lowered = name.lower()
-    if lowered == "idempotency_key":
-        return False
-    return lowered in _SECRET_NAMES or lowered.endswith(_SECRET_SUFFIXES)
+    # A journal's field names are few and repeat on every record: each short one is decided once.
+    known = _DECIDED.get(name)
+    if known is None:
+        lowered = name.lower()
+        known = lowered != "idempotency_key" and (lowered in _SECRET_NAMES or lowered.endswith(_SECRET_SUFFIXES))
+        if len(name) <= 64 and len(_DECIDED) < 4096:
+            _DECIDED[name] = known
+    return known
+
+
+_DECIDED: dict[str, bool] = {}
 
 
 def redact(value: Any) -> Any:

@@ -31,11 +31,14 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
     """Turn, Phase and Intent rows from the engine's decisions; only turns whose picture changed are
     rewritten. Returns engine turn id -> Turn."""
     keys = {td.turn: key for td in result.turns if (key := turn_key(td)) is not None}
-    existing = {t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=list(keys.values()))}
+    # Only what is compared or handed on is read: every field the picture sets is set below before it is
+    # written, and a turn left unchanged is handed on for its pk, id and plan.
+    rows = Turn.objects.only(*_TURN_READ)
+    existing = {t.turn_id: t for t in rows.filter(run=run, turn_id__in=list(keys.values()))}
     missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
     if missing:
         Turn.objects.bulk_create(missing, ignore_conflicts=True)
-        existing.update({t.turn_id: t for t in Turn.objects.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
+        existing.update({t.turn_id: t for t in rows.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
     now = timezone.now()
     cutoffs = _live_cutoffs(result.branches, result.live_branch)
     named = list(dict.fromkeys(keys.values()))
@@ -87,6 +90,9 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
         _rewrite_timelines(changed, live, assessed_before)
     return {engine_id: existing[key] for engine_id, key in keys.items()}
 
+
+# The Turn fields ``turns_project`` reads (with the pk).
+_TURN_READ = ("run", "turn_id", "plan", "assessed_digest")
 
 _TURNS_NAMED_AT_MOST = 1000  # beyond this many turns, the run's live commits are counted whole
 

@@ -9,7 +9,6 @@ from typing import Any
 from django.db.models import QuerySet
 
 from engine.canonical import parse_line
-from engine.secrets import redact
 from journals.access import EVERY_RUN, RunScope
 from journals.models import (
     ApiToken,
@@ -23,7 +22,7 @@ from journals.models import (
 from journals.orm import TIMELINE
 from journals.orm import turn_lookup as turn_lookup
 from journals.orm import turn_rows as turn_rows
-from journals.storable import storable
+from journals.storable import storable_redacted
 from journals.storable import usable_key as _usable_key
 from journals.store import TurnRows, journal_store
 
@@ -92,7 +91,7 @@ def record_public(record: JournalRecord) -> dict[str, Any]:
         "turn": record.turn,
         "digest": record.digest,
         # Stored lines are always JSON objects (ingest refuses anything else).
-        "record": storable(redact(parsed.obj)) if parsed.obj is not None else None,
+        "record": storable_redacted(parsed.obj) if parsed.obj is not None else None,
     }
 
 

@@ -12,6 +12,8 @@ import math
 import re
 from typing import Any, overload
 
+from engine.secrets import REDACTED, is_secret_field
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
 
@@ -40,6 +42,20 @@ def storable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
+
+
+def storable_redacted(value: Any) -> Any:
+    """``storable(redact(value))`` in one walk: secret fields redacted at any depth (engine/secrets.py), then
+    every string and key made storable. What every stored copy of a record's values or an output goes
+    through; walking the tree once halves the cost of an assessment's output entries."""
+    if isinstance(value, dict):
+        return {
+            storable(k): (REDACTED if isinstance(k, str) and is_secret_field(k) else storable_redacted(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [storable_redacted(v) for v in value]
+    return storable(value)  # redaction walks lists and dicts only: a tuple is made storable as it is
 
 
 def usable_key(value: str) -> bool:

@@ -30,10 +30,9 @@ from typing import Any
 from django.db.models import OuterRef, Subquery
 
 from engine.canonical import canonical_bytes
-from engine.secrets import redact
 from engine.types import Assessment as EngineAssessment
 from engine.types import TurnDecision
-from journals.storable import storable
+from journals.storable import storable_redacted
 from kernel.dialect import fetched, values_insert
 from recovery.models import Assessment, OutputEntry
 
@@ -54,13 +53,13 @@ def output_head(*, result: EngineAssessment, repair: Mapping[str, Any] | None) -
     }
     if repair is not None:
         head["repair"] = dict(repair)
-    stored: dict[str, Any] = storable(redact(head))
+    stored: dict[str, Any] = storable_redacted(head)
     return stored
 
 
 def output_entry(td: TurnDecision) -> Any:
     """One turn's entry of the output, as stored and shown."""
-    return storable(redact(td.to_dict()))
+    return storable_redacted(td.to_dict())
 
 
 def turn_digest(turn: str) -> str:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.secrets import redact
 from journals.actors import Actor
 from journals.models import Run, Turn
-from journals.storable import storable
+from journals.storable import storable, storable_redacted
 from kernel.errors import ServiceError
 from trail import chain
 from trail.models import OperatorAction
@@ -66,7 +65,7 @@ def operator_action_record(
         run=run,
         turn=turn,
         reason=storable(reason),
-        before=storable(redact(before or {})),
-        after=storable(redact(after or {})),
+        before=storable_redacted(before or {}),
+        after=storable_redacted(after or {}),
         via_name=via,
     )

@@ -11,10 +11,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from engine.secrets import redact
 from journals.actors import Actor, person_of
 from journals.models import Run, Turn
-from journals.storable import storable
+from journals.storable import storable, storable_redacted
 from kernel import events
 from kernel.errors import ServiceError
 from kernel.events import emit
@@ -38,7 +37,7 @@ class FindingError(ServiceError):
 
 def _clean_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     # Contract section 8: no secret field reaches a finding, and every string must fit a JSON column.
-    clean: dict[str, Any] = storable(redact(evidence))
+    clean: dict[str, Any] = storable_redacted(evidence)
     return clean
 
 

@@ -13,9 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from engine.secrets import redact
 from journals.models import Turn
-from journals.storable import storable
+from journals.storable import storable, storable_redacted
 from recovery.recovery_audits.models import (
     ACTION_KINDS,
     RecoveryAudit,
@@ -104,7 +103,7 @@ def recovery_audit_action_report(
             kind=kind,
             target=target,
             # Runtimes may echo arguments: secret fields never reach the store's projections.
-            detail=storable(redact(detail or {})),
+            detail=storable_redacted(detail or {}),
             planned=(kind, target) in planned,
         )
         if (kind, target) not in planned:
