@@ -303,7 +303,8 @@ _TYPES: dict[tuple[str, str], dict[str, int]] = {}
 
 def _column_types(connection: Any, table: str, columns: Sequence[str]) -> list[int]:
     """The type oids of ``table``'s ``columns``, read from the catalog once per database and table: what a
-    binary COPY names for each value it writes."""
+    binary COPY names for each value it writes. A column missing from what was read reads them again; a
+    migration that changes a column's type comes with new code, so with new processes."""
     key = (str(connection.settings_dict["NAME"]), table)
     known = _TYPES.get(key)
     if known is None or any(c not in known for c in columns):
