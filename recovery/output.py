@@ -135,7 +135,7 @@ def output_plan(
         total = sum(int(d, 16) for d in digests.values()) % _MODULUS
         changed = [(i, result.turns[i].turn, made[i], d) for i, d in digests.items() if stored.get(i) != d]
         plan = (total, changed)
-    return _planned(run_pk, head, count, plan)
+    return _planned(head, count, plan)
 
 
 def output_plan_listed(
@@ -160,7 +160,7 @@ def output_plan_listed(
     if plan is None:
         return None
     head = output_head(result=result, repair=repair)
-    planned = _planned(run_pk, head, had + len(new), plan)
+    planned = _planned(head, had + len(new), plan)
     return dataclasses.replace(planned, new_turns=tuple(td.turn for td in new))
 
 
@@ -168,9 +168,7 @@ def _in_parts(before: Assessment) -> bool:
     return before.turn_entries is not None and before.entries_sum is not None
 
 
-def _planned(
-    run_pk: int, head: dict[str, Any], count: int, plan: tuple[int, list[tuple[int, str, Any, str]]]
-) -> OutputPlan:
+def _planned(head: dict[str, Any], count: int, plan: tuple[int, list[tuple[int, str, Any, str]]]) -> OutputPlan:
     total, changed = plan
     entries = [(i, turn_digest(turn), entry, d) for i, turn, entry, d in changed]
     return OutputPlan(head, count, f"{total:064x}", _digest_of(head, count, total), entries)
