@@ -1,5 +1,6 @@
-"""kernel.dialect's many-row writes give back, on either database, exactly the values they were given:
-COPY's text format escapes tabs, newlines and backslashes, and JSON travels as JSON."""
+"""kernel.dialect's many-row writes give back, on either database, exactly the values they were given: text
+with tabs, newlines and backslashes, JSON, times, bytes and NULLs, whether they travel in a COPY or in
+arrays (both in psycopg's binary format on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from journals.models import Phase, Run, Turn
-from kernel.dialect import rows_insert, rows_update
+from journals.models import Phase, Run, Turn, TurnEffective
+from kernel.dialect import rows_insert, rows_update, values_insert
 from ops.demo import workload_lines
 from recovery.background import assessment_run
-from recovery.models import Assessment, OutputEntry
+from recovery.models import Assessment, OutputEntry, SnapshotPart
 from tests.tasks.conftest import ingest
 
 pytestmark = pytest.mark.django_db
@@ -93,3 +94,29 @@ def test_rows_insert_can_leave_out_the_rows_whose_key_is_taken(published):
     assert rows_insert(model=Phase, rows=again, ignore_conflicts=True) == 2
     assert Phase.objects.get(turn=turn, position=0).name == taken.name
     assert Phase.objects.get(turn=turn, position=200).name == AWKWARD
+
+
+def test_values_insert_keeps_bytes_times_json_and_nulls(published):
+    """A COPY of bytes (every byte value, NUL and backslash among them), and the conflict-ignoring insert of
+    a row with JSON, text, times and NULLs, each read back as given."""
+    ingest("run-dialect-values", workload_lines("run-dialect-values", turns=2))
+    assert assessment_run(run_id="run-dialect-values") == "stored"
+    run = Run.objects.get(run_id="run-dialect-values")
+    data = bytes(range(256)) + b"\\N\t\x00"
+    assert (
+        values_insert(
+            model=SnapshotPart, fields=("run", "number", "digest", "data"), rows=[(run.pk, 999, "f" * 64, data)]
+        )
+        == 1
+    )
+    assert bytes(SnapshotPart.objects.get(run=run, number=999).data) == data
+    turn = Turn.objects.filter(run=run).order_by("pk").first()
+    assert turn is not None
+    TurnEffective.objects.filter(turn=turn).delete()
+    when = timezone.now() - timedelta(days=3, microseconds=7)
+    fields = ("turn", "run", "state", "gate", "decision", "reason", "resume_from", "actor_name", "decided_at",
+              "note", "needs_evidence", "since", "updated_at")  # fmt: skip
+    row = (turn.pk, run.pk, "held_review", "hold", "blocked", "effect_unknown", None, "", None, AWKWARD,
+           [{"k\tey": AWKWARD, "n": [1, 2.5, None, True]}], when, when)  # fmt: skip
+    assert values_insert(model=TurnEffective, fields=fields, rows=[row], ignore_conflicts=True) == 1
+    assert TurnEffective.objects.filter(turn=turn).values_list(*fields).get() == row
