@@ -197,7 +197,8 @@ def _prepared(field: models.Field[Any, Any], value: Any, connection: Any) -> Any
     return field.get_db_prep_save(value, connection)
 
 
-# The Python type a plain column's value has when the field would send it unchanged (``_prepared``).
+# The plain columns, and the Python type a value has when the field would send it unchanged (``_prepared``);
+# a COPY takes a plain column's value as the instance holds it.
 _HELD_AS: dict[str, type] = {
     "BigIntegerField": int,
     "BooleanField": bool,
@@ -208,9 +209,6 @@ _HELD_AS: dict[str, type] = {
     "SmallIntegerField": int,
     "TextField": str,
 }
-
-# The plain columns, whose values COPY takes as the instance holds them.
-_COPIED_AS_HELD = frozenset(_HELD_AS)
 
 
 def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
@@ -236,7 +234,7 @@ def rows_insert(*, model: type[models.Model], rows: Sequence[models.Model], igno
     fields = _inserted(model)
     # A plain column's value goes as the instance holds it; the others (JSON, times, defaults computed on
     # save) as the field prepares them on save.
-    plain = [f.get_internal_type() in _COPIED_AS_HELD for f in fields]
+    plain = [f.get_internal_type() in _HELD_AS for f in fields]
     return values_insert(
         model=model,
         fields=[f.name for f in fields],
@@ -284,7 +282,7 @@ def values_insert(
     # A plain column's value goes as it is held; the others (JSON, times) through the field. Each is
     # written in the column's own binary form (psycopg's dumper for the column's type), which the server
     # takes without parsing text.
-    prepared = [(i, f) for i, f in enumerate(columns) if f.get_internal_type() not in _COPIED_AS_HELD]
+    prepared = [(i, f) for i, f in enumerate(columns) if f.get_internal_type() not in _HELD_AS]
     types = _column_types(connection, model._meta.db_table, [str(f.column) for f in columns])
     statement = f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"  # the model's own quoted columns
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
@@ -302,18 +300,13 @@ _TYPES: dict[tuple[str, str], dict[str, int]] = {}
 
 
 def _column_types(connection: Any, table: str, columns: Sequence[str]) -> list[int]:
-    """The type oids of ``table``'s ``columns``, read from the catalog once per database and table: what a
-    binary COPY names for each value it writes. A column missing from what was read reads them again; a
-    migration that changes a column's type comes with new code, so with new processes."""
+    """The type oids of ``table``'s ``columns`` (Django's introspection of the table), read once per database
+    and table: what a binary COPY names for each value it writes. A column missing from what was read
+    reads them again; a migration that changes a column's type comes with new code, so with new processes."""
     key = (str(connection.settings_dict["NAME"]), table)
     known = _TYPES.get(key)
     if known is None or any(c not in known for c in columns):
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT attname, atttypid::int FROM pg_attribute"
-                " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-                [connection.ops.quote_name(table)],
-            )
-            known = {str(name): int(oid) for name, oid in cursor.fetchall()}
+            known = {f.name: int(f.type_code) for f in connection.introspection.get_table_description(cursor, table)}
         _TYPES[key] = known
     return [known[c] for c in columns]
