@@ -622,7 +622,7 @@ def check_settled(
     result.fail(
         "other",
         f"the service never settled: assessed {body.get('assessed_seq')} of {body.get('last_seq')},"
-        f" decisions {body.get('decisions')} (the journal says {expected})",
+        f" decisions {body.get('decisions')} (the journal says {expected}); {server.assessment_trace(run)}",
     )
 
 

@@ -223,6 +223,9 @@ class LiveService:
             "LOOPX_CLAIM_LEASE_SECONDS": str(CHAOS_LEASE_SECONDS),
             # A dead worker's unacknowledged assessment comes back after 2 s, looked for every second.
             "CELERY_VISIBILITY_TIMEOUT": "2",
+            # And should the broker not give it back, the dead task's lease on its run runs out after 5 s and
+            # the sweep asks again: both ways back well inside the rig's patience for a settled service.
+            "LOOPX_ASSESS_LEASE_SECONDS": "5",
             "CELERY_UNACKED_RESTORE_INTERVAL": "1",
             "CELERY_UNACKED_RESTORE_THROTTLE": "1",
             # Beat's assessment sweep, every second (set up below), publishes what a kill left owed: a batch
@@ -350,6 +353,32 @@ class LiveService:
                         # It died again while starting (beat reads its schedule from a database that is
                         # down): try again in a second, for as long as the service runs.
                         self._stop.wait(1)
+
+    def assessment_trace(self, run: str) -> str:
+        """Why a run may be behind its prefix, for a failure message: its pending-assessment flag as stored,
+        and the last errors the worker and beat logged. Never raises: it only explains a failure."""
+        parts: list[str] = []
+        try:
+            import psycopg
+
+            with psycopg.connect(self.database_url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT f.pending, f.requested_seq, f.enqueues, f.enqueued_at, f.started_at, f.finished_at,"
+                    " f.outcome, f.lease_holder, f.lease_expires_at, now() FROM journals_pendingassessment f"
+                    " JOIN journals_run r ON r.id = f.run_id WHERE r.run_id = %s",
+                    (run,),
+                ).fetchone()
+            names = ("pending", "requested_seq", "enqueues", "enqueued_at", "started_at", "finished_at", "outcome",
+                     "lease_holder", "lease_expires_at", "now")
+            parts.append("flag: " + (", ".join(f"{n}={v}" for n, v in zip(names, row, strict=True)) if row else "none"))
+        except Exception as exc:  # the database may be what failed
+            parts.append(f"flag: unreadable ({type(exc).__name__}: {exc})")
+        for role in ("worker", "beat"):
+            log = self.root / f"{role}.log"
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            errors = [line[:400] for line in lines if '"level":"ERROR"' in line or "Traceback" in line]
+            parts.append(f"{role} errors ({len(errors)}): " + (" | ".join(errors[-3:]) or "none"))
+        return "; ".join(parts)
 
     # -- the dependencies' faults -----------------------------------------------------------------------
     def kill_redis(self) -> None:
