@@ -14,8 +14,10 @@ service_crash.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -356,7 +358,8 @@ class LiveService:
 
     def assessment_trace(self, run: str) -> str:
         """Why a run may be behind its prefix, for a failure message: its pending-assessment flag as stored,
-        and the last errors the worker and beat logged. Never raises: it only explains a failure."""
+        the worker's last lines about the run's tasks and its very last line (was it alive?), and the last
+        errors the worker and beat logged. Never raises: it only explains a failure."""
         parts: list[str] = []
         try:
             import psycopg
@@ -376,6 +379,13 @@ class LiveService:
         for role in ("worker", "beat"):
             log = self.root / f"{role}.log"
             lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            if role == "worker":
+                # A task's "received" line names its run; its outcome line names only its id.
+                named = f"'{run}'"  # as the task's arguments print it: chaos-6 is not chaos-63
+                tasks = {m.group(1) for line in lines if named in line for m in [_TASK_ID.search(line)] if m}
+                about = [_brief(line) for line in lines if named in line or any(t in line for t in tasks)]
+                parts.append("worker on the run: " + (" | ".join(about[-4:]) or "nothing"))
+                parts.append("worker's last line: " + (_brief(lines[-1]) if lines else "none"))
             errors = [line[:400] for line in lines if '"level":"ERROR"' in line or "Traceback" in line]
             parts.append(f"{role} errors ({len(errors)}): " + (" | ".join(errors[-3:]) or "none"))
         return "; ".join(parts)
@@ -444,6 +454,17 @@ class LiveService:
         with contextlib.suppress(Exception):
             self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
+
+def _brief(line: str) -> str:
+    """A log line's time and message (the service logs JSON lines; anything else is cut short)."""
+    try:
+        entry = json.loads(line)
+        return f"{str(entry['time'])[11:23]} {str(entry['message'])[:200]}"
+    except (ValueError, KeyError, TypeError):
+        return line[:240]
+
+
+_TASK_ID = re.compile(r"\[([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\]")
 
 # The rig's operator: a person in the operator group, in the team that sees every run. Beat's assessment
 # sweep runs every second (or ``sweep_seconds``) instead of every 30, so that what a kill left owed is
