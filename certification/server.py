@@ -225,11 +225,11 @@ class LiveService:
             "LOOPX_CLAIM_LEASE_SECONDS": str(CHAOS_LEASE_SECONDS),
             # A dead worker's unacknowledged assessment comes back after 2 s, looked for every second.
             "CELERY_VISIBILITY_TIMEOUT": "2",
+            "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+            "CELERY_UNACKED_RESTORE_THROTTLE": "1",
             # And should the broker not give it back, the dead task's lease on its run runs out after 5 s and
             # the sweep asks again: both ways back well inside the rig's patience for a settled service.
             "LOOPX_ASSESS_LEASE_SECONDS": "5",
-            "CELERY_UNACKED_RESTORE_INTERVAL": "1",
-            "CELERY_UNACKED_RESTORE_THROTTLE": "1",
             # Beat's assessment sweep, every second (set up below), publishes what a kill left owed: a batch
             # committed by a web process killed before it could publish, a message the broker lost.
             "LOOPX_SWEEP_GRACE_SECONDS": "2",
@@ -378,7 +378,10 @@ class LiveService:
             parts.append(f"flag: unreadable ({type(exc).__name__}: {exc})")
         for role in ("worker", "beat"):
             log = self.root / f"{role}.log"
-            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            try:
+                lines = log.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
             if role == "worker":
                 # A task's "received" line names its run; its outcome line names only its id.
                 named = f"'{run}'"  # as the task's arguments print it: chaos-6 is not chaos-63
