@@ -48,9 +48,8 @@ from journals.assessment_flag import (
 )
 from journals.models import Run
 from kernel.failpoints import failpoint
-from recovery.models import Assessment
 from recovery.publish import task_publish
-from recovery.services import PrefixSuperseded, assessment_refresh
+from recovery.services import PrefixSuperseded, assessment_refresh_stored
 
 logger = logging.getLogger(__name__)
 
@@ -140,10 +139,9 @@ def assessment_run(*, run_id: str, task_id: str | None = None) -> str:
             return skip
         assessment_flag_take(run_pk=run.pk, holder=holder, expires_at=keeper.expires_at())
     with keeper:
-        before = Assessment.objects.filter(run_id=run.pk).order_by("-id").values_list("id", flat=True).first() or 0
         failpoint("assess_run.before_assess", key=run_id)
         try:
-            stored = assessment_refresh(run=run, newest_only=True)
+            _, stored = assessment_refresh_stored(run=run, newest_only=True)
         except PrefixSuperseded:
             outcome = "superseded"
         except DatabaseError:
@@ -152,7 +150,7 @@ def assessment_run(*, run_id: str, task_id: str | None = None) -> str:
             assessment_flag_failed(run_pk=run.pk, holder=holder, retry_at=keeper.deadline)
             raise
         else:
-            outcome = "stored" if stored.pk > before else "unchanged"
+            outcome = "stored" if stored else "unchanged"
         failpoint("assess_run.after_store", key=run_id)
     assessment_flag_finished(run_pk=run.pk, outcome=outcome, holder=holder)
     return outcome

@@ -150,13 +150,19 @@ def output_plan_listed(
     had = int(before.turn_entries or 0)
     named = {turn_digest(td.turn): td for td in result.turns}
     # Read along the turns' index; the positions are bounded here, not in the query, so that no planner
-    # prefers a scan of every position below ``had``, a cost that grows with the run (bench_growth).
-    found = _in_force(run_pk, None).filter(turn_digest__in=list(named)).values_list("turn_digest", "ordinal")
-    position = {key: ordinal for key, ordinal in found if ordinal < had}
+    # prefers a scan of every position below ``had``, a cost that grows with the run (bench_growth). The
+    # same statement reads the entries in force at the positions a new turn may take (a longer assessment
+    # of the past may have left some there): with the listed turns' own, every digest the plan compares.
+    columns = ("turn_digest", "ordinal", "digest")
+    in_force = _in_force(run_pk, None).order_by()
+    found = in_force.filter(turn_digest__in=list(named)).values_list(*columns)
+    beyond = in_force.filter(ordinal__in=range(had, had + len(named))).values_list(*columns)
+    rows = list(found.union(beyond)) if named else []
+    position = {key: ordinal for key, ordinal, _ in rows if ordinal < had}
     new = [td for key, td in named.items() if key not in position]
     placed = [(position[key], td) for key, td in named.items() if key in position]
     placed += [(had + k, td) for k, td in enumerate(new)]
-    plan = _plan_changed(run_pk, placed, before)
+    plan = _plan_changed(run_pk, placed, before, {ordinal: digest for _, ordinal, digest in rows})
     if plan is None:
         return None
     head = output_head(result=result, repair=repair)
@@ -175,13 +181,17 @@ def _planned(head: dict[str, Any], count: int, plan: tuple[int, list[tuple[int, 
 
 
 def _plan_changed(
-    run_pk: int, placed: Sequence[tuple[int, TurnDecision]], before: Assessment
+    run_pk: int,
+    placed: Sequence[tuple[int, TurnDecision]],
+    before: Assessment,
+    in_force: Mapping[int, str] | None = None,
 ) -> tuple[int, list[tuple[int, str, Any, str]]] | None:
     """The digests' sum and the changed entries, made from ``before``'s sum and the placed turns only (the
     positions ``before`` did not have are all among them); None when a position ``before`` had has no
-    entry in force (then every entry is compared)."""
+    entry in force (then every entry is compared). ``in_force``: the digests in force at (at least) the
+    placed positions, when the caller read them."""
     had = int(before.turn_entries or 0)
-    stored = _digests_in_force(run_pk, [i for i, _ in placed])
+    stored = in_force if in_force is not None else _digests_in_force(run_pk, [i for i, _ in placed])
     total = int(str(before.entries_sum), 16)
     changed: list[tuple[int, str, Any, str]] = []
     for i, td in placed:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 import engine
@@ -160,10 +160,13 @@ class AssessmentInputs:
 
 
 def assessment_inputs(*, run: Run) -> AssessmentInputs:
-    """The inputs of the assessment of the run's committed prefix as ``run`` holds it."""
+    """The inputs of the assessment of the run's committed prefix as ``run`` holds it. A run read by
+    ``_run_probed`` carries its probes of the kept lines and the repair: they are not read again."""
     evidence = evidence_in_force(run=run)
-    kept = corrupt_kept(run)
-    repair = repair_in_force(run)
+    kept_any = getattr(run, "kept_any", None)
+    kept = corrupt_kept(run) if kept_any is not False else []
+    repair_pk = getattr(run, "repair_pk", None)
+    repair = repair_in_force(run) if kept_any is None or repair_pk is not None else None
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
@@ -191,12 +194,15 @@ class Fold:
     partial: bool = False
 
 
-def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: bool = False) -> Fold:
+def assessment_fold(
+    inputs: AssessmentInputs, *, whole: bool = False, partial: bool = False, newest: _Newest | None = None
+) -> Fold:
     """The engine's answer for the inputs' prefix: a pure computation, nothing stored. It starts from the
     run's fold snapshot and reads only the records after it when the snapshot is usable; otherwise, or when
     the engine refuses the snapshot, it folds the whole prefix (``whole``: always, with the plain engine).
     ``partial``: when it continues the fold of the run's newest assessment, the result decides only the
-    turns that may have changed since (``Fold.partial``): the worker's store needs no more."""
+    turns that may have changed since (``Fold.partial``): the worker's store needs no more. ``newest``: the
+    caller's ``_newest_read`` of these inputs, when it read it just before."""
     run, last_seq, repair = inputs.run, inputs.run.last_seq, inputs.repair
     if inputs.corrupt or repair is not None:
         # Kept lines are read after every stored record, and a repair rewrites records anywhere in the
@@ -213,15 +219,15 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
     row = FoldSnapshot.objects.filter(run=run).defer("data").first()
     seal = _snapshot_due(row, last_seq)
     keep = _kept_key(run.pk, last_seq, run.prefix_digest, inputs.identity["evidence_digest"])
-    newest = _newest_same(inputs)
-    kept = engine.KeptFold(_kept_key(run.pk, *newest[1:]), newest[1]) if newest is not None else None
+    newest_same = (newest if newest is not None else _newest_read(inputs))[0]
+    kept = engine.KeptFold(_kept_key(run.pk, *newest_same[1:]), newest_same[1]) if newest_same else None
     for start in (kept, None):
         # The fold this process kept of the run's newest assessment first; else the stored snapshot.
         begin = start if start is not None else _snapshot_usable(inputs)
         if begin is None:
             continue
         # It continues the very prefix of the run's newest assessment: the turns it lists changed since that one.
-        continues = newest is not None and begin.lines == newest[1]
+        continues = newest_same is not None and begin.lines == newest_same[1]
         try:
             done = assess_kept(
                 begin,
@@ -235,7 +241,7 @@ def assessment_fold(inputs: AssessmentInputs, *, whole: bool = False, partial: b
         except SnapshotUnusable:
             continue  # the engine cannot continue it (a fork reaching before what it kept...): the next start
         if done is not None:
-            since = newest[0] if newest is not None and continues and done.changed is not None else None
+            since = newest_same[0] if newest_same is not None and continues and done.changed is not None else None
             # A warm continuation names the stored snapshot it could equally have started from.
             listed = partial and continues and done.changed is not None
             return Fold(done.result, done.snapshot, _snapshot_named(row, inputs), done.changed, since, listed)
@@ -279,22 +285,31 @@ def _kept_key(run_pk: int, through_seq: int, prefix_digest: str, evidence_digest
     return f"run:{run_pk}:{through_seq}:{prefix_digest}:{evidence_digest}"
 
 
-def _newest_same(inputs: AssessmentInputs) -> tuple[int, int, str, str] | None:
-    """(id, last seq, prefix digest, evidence digest) of the run's newest assessment (whose picture the stored
-    rows show) when it read these inputs over a shorter prefix: the fold this process may keep of it."""
+# The run's newest assessment as ``_newest_read`` gives it: (id, last seq, prefix digest, evidence digest),
+# or None; and whether an assessment with the inputs' identity exists.
+_Newest = tuple[tuple[int, int, str, str] | None, bool]
+
+
+def _newest_read(inputs: AssessmentInputs) -> _Newest:
+    """In one statement: the run's newest assessment (whose picture the stored rows show) when it read these
+    inputs over a shorter prefix (the fold this process may keep of it; else None), and whether an
+    assessment with the inputs' identity is stored (then nothing is owed)."""
     run = inputs.run
     newest = (
         Assessment.objects.filter(run=run)
         .order_by("-id")
+        .annotate(same=Exists(Assessment.objects.filter(**inputs.identity)))
         .values_list(
-            "id", "prefix_last_seq", "prefix_digest", "evidence_digest", "engine_version", "projection_version"
+            "id", "prefix_last_seq", "prefix_digest", "evidence_digest", "engine_version", "projection_version", "same"
         )
         .first()
     )
+    if newest is None:
+        return None, False  # no assessment of the run at all
     same = (inputs.identity["evidence_digest"], ENGINE_VERSION, PROJECTION_VERSION)
-    if newest is None or newest[1] >= run.last_seq or newest[3:] != same:
-        return None
-    return newest[0], newest[1], newest[2], newest[3]
+    if newest[1] >= run.last_seq or newest[3:6] != same:
+        return None, bool(newest[6])
+    return (newest[0], newest[1], newest[2], newest[3]), bool(newest[6])
 
 
 def _snapshot_named(row: FoldSnapshot | None, inputs: AssessmentInputs) -> str | None:
@@ -385,20 +400,39 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
 
     ``newest_only`` (the background task, recovery/background.py): store nothing and raise
     PrefixSuperseded when the run's prefix moved while the engine ran; the newer batch's task assesses it."""
-    run = Run.objects.get(pk=run.pk)  # the prefix as committed now
+    return assessment_refresh_stored(run=run, newest_only=newest_only)[0]
+
+
+def _run_probed(pk: int, *, lock: bool = False) -> Run:
+    """The run's row with two probes the assessment's inputs depend on, read in the same statement:
+    ``kept_any`` (any corrupt line kept for it) and ``repair_pk`` (its repair in force, or None). Nearly
+    every run has neither, and each probe as a statement of its own cost a round trip on every batch
+    (benchmarks/bench_growth.py). ``lock``: the row locked until the transaction ends."""
+    rows = Run.objects.select_for_update() if lock else Run.objects.all()
+    latest = JournalRepair.objects.filter(run=OuterRef("pk")).order_by("-number").values("pk")[:1]
+    return rows.annotate(
+        kept_any=Exists(JournalCorruption.objects.filter(run=OuterRef("pk"))), repair_pk=Subquery(latest)
+    ).get(pk=pk)
+
+
+def assessment_refresh_stored(*, run: Run, newest_only: bool = False) -> tuple[Assessment, bool]:
+    """``assessment_refresh``, and whether this call stored the assessment it returns (False: one with the
+    same identity existed, or another worker stored it first)."""
+    run = _run_probed(run.pk)  # the prefix as committed now
     inputs = assessment_inputs(run=run)
-    existing = Assessment.objects.filter(**inputs.identity).first()
+    read = _newest_read(inputs)
+    existing = Assessment.objects.filter(**inputs.identity).first() if read[1] else None
     if existing is not None:
-        return existing
-    fold = assessment_fold(inputs, partial=True)
+        return existing, False
+    fold = assessment_fold(inputs, partial=True, newest=read)
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
-        locked = Run.objects.select_for_update().get(pk=run.pk)
+        locked = _run_probed(run.pk, lock=True)
         if newest_only and (
             locked.prefix_key != run.prefix_key
-            or corrupt_kept(run) != inputs.kept
-            or getattr(repair_in_force(run), "pk", None) != getattr(inputs.repair, "pk", None)
+            or (corrupt_kept(run) if getattr(locked, "kept_any", True) else []) != inputs.kept
+            or getattr(locked, "repair_pk", None) != getattr(inputs.repair, "pk", None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
@@ -419,7 +453,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             stored = _assessment_create(inputs, fold, plan)
         except IntegrityError:
             # Another worker assessed the same identity first: theirs is the same answer.
-            return Assessment.objects.get(**inputs.identity)
+            return Assessment.objects.get(**inputs.identity), False
         counted = None
         if fold.partial and newest is not None:
             # The turns it decides: those of the newest assessment, and the new ones a Turn row can hold.
@@ -427,7 +461,7 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
             counted = newest.turn_count + sum(1 for td in fold.result.turns if td.turn in new and turn_key(td))
         _assessment_project(locked, stored, fold, run.last_seq, listed, counted)
         _snapshot_store(locked, fold, inputs)
-    return stored
+    return stored, True
 
 
 def _output_planned(
