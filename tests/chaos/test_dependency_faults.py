@@ -236,6 +236,14 @@ def test_assessments_survive_a_killed_worker_an_empty_redis_and_a_database_crash
         waited["worker"] = _assessed_within(service, runs, time.monotonic(), "the worker's kill")
         assert service.restarts["worker"] >= 1
         assert "'lease_expired': 1" in (service.root / "worker.log").read_text(errors="replace")
+        # What the rig prints when a run never settles: the run's flag as stored, the worker's lines about
+        # the run's tasks (the killed one's "received" among them) and its last line, both logs' errors.
+        trace = service.assessment_trace(victim)
+        assert trace.startswith("flag: pending=False, requested_seq="), trace
+        about = trace.split("worker on the run: ")[1].split("; worker's last line: ")[0]
+        assert "recovery.tasks.assess_run[" in about and " received" in about, trace
+        assert "worker's last line: none" not in trace and "beat errors (" in trace, trace
+        assert service.assessment_trace("no-such-run").startswith("flag: none; worker on the run: nothing")
 
         # 2. Redis dies and comes back with nothing: every queued message is gone.
         writers = _writers(service, traffic, "redis", work["redis"])
