@@ -16,7 +16,7 @@ the task, so neither takes the run's lock for it:
    The same UPDATE gives the task a lease on the flag (``LeaseKeeper``), renewed while it runs: a
    worker that dies stops renewing, and the sweep asks again once the lease has run out.
 3. It stores the assessment only if the prefix it read is still the run's newest when it writes
-   (``assessment_refresh(newest_only=True)``, else PrefixSuperseded); the store's unique identity
+   (``assessment_refresh_stored(newest_only=True)``, else PrefixSuperseded); the store's unique identity
    (prefix, evidence, engine and projection version) makes a redelivered or concurrent run of the same
    task find the row already there.
 4. A publish that never happened (a crash between commit and publish, a broker that was down) leaves the
