@@ -54,7 +54,7 @@ from recovery.output import (
 )
 from recovery.packages.models import JournalCorruption
 from recovery.repair.input import repaired_lines, repaired_result, stored_lines
-from recovery.repair.models import JournalRepair, repair_in_force
+from recovery.repair.models import JournalRepair, repair_in_force, repairs_latest_first
 from recovery.selectors import (
     DONE,
     HOLD,
@@ -116,7 +116,7 @@ def assessment_evidence_digest(
 
 def corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
     """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order."""
-    if not JournalCorruption.objects.filter(run=run).exists():
+    if not JournalCorruption.objects.kept(run).exists():
         return []  # nearly every run: a plain probe is cheaper to build than the annotated read
     kept = JournalCorruption.objects.with_force(run).order_by("after_seq", "ordinal", "id")
     return list(kept.values_list("pk", "sha256", "in_force"))
@@ -159,14 +159,22 @@ class AssessmentInputs:
         return self.repair.summary() if self.repair is not None else None
 
 
-def assessment_inputs(*, run: Run) -> AssessmentInputs:
-    """The inputs of the assessment of the run's committed prefix as ``run`` holds it. A run read by
-    ``_run_probed`` carries its probes of the kept lines and the repair: they are not read again."""
+@dataclass(frozen=True)
+class InputProbes:
+    """What the run's row read with it says of two inputs (``_run_probed``): whether any corrupt line is kept
+    for it, and the pk of its repair in force (None: no repair)."""
+
+    kept_any: bool
+    repair_pk: int | None
+
+
+def assessment_inputs(*, run: Run, probes: InputProbes | None = None) -> AssessmentInputs:
+    """The inputs of the assessment of the run's committed prefix as ``run`` holds it. ``probes``: read with
+    the run's row (``_run_probed``); the kept lines and the repair are then read only where they say some
+    are (None: both are read)."""
     evidence = evidence_in_force(run=run)
-    kept_any = getattr(run, "kept_any", None)
-    kept = corrupt_kept(run) if kept_any is not False else []
-    repair_pk = getattr(run, "repair_pk", None)
-    repair = repair_in_force(run) if kept_any is None or repair_pk is not None else None
+    kept = corrupt_kept(run) if probes is None or probes.kept_any else []
+    repair = repair_in_force(run) if probes is None or probes.repair_pk is not None else None
     identity = {
         "run": run,
         "prefix_key": run.prefix_key,
@@ -403,23 +411,26 @@ def assessment_refresh(*, run: Run, newest_only: bool = False) -> Assessment:
     return assessment_refresh_stored(run=run, newest_only=newest_only)[0]
 
 
-def _run_probed(pk: int, *, lock: bool = False) -> Run:
-    """The run's row with two probes the assessment's inputs depend on, read in the same statement:
-    ``kept_any`` (any corrupt line kept for it) and ``repair_pk`` (its repair in force, or None). Nearly
-    every run has neither, and each probe as a statement of its own cost a round trip on every batch
-    (benchmarks/bench_growth.py). ``lock``: the row locked until the transaction ends."""
+def _run_probed(pk: int, *, lock: bool = False) -> tuple[Run, InputProbes]:
+    """The run's row and the two probes the assessment's inputs depend on, read in the same statement
+    (``InputProbes``). Nearly every run has neither a kept line nor a repair, and each probe as a statement
+    of its own cost a round trip on every batch (benchmarks/bench_growth.py). Each probe is its own
+    module's rule (``JournalCorruption.objects.kept``, ``repairs_latest_first``) on the outer row. ``lock``:
+    the row locked until the transaction ends."""
     rows = Run.objects.select_for_update() if lock else Run.objects.all()
-    latest = JournalRepair.objects.filter(run=OuterRef("pk")).order_by("-number").values("pk")[:1]
-    return rows.annotate(
-        kept_any=Exists(JournalCorruption.objects.filter(run=OuterRef("pk"))), repair_pk=Subquery(latest)
+    outer = OuterRef("pk")
+    run = rows.annotate(
+        kept_any=Exists(JournalCorruption.objects.kept(outer)),
+        repair_pk=Subquery(repairs_latest_first(outer).values("pk")[:1]),
     ).get(pk=pk)
+    return run, InputProbes(kept_any=bool(run.kept_any), repair_pk=run.repair_pk)
 
 
 def assessment_refresh_stored(*, run: Run, newest_only: bool = False) -> tuple[Assessment, bool]:
     """``assessment_refresh``, and whether this call stored the assessment it returns (False: one with the
     same identity existed, or another worker stored it first)."""
-    run = _run_probed(run.pk)  # the prefix as committed now
-    inputs = assessment_inputs(run=run)
+    run, probes = _run_probed(run.pk)  # the prefix as committed now
+    inputs = assessment_inputs(run=run, probes=probes)
     read = _newest_read(inputs)
     existing = Assessment.objects.filter(**inputs.identity).first() if read[1] else None
     if existing is not None:
@@ -428,11 +439,11 @@ def assessment_refresh_stored(*, run: Run, newest_only: bool = False) -> tuple[A
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
-        locked = _run_probed(run.pk, lock=True)
+        locked, now = _run_probed(run.pk, lock=True)
         if newest_only and (
             locked.prefix_key != run.prefix_key
-            or (corrupt_kept(run) if getattr(locked, "kept_any", True) else []) != inputs.kept
-            or getattr(locked, "repair_pk", None) != getattr(inputs.repair, "pk", None)
+            or (corrupt_kept(run) if now.kept_any else []) != inputs.kept
+            or now.repair_pk != (inputs.repair.pk if inputs.repair is not None else None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from django.conf import settings
 from django.db import models
-from django.db.models import BooleanField, Case, F, Q, Value, When
+from django.db.models import BooleanField, Case, F, OuterRef, Q, Value, When
 from django.utils import timezone
 
 from journals.models import ID_MAX, ApiToken, Run
@@ -133,14 +133,19 @@ class InForce(TypedDict):
 
 
 class JournalCorruptionQuerySet(AppendOnlyQuerySet["JournalCorruption"]):
+    def kept(self, run: Run | int | OuterRef) -> JournalCorruptionQuerySet:
+        """Every corrupt line kept for the run, in force or not (``run`` may be an outer reference: the
+        assessment probes for any beside the run's row, recovery/services.py)."""
+        return self.filter(run=run)
+
     def in_force(self, run: Run | int) -> JournalCorruptionQuerySet:
         """The run's kept corrupt lines the assessment reads: those whose finding an operator has not
         resolved."""
-        return self.filter(run=run).filter(_IN_FORCE)
+        return self.kept(run).filter(_IN_FORCE)
 
     def with_force(self, run: Run | int) -> models.QuerySet[WithAnnotations[JournalCorruption, InForce]]:
         """Every kept corrupt line of the run, each annotated ``in_force`` (a repaired one stays, False)."""
-        annotated = self.filter(run=run).annotate(
+        annotated = self.kept(run).annotate(
             in_force=Case(When(_IN_FORCE, then=Value(True)), default=Value(False), output_field=BooleanField())
         )
         # The plugin names its own TypedDict for the annotation, which no spelled-out type matches.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q
 from django.utils import timezone
 
 from journals.models import Run
@@ -105,6 +105,12 @@ class JournalRepair(AppendOnlyModel):
         }
 
 
+def repairs_latest_first(run: Run | int | OuterRef) -> models.QuerySet[JournalRepair]:
+    """The run's repairs, the one in force first: a run's repair in force is its latest by number (``run``
+    may be an outer reference: the assessment reads it beside the run's row, recovery/services.py)."""
+    return JournalRepair.objects.filter(run=run).order_by("-number")
+
+
 def repair_in_force(run: Run | int) -> JournalRepair | None:
     """The run's latest repair (the one the assessment reads), or None."""
-    return JournalRepair.objects.filter(run=run).order_by("-number").first()
+    return repairs_latest_first(run).first()

@@ -109,6 +109,26 @@ def test_accept_prefix_previewed_then_applied_names_the_repair_and_keeps_the_byt
     assert JournalRepair.objects.count() == 1
 
 
+def test_the_repair_probe_read_with_the_run_names_the_repair_in_force(run, operator_client):
+    # The worker reads the run's row with the pk of its repair in force and reads the repair only when there
+    # is one: the probe must name the latest repair, as the plain read does, after each of two repairs.
+    from recovery.repair.models import repair_in_force
+    from recovery.services import _run_probed, assessment_inputs
+
+    url = f"/api/v1/runs/{RUN}/repairs"
+    assert _run_probed(run.pk)[1].repair_pk is None
+    for through in (_break_seq(run) - 1, _break_seq(run) - 2):
+        ask = {"kind": "accept_prefix", "through_seq": through, "reason": "cut by a bad disk"}
+        preview = operator_client.post(f"{url}/preview", ask, format="json").json()["preview"]
+        assert operator_client.post(url, {**ask, "preview": preview}, format="json").status_code == 201
+        probed_run, probes = _run_probed(run.pk)
+        in_force = repair_in_force(run)
+        assert in_force is not None and probes.repair_pk == in_force.pk and not probes.kept_any
+        probed, plain = assessment_inputs(run=probed_run, probes=probes), assessment_inputs(run=probed_run)
+        assert probed.repair == plain.repair == in_force and probed.identity == plain.identity
+    assert JournalRepair.objects.filter(run=run).count() == 2 and in_force.number == 2
+
+
 def test_a_prefix_that_includes_the_break_is_refused(run, operator_client):
     answer = operator_client.post(f"/api/v1/runs/{RUN}/repairs/preview",
                                   {"kind": "accept_prefix", "through_seq": _break_seq(run)}, format="json")

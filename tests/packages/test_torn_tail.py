@@ -217,6 +217,27 @@ def test_repairing_a_tail_added_to_an_assessed_run_clears_it_and_the_sweep_rests
     assert package_sweep().reassessed == []
 
 
+def test_the_probes_read_with_the_run_name_the_same_inputs_as_the_plain_reads(imported, operator):
+    # The worker reads the run's row with two probes and skips the reads they say are empty; whatever they
+    # say must give the inputs (and so the identity) the plain reads give: no line kept, one kept and in
+    # force, the same line resolved.
+    from recovery.services import _run_probed, assessment_inputs
+
+    def agree(kept_any: bool) -> None:
+        run, probes = _run_probed(Run.objects.get(run_id=RUN).pk)
+        assert probes.kept_any is kept_any and probes.repair_pk is None
+        probed, plain = assessment_inputs(run=run, probes=probes), assessment_inputs(run=run)
+        assert (probed.kept, probed.repair, probed.identity) == (plain.kept, plain.repair, plain.identity)
+
+    complete = journal().body()
+    records_ingest(run_id=RUN, body=complete, content_type="application/x-ndjson", token=None)
+    agree(kept_any=False)
+    imported(complete + TORN)
+    agree(kept_any=True)
+    finding_resolve(finding=Finding.objects.get(), actor=operator, reason="the runtime died mid-write")
+    agree(kept_any=True)  # a resolved line is still kept, marked out of force
+
+
 def test_a_conflicting_package_with_a_torn_tail_keeps_nothing(imported):
     b = journal()
     records_ingest(run_id=RUN, body=b.body(), content_type="application/x-ndjson", token=None)
