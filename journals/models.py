@@ -365,7 +365,9 @@ class Phase(models.Model):
 
 EFFECT_CLASSES: tuple[str, ...] = tuple(EffectClass.values)
 RESOLUTIONS: tuple[str, ...] = tuple(Resolution.values)
-OUTCOMES = ("succeeded", "failed", "unknown")
+# The merged readbacks of an intent's latest dispatch (the engine's ``merge_outcome``): a definitive one, or
+# ``unknown``, or ``conflicting`` when two definitive readbacks disagree (not settled: fail closed).
+OUTCOMES = ("succeeded", "failed", "unknown", "conflicting")
 
 
 class Intent(models.Model):

@@ -3,12 +3,14 @@
 - `json_objects()`: arbitrary JSON objects as the contract allows them (integers of any size, no floats,
   any Unicode without lone surrogates).
 - `valid_journals()`: randomly generated *valid* journals (see `tests/engine/journal_model.py`).
+- `damaged_lines()`: a journal's lines with a few drawn edits that break the contract.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 from tests.engine.model import JournalModel
@@ -45,7 +47,13 @@ def json_objects(min_size: int = 0, max_size: int = 6) -> st.SearchStrategy[dict
 # -- valid journals ----------------------------------------------------------------------------------------
 
 ids = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=5)
-phase_plans = st.one_of(st.none(), st.lists(ids, min_size=1, max_size=5, unique=True))
+# What the store's door takes as a turn or intent id: no NUL, which no text column holds (journals/intake.py).
+stored_ids = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=5)
+
+
+def plans_of(names: st.SearchStrategy[str]) -> st.SearchStrategy[list[str] | None]:
+    """A turn's phases: none (the contract's default plan) or a few distinct names."""
+    return st.one_of(st.none(), st.lists(names, min_size=1, max_size=5, unique=True))
 
 _ACTIONS = (
     ["plan"] * 3
@@ -79,19 +87,24 @@ def valid_journals(
     stale: bool = True,
     evidence: bool = True,
     upgrades: bool = True,
+    run: str | None = None,
+    names: st.SearchStrategy[str] = ids,
 ) -> JournalModel:
     """A journal that breaks no rule of the contract, written step by step by `JournalModel`: random turns
     and plans (Unicode identifiers), phases, intents of every class with readbacks, legal retries (unsafe
     ones after an observed failure or operator evidence), terminal records, forks from points marked in
     advance (or -1), stale writers on discarded branches, checkpoints, and v1 -> v2 upgrades (versions only
-    rise). `model.expected()` is the assessment it must get; `model.evidence` the evidence to pass."""
-    model = JournalModel(run=draw(ids), version=draw(st.sampled_from(versions)))
-    model.plan(model.fresh(draw(ids)), draw(ids), draw(phase_plans))
+    rise). `model.expected()` is the assessment it must get; `model.evidence` the evidence to pass. ``run``:
+    the run's id (drawn when None); ``names``: the ids of turns, lineages, phases and intents (a store's
+    test draws them from ``stored_ids``, what its door takes)."""
+    plans = plans_of(names)
+    model = JournalModel(run=draw(names) if run is None else run, version=draw(st.sampled_from(versions)))
+    model.plan(model.fresh(draw(names)), draw(names), draw(plans))
     for _ in range(draw(st.integers(0, max_steps))):
         action = draw(st.sampled_from(_ACTIONS))
         open_turns = model.open_turns()
         if action == "plan":
-            model.plan(model.fresh(draw(ids)), draw(ids), draw(phase_plans))
+            model.plan(model.fresh(draw(names)), draw(names), draw(plans))
         elif action == "replan" and open_turns:
             model.plan(draw(st.sampled_from(open_turns)), "", None)
         elif action == "commit":
@@ -105,7 +118,7 @@ def valid_journals(
         elif action == "dispatch" and open_turns:
             model.dispatch_new(
                 draw(st.sampled_from(open_turns)),
-                model.fresh(draw(ids)),
+                model.fresh(draw(names)),
                 draw(st.sampled_from(["safe", "idempotent", "unsafe"])),
             )
         elif action == "retry":
@@ -160,5 +173,34 @@ def valid_journals(
             if ready and draw(st.booleans()):
                 model.commit_next(draw(st.sampled_from(ready)), branch)
             else:
-                model.plan(model.fresh(draw(ids)), draw(ids), None, branch)
+                model.plan(model.fresh(draw(names)), draw(names), None, branch)
     return model
+
+
+def damaged_lines(lines: list[bytes], data: st.DataObject) -> list[bytes]:
+    """The journal with a few lines repeated, dropped, swapped, torn or replaced by other JSON: lsn gaps and
+    repeats (a branch's view that is no longer its fold through its head), chain breaks, corrupt lines, records
+    the general path classifies."""
+    out = list(lines)
+    for _ in range(data.draw(st.integers(1, 4), label="edits")):
+        if not out:
+            break
+        at = data.draw(st.integers(0, len(out) - 1), label="at")
+        edit = data.draw(st.sampled_from(["repeat", "drop", "swap", "tear", "empty", "other"]), label="edit")
+        if edit == "repeat":
+            out.insert(data.draw(st.integers(at, len(out)), label="to"), out[at])
+        elif edit == "drop":
+            del out[at]
+        elif edit == "swap" and at + 1 < len(out):
+            out[at], out[at + 1] = out[at + 1], out[at]
+        elif edit == "tear":
+            out[at] = out[at][: len(out[at]) // 2]
+        elif edit == "empty":
+            out.insert(at, b"")
+        elif out[at].startswith(b"{") and out[at].endswith(b"}"):  # not a line torn before
+            record = orjson.loads(out[at])
+            record[data.draw(st.sampled_from(["lsn", "v", "kind", "turn", "phase", "branch"]), label="key")] = (
+                data.draw(st.one_of(st.integers(-2, 3), st.text(max_size=3), st.none()), label="value")
+            )
+            out[at] = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    return out

@@ -37,9 +37,9 @@ from engine import (
 from engine.assess import Assessor, Source, normalise_evidence
 from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
-from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, obj, put, write_journal
+from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, put, write_journal
 from tests.engine.model import JournalModel
-from tests.engine.strategies import valid_journals
+from tests.engine.strategies import damaged_lines, valid_journals
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -99,41 +99,12 @@ def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
         )
 
 
-def _damaged(lines: list[bytes], data: st.DataObject) -> list[bytes]:
-    """The journal with a few lines repeated, dropped, swapped, torn or replaced by other JSON: lsn gaps and
-    repeats (a branch's view that is no longer its fold through its head), chain breaks, corrupt lines, records
-    the general path classifies."""
-    out = list(lines)
-    for _ in range(data.draw(st.integers(1, 4), label="edits")):
-        if not out:
-            break
-        at = data.draw(st.integers(0, len(out) - 1), label="at")
-        edit = data.draw(st.sampled_from(["repeat", "drop", "swap", "tear", "empty", "other"]), label="edit")
-        if edit == "repeat":
-            out.insert(data.draw(st.integers(at, len(out)), label="to"), out[at])
-        elif edit == "drop":
-            del out[at]
-        elif edit == "swap" and at + 1 < len(out):
-            out[at], out[at + 1] = out[at + 1], out[at]
-        elif edit == "tear":
-            out[at] = out[at][: len(out[at]) // 2]
-        elif edit == "empty":
-            out.insert(at, b"")
-        elif out[at].startswith(b"{") and out[at].endswith(b"}"):  # not a line torn before
-            record = obj(out[at])
-            record[data.draw(st.sampled_from(["lsn", "v", "kind", "turn", "phase", "branch"]), label="key")] = (
-                data.draw(st.one_of(st.integers(-2, 3), st.text(max_size=3), st.none()), label="value")
-            )
-            out[at] = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-    return out
-
-
 @PROPERTY
 @given(valid_journals(max_steps=30), st.data())
 def test_a_damaged_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     model: JournalModel, data: st.DataObject
 ) -> None:
-    lines = _damaged(list(model.w.lines), data)
+    lines = damaged_lines(list(model.w.lines), data)
     cuts = cuts_of(data, len(lines))
     warm: list[bytes] = []
     cold: list[bytes] = []
@@ -163,7 +134,7 @@ def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObje
 def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel, data: st.DataObject) -> None:
     lines = list(model.w.lines)
     if data.draw(st.booleans(), label="damaged"):
-        lines = _damaged(lines, data)
+        lines = damaged_lines(lines, data)
     cuts = cuts_of(data, len(lines))
     expect = data.draw(st.sampled_from([None, {model.live: model.w.next_lsn[model.live] - 1}, {0: 1}]))
     assert_changed_only(lines, cuts, evidence=model.evidence, expect=expect)
