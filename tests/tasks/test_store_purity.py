@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
+import orjson
 import pytest
 from django.db import models, transaction
 from django.test import override_settings
@@ -27,7 +28,7 @@ from audits.checks import audit_refold
 from engine import forget_warm_folds
 from engine.writer import JournalWriter
 from journals.intake import IngestError
-from journals.models import Branch, Intent, Phase, Run, Turn, TurnEffective
+from journals.models import Branch, Intent, JournalRecord, Phase, Run, Turn, TurnEffective
 from journals.services import records_ingest
 from recovery import services as recovery_services
 from recovery.background import assessment_run
@@ -182,3 +183,30 @@ def test_conflicting_readbacks_are_stored_as_the_engine_merges_them(published):
     turn = Turn.objects.get(run__run_id=RUN, turn_id="t1")
     assert turn.decision == "blocked"
     assert TurnEffective.objects.get(turn=turn).gate == "hold"
+
+
+def test_a_fork_that_moves_a_commit_moves_its_phase_row(published):
+    """A fork leaves a turn's committed phase behind and the turn commits it again on the new branch: its
+    decision and completed phases are the same as before, but the Phase row must name the new committing
+    record (and its time), as a projection from nothing does. The property above meets this case only now
+    and then."""
+    w = JournalWriter(RUN)
+    planned = w.next_lsn[w.branch]
+    w.plan("t1")
+    w.commit("t1", "plan")
+    cut = len(w.lines)
+    w.fork(planned)  # back to the planning record: the commit of `plan` is left behind
+    w.commit("t1", "plan")
+    forget_warm_folds()
+    ingest(RUN, w.lines[:cut])
+    assert assessment_run(run_id=RUN) == "stored"
+    run = Run.objects.get(run_id=RUN)
+    first = Phase.objects.get(turn__run=run, name="plan")
+    ingest(RUN, w.lines[cut:])
+    assert assessment_run(run_id=RUN) == "stored"
+    again = Phase.objects.get(turn__run=run, name="plan")
+    run = Run.objects.get(pk=run.pk)
+    assert again.committed and again.record_id != first.record_id
+    assert again.record_id == JournalRecord.objects.get(run=run, seq=run.last_seq).pk
+    assert again.committed_at == orjson.loads(w.lines[-1])["at"] != first.committed_at
+    assert _picture(run) == _from_nothing(run)
