@@ -439,11 +439,11 @@ def assessment_refresh_stored(*, run: Run, newest_only: bool = False) -> tuple[A
     # The fault tests park (and kill) a worker here, before it stores.
     failpoint("assessment.before_store", key=run.run_id)
     with transaction.atomic():
-        locked, now = _run_probed(run.pk, lock=True)
+        locked, locked_probes = _run_probed(run.pk, lock=True)
         if newest_only and (
             locked.prefix_key != run.prefix_key
-            or (corrupt_kept(run) if now.kept_any else []) != inputs.kept
-            or now.repair_pk != (inputs.repair.pk if inputs.repair is not None else None)
+            or (corrupt_kept(run) if locked_probes.kept_any else []) != inputs.kept
+            or locked_probes.repair_pk != (inputs.repair.pk if inputs.repair is not None else None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package
             # import that only kept a torn tail (its records were all stored before) or a repair moves the
