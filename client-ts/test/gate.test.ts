@@ -1,10 +1,8 @@
 // The Gate and the turn session against a small stand-in server on the loopback (node:http): the headers
 // a batch carries, retries only where a repeat is harmless, typed errors, write-ahead at the server, leases.
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -13,6 +11,7 @@ import {
 } from "../src/errors.js";
 import { Gate } from "../src/gate.js";
 import { Journal } from "../src/journal.js";
+import { scratchDir } from "./scratch.js";
 
 interface Seen { method: string; path: string; headers: IncomingMessage["headers"]; body: string }
 type Reply = { status?: number; body?: unknown; headers?: Record<string, string> };
@@ -36,7 +35,7 @@ async function stub(handler: Handler): Promise<{ url: string; seen: Seen[]; clos
   return { url: `http://127.0.0.1:${port}`, seen, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-const journalAt = () => Journal.open(join(mkdtempSync(join(tmpdir(), "loopx-ts-")), "j.jsonl"), { run: "r1" });
+const journalAt = () => Journal.open(join(scratchDir(), "j.jsonl"), { run: "r1" });
 
 function ingest(req: Seen, cursor: { lsn: number }): Reply {
   const lines = req.body.split("\n").filter(Boolean);

@@ -1,7 +1,6 @@
 // The local journal: durable appends, reopening (chain, lsns, torn tail), the writer's refusals, effects.
 import assert from "node:assert/strict";
-import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -19,9 +18,10 @@ import {
 } from "../src/errors.js";
 import { Journal } from "../src/journal.js";
 import { parseLine } from "../src/json.js";
+import { scratchDir } from "./scratch.js";
 
 function fresh(name = "j.jsonl"): string {
-  return join(mkdtempSync(join(tmpdir(), "loopx-ts-")), name);
+  return join(scratchDir(), name);
 }
 
 const clock = () => "2026-01-01T00:00:00Z";

@@ -2,8 +2,7 @@
 // file the engine's and the Python client's tests check: every case's canonical bytes and digest, every
 // invalid line refused with its code, and the chained journal written byte for byte.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -11,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { canonicalBytes, digest, sha256Hex } from "../src/canonical.js";
 import { Journal } from "../src/journal.js";
 import { parseLine } from "../src/json.js";
+import { scratchDir } from "./scratch.js";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 // dist/test/ -> client-ts/ -> the repository
@@ -69,7 +69,7 @@ test("the journal writes the chained journal byte for byte, and continues it on 
     return p.record;
   });
   const stamps = objs.map((o) => String(o["at"]));
-  const dir = mkdtempSync(join(tmpdir(), "loopx-ts-"));
+  const dir = scratchDir();
   const path = join(dir, "chain.jsonl");
   const journal = Journal.open(path, { run: chain.run, clock: () => stamps.shift() ?? "" });
   for (const o of objs) {
