@@ -28,17 +28,20 @@ defaults would (``analyze_as_autovacuum``): without statistics the planner reads
 find one batch's turns, which no production server with its default settings does.
 
 Printed per tenth of the run's length: ingest and assessment p50/p95, the floor's p50, and the
-TurnAssessment and Assessment rows stored so far (with the two tables' size on disk). Then the ratios: the
+TurnAssessment and Assessment rows stored so far (with the two tables' size on disk), and the full
+collections the assessments ran (how many, their milliseconds: engine/warm.py). Then the ratios: the
 last tenth's median assessment to the first tenth's; assessment / ingest per batch (max and p95), then
-apart for the batches that wrote the run's fold snapshot and the others; ingest and assessment / floor per
-batch (p50). Targets (``--check`` exits 1 when one is missed): the last tenth's
-median assessment within 1.5x the first tenth's, and every batch's assessment within 3x its ingest.
+apart for the batches that wrote the run's fold snapshot and the others; the full collections' longest and
+their share of a batch; ingest and assessment / floor per batch (p50). Targets (``--check`` exits 1 when
+one is missed): the last tenth's median assessment within 1.5x the first tenth's, and every batch's
+assessment within 3x its ingest.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import hashlib
 import os
 import pstats
@@ -119,6 +122,7 @@ class Tenth:
     assess: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
     sealed: list[bool] = field(default_factory=list)  # whether the batch's assessment wrote the fold snapshot
+    full_gc: list[float] = field(default_factory=list)  # seconds of each full collection during its assessments
     turn_rows: int = 0
     assessments: int = 0
     stored_mb: float = 0.0
@@ -177,6 +181,30 @@ def analyze_as_autovacuum() -> list[str]:
     return tables
 
 
+class FullCollections:
+    """The seconds of each full collection (the collector's oldest generation) while it is installed, from the
+    collector's own callbacks: the batches whose assessment ran one are the largest of a long run."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
     """Ingest and assess every batch in turn; the figures by tenth of the run's length. ``profile``: the
     numbers of batches whose assessment runs under cProfile (its top entries printed; that batch's time
@@ -198,16 +226,17 @@ def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
         started = time.perf_counter()
         result = records_ingest(run_id=RUN, body=body, content_type="application/x-ndjson", token=None)
         ingested = time.perf_counter()
-        if index in profile:
-            profiler = cProfile.Profile()
-            outcome = profiler.runcall(assessment_run, run_id=RUN)
-            bar.close()
-            print(f"batch {index}:")
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
-        else:
-            outcome = assessment_run(run_id=RUN)
-        assessed = time.perf_counter()
+        with FullCollections() as full:
+            if index in profile:
+                profiler = cProfile.Profile()
+                outcome = profiler.runcall(assessment_run, run_id=RUN)
+                bar.close()
+                print(f"batch {index}:")
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+            else:
+                outcome = assessment_run(run_id=RUN)
+            assessed = time.perf_counter()
         lines = body.count(b"\n")
         if result.stored != lines or outcome != "stored":
             raise RuntimeError(f"batch {index}: {result.stored} of {lines} records stored, assessment {outcome}")
@@ -216,6 +245,7 @@ def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
         tenth.assess.append(assessed - ingested)
         tenth.floor.append(floor(body))
         tenth.sealed.append(snapshot_through() != through)
+        tenth.full_gc.extend(full.seconds)
         if index + 1 == len(bodies) or (index + 1) * 10 // len(bodies) != index * 10 // len(bodies):
             tenth.turn_rows, tenth.assessments, tenth.stored_mb = stored_rows()
         last = f"last: ingest {(ingested - started) * 1e3:.0f} ms, assess {(assessed - ingested) * 1e3:.0f} ms"
@@ -228,7 +258,7 @@ def report(tenths: list[Tenth], check: bool) -> int:
     ms = 1000.0
     print(
         f"{'tenth':>5} {'records':>10} {'ingest p50':>10} {'p95':>8} {'assess p50':>10} {'p95':>8} "
-        f"{'floor p50':>9} {'TurnAssessment':>14} {'Assessment':>10} {'stored MB':>9}"
+        f"{'floor p50':>9} {'TurnAssessment':>14} {'Assessment':>10} {'stored MB':>9} {'full GC':>7} {'ms':>5}"
     )
     total = 0
     for number, t in enumerate(tenths, start=1):
@@ -240,6 +270,7 @@ def report(tenths: list[Tenth], check: bool) -> int:
             f" {statistics.median(t.ingest) * ms:>10.1f} {percentile(t.ingest, 0.95) * ms:>8.1f}"
             f" {statistics.median(t.assess) * ms:>10.1f} {percentile(t.assess, 0.95) * ms:>8.1f}"
             f" {statistics.median(t.floor) * ms:>9.2f} {t.turn_rows:>14,} {t.assessments:>10,} {t.stored_mb:>9.1f}"
+            f" {len(t.full_gc):>7} {sum(t.full_gc) * ms:>5.0f}"
         )
     filled = [t for t in tenths if t.ingest]
     growth = statistics.median(filled[-1].assess) / statistics.median(filled[0].assess)
@@ -268,6 +299,13 @@ def report(tenths: list[Tenth], check: bool) -> int:
                 f"{max(times) * ms:.0f} ms; / ingest max {max(ratios):.2f}x, p95 {percentile(ratios, 0.95):.2f}x, "
                 f"p50 {statistics.median(ratios):.2f}x"
             )
+    collections = [x for t in filled for x in t.full_gc]
+    if collections:
+        print(
+            f"full collections during the assessments: {len(collections)}, {max(collections) * ms:.0f} ms the longest, "
+            f"{sum(collections) / len(assess) * ms:.2f} ms a batch on average; objects out of the collector's sight "
+            f"at the end: {gc.get_freeze_count():,}"
+        )
     print(
         f"floor (orjson + sha256 of the batch's lines) per batch: p50 {statistics.median(floors) * ms:.2f} ms; "
         f"ingest / floor p50 {statistics.median([i / f for i, f in zip(ingest, floors, strict=True)]):.1f}x, "

@@ -12,7 +12,9 @@ in the batch before), so both go on alike and write the same next bytes (tests/e
 
 A kept fold is also moved out of the cyclic collector's sight (``_out_of_collector_sight``): it holds
 millions of objects and no cycle, and a full collection that walked them all grew with the run on every
-batch of a long one (``benchmarks/bench_growth.py``; docs/perf/2026-12-06-growth-flat.md).
+batch of a long one (``benchmarks/bench_growth.py``; docs/perf/2026-12-06-growth-flat.md). The full
+collection that frees the rest of the process's cycles waits in proportion to the heap
+(``full_collection_due``; docs/perf/2026-12-07-full-collection.md).
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from .assess import Assessor
 # A worker serves many runs, and a kept fold holds about 1.4 kB per turn (140 MB for 100,000 turns,
 # measured with tracemalloc), and about 0.4 kB more for the parts of its last snapshot: a few, not more.
 KEEP = 2
-# One full collection every this many folds kept: it finds the cycles that the rest of the process dropped
-# after they were moved out of the collector's sight, so that they cannot pile up in a long-lived worker.
+# A full collection finds the cycles that the rest of the process dropped after they were moved out of the
+# collector's sight, so that they cannot pile up in a long-lived worker. It walks every object alive, so its
+# cost is the heap's size. It runs after FULL_COLLECTION_EVERY keeps, or after one keep for each
+# FULL_COLLECTION_PER_OBJECTS objects the last one left alive when that is more: each batch of a run that
+# grows batch by batch then pays about the same share of it however long the run (one every 100 keeps cost
+# each batch more as the run grew). What it waits for stays small: it found a few dozen objects in 100 keeps.
 FULL_COLLECTION_EVERY = 100
+FULL_COLLECTION_PER_OBJECTS = 1000
 
 
 class _Kept(NamedTuple):
@@ -40,7 +47,8 @@ class _Kept(NamedTuple):
 
 _kept: OrderedDict[str, _Kept] = OrderedDict()
 _lock = threading.Lock()
-_keeps = 0
+_keeps = 0  # keeps since the last full collection
+_left_alive = 0  # objects alive just after it
 
 
 def warm_fold(digest: str, evidence: str, data: bytes, assessor: Assessor | None = None) -> Assessor | None:
@@ -67,18 +75,30 @@ def _out_of_collector_sight() -> None:
     """Move every object alive now, the kept fold's among them, to the collector's permanent generation
     (``gc.freeze``), which no collection walks. Reference counting still frees them when they are dropped:
     the fold's objects form no cycle (tests/engine/test_incremental.py proves it). The young generations are
-    collected first, so that a cycle dropped just now is freed, not frozen; and every
-    ``FULL_COLLECTION_EVERY`` keeps, one full collection frees those dropped since."""
-    global _keeps
+    collected first, so that a cycle dropped just now is freed, not frozen; and when ``full_collection_due``,
+    one full collection frees those dropped since."""
+    global _keeps, _left_alive
     with _lock:
         _keeps += 1
-        full = _keeps % FULL_COLLECTION_EVERY == 0
-    if full:
-        gc.unfreeze()
-        gc.collect()
-    else:
+        full = full_collection_due(keeps=_keeps, left_alive=_left_alive)
+        if full:
+            _keeps = 0
+    if not full:
         gc.collect(1)
+        gc.freeze()
+        return
+    gc.unfreeze()
+    gc.collect()
     gc.freeze()
+    alive = gc.get_freeze_count()  # it walks the frozen objects: once a full collection, a small part of it
+    with _lock:
+        _left_alive = alive
+
+
+def full_collection_due(*, keeps: int, left_alive: int) -> bool:
+    """Whether this keep runs a full collection: ``keeps`` since the last one (this one counted),
+    ``left_alive`` the objects the last one left alive (0 before the first)."""
+    return keeps >= max(FULL_COLLECTION_EVERY, left_alive // FULL_COLLECTION_PER_OBJECTS)
 
 
 def forget_warm_folds() -> None:

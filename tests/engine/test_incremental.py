@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -749,3 +750,57 @@ def test_keeping_a_fold_moves_it_out_of_the_collectors_sight() -> None:
     assert kept is not None
     assert not any(o is kept for o in gc.get_objects())  # no generation the collector walks holds it
     gc.unfreeze()
+
+
+def test_a_full_collection_waits_longer_in_a_larger_heap() -> None:
+    """Its cost is the heap's size, so the keeps between two grow with the objects the last one left alive:
+    each keep pays the same share of it however long the run (engine/warm.py)."""
+    every, per = warm.FULL_COLLECTION_EVERY, warm.FULL_COLLECTION_PER_OBJECTS
+    assert not warm.full_collection_due(keeps=every - 1, left_alive=0)
+    assert warm.full_collection_due(keeps=every, left_alive=0)
+    assert warm.full_collection_due(keeps=every, left_alive=every * per)
+    assert not warm.full_collection_due(keeps=every, left_alive=3 * every * per)
+    assert not warm.full_collection_due(keeps=3 * every - 1, left_alive=3 * every * per)
+    assert warm.full_collection_due(keeps=3 * every, left_alive=3 * every * per)
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def test_a_cycle_frozen_with_a_kept_fold_is_freed_by_the_next_full_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle alive when a fold is kept is frozen with it; once dropped, only a full collection frees it.
+    One runs on the keep it is due, and on no other."""
+    w, _ = _rewinding_run(20)
+    monkeypatch.setattr(warm, "FULL_COLLECTION_EVERY", 3)
+    monkeypatch.setattr(warm, "_keeps", 0)
+    monkeypatch.setattr(warm, "_left_alive", 0)
+    full: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info.get("generation") == 2:
+            full.append(1)
+
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    gc.unfreeze()
+    forget_warm_folds()
+    gc.callbacks.append(seen)
+    enabled = gc.isenabled()
+    gc.disable()  # only the keeps' own collections run meanwhile
+    try:
+        assess_kept(None, w.lines, keep="k1", seal=False)  # the cycle is frozen with the fold
+        del a, b
+        assess_kept(None, w.lines, keep="k2", seal=False)
+        assert gone() is not None and not full  # frozen: the young collections do not see it
+        assess_kept(None, w.lines, keep="k3", seal=False)  # the third keep: a full collection is due
+        assert gone() is None and len(full) == 1
+        assert warm._keeps == 0 and warm._left_alive > 0
+    finally:
+        if enabled:
+            gc.enable()
+        gc.callbacks.remove(seen)
+        forget_warm_folds()
+        gc.unfreeze()

@@ -11,6 +11,8 @@ import logging
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from journals.models import JournalRecord, PendingAssessment, Run, Turn
 from journals.selectors import journal_bytes
@@ -217,6 +219,11 @@ def test_repairing_a_tail_added_to_an_assessed_run_clears_it_and_the_sweep_rests
     assert package_sweep().reassessed == []
 
 
+def _kept_probes(reads: CaptureQueriesContext) -> int:
+    """The statements that only ask whether any corrupt line is kept for the run."""
+    return sum(1 for q in reads.captured_queries if "recovery_journalcorruption" in q["sql"] and "LIMIT 1" in q["sql"])
+
+
 def test_the_probes_read_with_the_run_name_the_same_inputs_as_the_plain_reads(imported, operator):
     # The worker reads the run's row with two probes and skips the reads they say are empty; whatever they
     # say must give the inputs (and so the identity) the plain reads give: no line kept, one kept and in
@@ -226,8 +233,13 @@ def test_the_probes_read_with_the_run_name_the_same_inputs_as_the_plain_reads(im
     def agree(kept_any: bool) -> None:
         run, probes = _run_probed(Run.objects.get(run_id=RUN).pk)
         assert probes.kept_any is kept_any and probes.repair_pk is None
-        probed, plain = assessment_inputs(run=run, probes=probes), assessment_inputs(run=run)
+        with CaptureQueriesContext(connection) as probed_reads:
+            probed = assessment_inputs(run=run, probes=probes)
+        with CaptureQueriesContext(connection) as plain_reads:
+            plain = assessment_inputs(run=run)
         assert (probed.kept, probed.repair, probed.identity) == (plain.kept, plain.repair, plain.identity)
+        # What the probe said is not asked again: the plain read asks whether any line is kept first.
+        assert _kept_probes(plain_reads) == 1 and _kept_probes(probed_reads) == 0
 
     complete = journal().body()
     records_ingest(run_id=RUN, body=complete, content_type="application/x-ndjson", token=None)
