@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -55,6 +56,7 @@ def plans_of(names: st.SearchStrategy[str]) -> st.SearchStrategy[list[str] | Non
     """A turn's phases: none (the contract's default plan) or a few distinct names."""
     return st.one_of(st.none(), st.lists(names, min_size=1, max_size=5, unique=True))
 
+
 _ACTIONS = (
     ["plan"] * 3
     + ["commit"] * 6
@@ -75,6 +77,23 @@ _ACTIONS = (
         "stale",
     ]
 )
+# Forks back a few records and the same phases committed again, most of all: what moves a turn's committing
+# records from one branch to another while its decision stays the same (a store's projection must follow).
+FORK_HEAVY = (
+    ["plan"] * 2
+    + ["commit"] * 6
+    + ["mark"] * 4
+    + ["redo"] * 3
+    + ["fork", "checkpoint-back", "dispatch", "observe", "terminal", "stale", "checkpoint"]
+)
+
+
+def _commit_next(model: JournalModel, turn: str, phases: int) -> None:
+    """Commit the turn's next phases on the live branch, ``phases`` at most (fewer when its plan ends)."""
+    for _ in range(phases):
+        state = model.timelines[model.live].turns[turn]
+        if state.done < len(state.phases):
+            model.commit_next(turn)
 
 
 @st.composite
@@ -89,6 +108,7 @@ def valid_journals(
     upgrades: bool = True,
     run: str | None = None,
     names: st.SearchStrategy[str] = ids,
+    actions: Sequence[str] = _ACTIONS,
 ) -> JournalModel:
     """A journal that breaks no rule of the contract, written step by step by `JournalModel`: random turns
     and plans (Unicode identifiers), phases, intents of every class with readbacks, legal retries (unsafe
@@ -96,12 +116,13 @@ def valid_journals(
     advance (or -1), stale writers on discarded branches, checkpoints, and v1 -> v2 upgrades (versions only
     rise). `model.expected()` is the assessment it must get; `model.evidence` the evidence to pass. ``run``:
     the run's id (drawn when None); ``names``: the ids of turns, lineages, phases and intents (a store's
-    test draws them from ``stored_ids``, what its door takes)."""
+    test draws them from ``stored_ids``, what its door takes); ``actions``: the steps drawn, each as often as
+    it is listed (``FORK_HEAVY``: mostly forks back and the same phases committed again)."""
     plans = plans_of(names)
     model = JournalModel(run=draw(names) if run is None else run, version=draw(st.sampled_from(versions)))
     model.plan(model.fresh(draw(names)), draw(names), draw(plans))
     for _ in range(draw(st.integers(0, max_steps))):
-        action = draw(st.sampled_from(_ACTIONS))
+        action = draw(st.sampled_from(actions))
         open_turns = model.open_turns()
         if action == "plan":
             model.plan(model.fresh(draw(names)), draw(names), draw(plans))
@@ -157,6 +178,18 @@ def valid_journals(
             model.mark()
         elif action == "fork" and forks:
             model.fork(draw(st.sampled_from(model.rewind_points())))
+        elif action == "redo" and forks:
+            # A new turn commits a few phases, then a fork back to its planning record and the same phases
+            # committed again: a runtime that lost its last records and did the same work again. The turn's
+            # decision comes out as before the fork; its committing records are the new branch's.
+            turn = model.fresh(draw(names))
+            model.mark()
+            model.plan(turn, draw(names), draw(plans))
+            planned = model.rewind_points()[-1]
+            done = draw(st.integers(1, 3))
+            _commit_next(model, turn, done)
+            model.fork(planned)
+            _commit_next(model, turn, done)
         elif action == "checkpoint":
             model.checkpoint(draw(st.booleans()))
         elif action == "checkpoint-back" and forks:

@@ -34,7 +34,7 @@ from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.state import projected_assessment
 from tests.engine.model import JournalModel
-from tests.engine.strategies import damaged_lines, stored_ids, valid_journals
+from tests.engine.strategies import FORK_HEAVY, damaged_lines, stored_ids, valid_journals
 from tests.tasks.conftest import ingest
 
 pytestmark = pytest.mark.django_db
@@ -152,6 +152,20 @@ def test_every_batch_leaves_the_store_as_an_assessment_from_nothing_would(
     published, model: JournalModel, data: st.DataObject
 ) -> None:
     lines = list(model.w.lines)  # every line a record the door takes
+    every = data.draw(st.sampled_from([0, 3, 10**6]), label="snapshot every")
+    _grown_and_compared(lines, data, every=every, valid=True)
+
+
+@PROPERTY
+@given(
+    model=valid_journals(max_steps=40, evidence=False, run=RUN, names=stored_ids, actions=FORK_HEAVY), data=st.data()
+)
+def test_a_journal_of_many_forks_leaves_the_store_as_an_assessment_from_nothing_would(
+    published, model: JournalModel, data: st.DataObject
+) -> None:
+    """The same for journals that fork into the past again and again and commit after each fork: the turns
+    whose committing records a fork moves while their decisions stay must have their rows moved too."""
+    lines = list(model.w.lines)
     every = data.draw(st.sampled_from([0, 3, 10**6]), label="snapshot every")
     _grown_and_compared(lines, data, every=every, valid=True)
 
