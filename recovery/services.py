@@ -114,11 +114,15 @@ def assessment_evidence_digest(
     return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
-def corrupt_kept(run: Run, *, probed: bool = False) -> list[tuple[int, str, bool]]:
-    """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order. ``probed``: the
-    caller's probe (``InputProbes.kept_any``) found some, so none is made here."""
-    if not probed and not JournalCorruption.objects.kept(run).exists():
+def corrupt_kept(run: Run) -> list[tuple[int, str, bool]]:
+    """(pk, sha256, in force) of every corrupt line kept for the run, in their journal order."""
+    if not JournalCorruption.objects.kept(run).exists():
         return []  # nearly every run: a plain probe is cheaper to build than the annotated read
+    return _corrupt_listed(run)
+
+
+def _corrupt_listed(run: Run) -> list[tuple[int, str, bool]]:
+    """``corrupt_kept`` without its probe: for a caller whose probe (``InputProbes.kept_any``) found some."""
     kept = JournalCorruption.objects.with_force(run).order_by("after_seq", "ordinal", "id")
     return list(kept.values_list("pk", "sha256", "in_force"))
 
@@ -174,7 +178,7 @@ def assessment_inputs(*, run: Run, probes: InputProbes | None = None) -> Assessm
     the run's row (``_run_probed``); the kept lines and the repair are then read only where they say some
     are (None: both are read)."""
     evidence = evidence_in_force(run=run)
-    kept = corrupt_kept(run, probed=probes is not None) if probes is None or probes.kept_any else []
+    kept = corrupt_kept(run) if probes is None else (_corrupt_listed(run) if probes.kept_any else [])
     repair = repair_in_force(run) if probes is None or probes.repair_pk is not None else None
     identity = {
         "run": run,
@@ -443,7 +447,7 @@ def assessment_refresh_stored(*, run: Run, newest_only: bool = False) -> tuple[A
         locked, locked_probes = _run_probed(run.pk, lock=True)
         if newest_only and (
             locked.prefix_key != run.prefix_key
-            or (corrupt_kept(run, probed=True) if locked_probes.kept_any else []) != inputs.kept
+            or (_corrupt_listed(run) if locked_probes.kept_any else []) != inputs.kept
             or locked_probes.repair_pk != (inputs.repair.pk if inputs.repair is not None else None)
         ):
             # Compared under the run's row lock, which ingest holds until it commits. A package

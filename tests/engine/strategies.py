@@ -57,7 +57,7 @@ def plans_of(names: st.SearchStrategy[str]) -> st.SearchStrategy[list[str] | Non
     return st.one_of(st.none(), st.lists(names, min_size=1, max_size=5, unique=True))
 
 
-_ACTIONS = (
+ACTIONS = (
     ["plan"] * 3
     + ["commit"] * 6
     + ["dispatch"] * 3
@@ -88,6 +88,11 @@ FORK_HEAVY = (
 )
 
 
+def mixed_journals(**kwargs: Any) -> st.SearchStrategy[JournalModel]:
+    """``valid_journals(**kwargs)`` of every kind, and of mostly forks back (``FORK_HEAVY``)."""
+    return st.one_of(valid_journals(**kwargs), valid_journals(actions=FORK_HEAVY, **kwargs))
+
+
 def _commit_next(model: JournalModel, turn: str, phases: int) -> None:
     """Commit the turn's next phases on the live branch, ``phases`` at most (fewer when its plan ends)."""
     for _ in range(phases):
@@ -108,7 +113,7 @@ def valid_journals(
     upgrades: bool = True,
     run: str | None = None,
     names: st.SearchStrategy[str] = ids,
-    actions: Sequence[str] = _ACTIONS,
+    actions: Sequence[str] = ACTIONS,
 ) -> JournalModel:
     """A journal that breaks no rule of the contract, written step by step by `JournalModel`: random turns
     and plans (Unicode identifiers), phases, intents of every class with readbacks, legal retries (unsafe

@@ -40,7 +40,7 @@ from engine.warm import forget_warm_folds, warm_fold
 from engine.writer import JournalWriter
 from tests.engine.helpers import assert_changed_only, assert_same, fold_in_batches, put, write_journal
 from tests.engine.model import JournalModel
-from tests.engine.strategies import FORK_HEAVY, damaged_lines, valid_journals
+from tests.engine.strategies import damaged_lines, mixed_journals, valid_journals
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -67,12 +67,8 @@ def window_of(data: st.DataObject) -> int:
 # -- the property -------------------------------------------------------------------------------------------
 
 
-# Journals of every kind, and journals that mostly fork back and commit the same phases again.
-MIXED = st.one_of(valid_journals(), valid_journals(actions=FORK_HEAVY))
-
-
 @PROPERTY
-@given(MIXED, st.data())
+@given(mixed_journals(), st.data())
 def test_a_valid_journal_folded_in_batches_is_the_full_fold_after_every_batch(
     model: JournalModel, data: st.DataObject
 ) -> None:
@@ -135,7 +131,7 @@ def test_snapshot_bytes_are_deterministic(model: JournalModel, data: st.DataObje
 
 
 @PROPERTY
-@given(st.one_of(valid_journals(max_steps=40), valid_journals(max_steps=40, actions=FORK_HEAVY)), st.data())
+@given(mixed_journals(max_steps=40), st.data())
 def test_changed_only_lists_every_decision_the_batch_changed(model: JournalModel, data: st.DataObject) -> None:
     lines = list(model.w.lines)
     if data.draw(st.booleans(), label="damaged"):

@@ -34,7 +34,7 @@ from recovery import services as recovery_services
 from recovery.background import assessment_run
 from recovery.state import projected_assessment
 from tests.engine.model import JournalModel
-from tests.engine.strategies import FORK_HEAVY, damaged_lines, stored_ids, valid_journals
+from tests.engine.strategies import ACTIONS, FORK_HEAVY, damaged_lines, stored_ids, valid_journals
 from tests.tasks.conftest import ingest
 
 pytestmark = pytest.mark.django_db
@@ -147,25 +147,15 @@ def _grown_and_compared(lines: list[bytes], data: st.DataObject, *, every: int, 
 
 
 @PROPERTY
-@given(model=valid_journals(max_steps=40, evidence=False, run=RUN, names=stored_ids), data=st.data())
+@pytest.mark.parametrize("actions", [ACTIONS, FORK_HEAVY], ids=["every kind", "many forks"])
+@given(data=st.data())
 def test_every_batch_leaves_the_store_as_an_assessment_from_nothing_would(
-    published, model: JournalModel, data: st.DataObject
+    published, actions: list[str], data: st.DataObject
 ) -> None:
-    lines = list(model.w.lines)  # every line a record the door takes
-    every = data.draw(st.sampled_from([0, 3, 10**6]), label="snapshot every")
-    _grown_and_compared(lines, data, every=every, valid=True)
-
-
-@PROPERTY
-@given(
-    model=valid_journals(max_steps=40, evidence=False, run=RUN, names=stored_ids, actions=FORK_HEAVY), data=st.data()
-)
-def test_a_journal_of_many_forks_leaves_the_store_as_an_assessment_from_nothing_would(
-    published, model: JournalModel, data: st.DataObject
-) -> None:
-    """The same for journals that fork into the past again and again and commit after each fork: the turns
+    """Journals of every kind, and journals that mostly fork back and commit the same phases again: the turns
     whose committing records a fork moves while their decisions stay must have their rows moved too."""
-    lines = list(model.w.lines)
+    model = data.draw(valid_journals(max_steps=40, evidence=False, run=RUN, names=stored_ids, actions=actions))
+    lines = list(model.w.lines)  # every line a record the door takes
     every = data.draw(st.sampled_from([0, 3, 10**6]), label="snapshot every")
     _grown_and_compared(lines, data, every=every, valid=True)
 
