@@ -3,6 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/loopx python -m benchmarks.bench_growth   # 1,000,000 records
     ... python -m benchmarks.bench_growth --records 100000        # 100 batches (minutes)
     ... python -m benchmarks.bench_growth --records 100000 --check  # exit 1 when a target is missed
+    ... python -m benchmarks.bench_growth --records 45000 --statements 40  # batch 40's statements, timed
 
 Without a PostgreSQL ``DATABASE_URL`` (or ``BENCH_DATABASE_URL``) it prints "skipped: ..." and exits 0. It
 never writes to the database that names: it (re)creates a scratch database beside it
@@ -40,6 +41,7 @@ assessment within 3x its ingest.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import hashlib
@@ -54,6 +56,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bench_engine import CACHE, GENERATOR_VERSION, generate, peak_rss_mb
 from benchmarks.bench_ingest import drop_database, manage_command, percentile, scratch_database
@@ -205,10 +208,74 @@ class FullCollections:
         gc.callbacks.remove(self)
 
 
-def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
+class Statements:
+    """Each statement a batch's assessment sends, with its milliseconds, printed in order at the end; the rest
+    of the batch is Python's. Those sent through Django's cursor are timed from sending to the answer read
+    (``execute_wrapper``); the writes kernel/dialect.py sends on psycopg's own cursor (unnest statements,
+    and COPY, timed from its start to its end, rows written by the client included) through wrappers of
+    psycopg's ``Cursor.execute`` and ``Cursor.copy`` installed while it is entered."""
+
+    def __init__(self) -> None:
+        self.timed: list[tuple[float, str]] = []
+        self._installed = contextlib.ExitStack()
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.timed.append((time.perf_counter() - started, " ".join(str(sql).split())))
+
+    def __enter__(self) -> Statements:
+        import psycopg
+        from django.db import connection
+
+        execute, copy = psycopg.Cursor.execute, psycopg.Cursor.copy
+        timed = self.timed
+
+        def plain_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(cursor) is not psycopg.Cursor:  # Django's cursors: timed by the execute wrapper
+                return execute(cursor, query, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return execute(cursor, query, *args, **kwargs)
+            finally:
+                timed.append((time.perf_counter() - started, "(psycopg) " + " ".join(str(query).split())))
+
+        @contextlib.contextmanager
+        def timed_copy(cursor: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                with copy(cursor, statement, *args, **kwargs) as writing:
+                    yield writing
+            finally:
+                timed.append((time.perf_counter() - started, "(psycopg) " + " ".join(str(statement).split())))
+
+        def restore() -> None:
+            psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+            psycopg.Cursor.copy = copy  # type: ignore[method-assign]
+
+        psycopg.Cursor.execute = plain_execute  # type: ignore[method-assign,assignment]
+        psycopg.Cursor.copy = timed_copy  # type: ignore[method-assign,assignment]
+        self._installed.callback(restore)
+        self._installed.enter_context(connection.execute_wrapper(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._installed.close()
+
+    def show(self, index: int, total: float) -> None:
+        spent = sum(seconds for seconds, _ in self.timed)
+        print(f"batch {index}: {len(self.timed)} statements, {spent * 1e3:.1f} ms of {total * 1e3:.1f} ms")
+        for seconds, sql in self.timed:
+            print(f"  {seconds * 1e3:7.2f} ms  {sql[:160]}")
+
+
+def grow(bodies: list[bytes], profile: Sequence[int] = (), statements: Sequence[int] = ()) -> list[Tenth]:
     """Ingest and assess every batch in turn; the figures by tenth of the run's length. ``profile``: the
     numbers of batches whose assessment runs under cProfile (its top entries printed; that batch's time
-    then counts the profiler too)."""
+    then counts the profiler too); ``statements``: those whose assessment's statements are printed with
+    their times."""
     # Django is set up at run time, in the child, on the scratch database: services load once the app registry is ready.
     from journals.services import records_ingest
     from recovery.background import assessment_run
@@ -234,6 +301,11 @@ def grow(bodies: list[bytes], profile: Sequence[int] = ()) -> list[Tenth]:
                 print(f"batch {index}:")
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+            elif index in statements:
+                with Statements() as traced:
+                    outcome = assessment_run(run_id=RUN)
+                bar.close()
+                traced.show(index, time.perf_counter() - ingested)
             else:
                 outcome = assessment_run(run_id=RUN)
             assessed = time.perf_counter()
@@ -315,7 +387,7 @@ def report(tenths: list[Tenth], check: bool) -> int:
     return 1 if check and not (growth_ok and batch_ok) else 0
 
 
-def child(records: int, size: int, check: bool, profile: Sequence[int] = ()) -> int:
+def child(records: int, size: int, check: bool, profile: Sequence[int] = (), statements: Sequence[int] = ()) -> int:
     """The measurement, in the child process whose environment names the scratch database."""
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopx_site.settings")
@@ -326,7 +398,7 @@ def child(records: int, size: int, check: bool, profile: Sequence[int] = ()) -> 
     bodies = batches(path, size)
     lines = sum(body.count(b"\n") for body in bodies)
     print(f"bench_growth: one run, {lines:,} records in {len(bodies):,} batches of {size:,}", flush=True)
-    return report(grow(bodies, profile), check)
+    return report(grow(bodies, profile, statements), check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,12 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=int, action="append", default=[], help="profile this batch's assessment (0-based; repeat)"
     )
+    parser.add_argument(
+        "--statements", type=int, action="append", default=[], help="print this batch's statements (0-based; repeat)"
+    )
     default_url = os.environ.get("BENCH_DATABASE_URL") or os.environ.get("DATABASE_URL", "")
     parser.add_argument("--database-url", default=default_url)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.records, args.batch, args.check, args.profile)
+        return child(args.records, args.batch, args.check, args.profile, args.statements)
     if not args.database_url.startswith(("postgres://", "postgresql://")):
         print(SKIP)
         return 0
@@ -359,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         manage_command(scratch, "migrate", "--noinput")
         argv_child = ["--child", "--records", str(args.records), "--batch", str(args.batch)]
         argv_child += [f"--profile={n}" for n in args.profile]
+        argv_child += [f"--statements={n}" for n in args.statements]
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks.bench_growth", *argv_child, *(["--check"] if args.check else [])],
             cwd=REPO,
