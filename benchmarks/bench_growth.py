@@ -293,6 +293,7 @@ def grow(bodies: list[bytes], profile: Sequence[int] = (), statements: Sequence[
         started = time.perf_counter()
         result = records_ingest(run_id=RUN, body=body, content_type="application/x-ndjson", token=None)
         ingested = time.perf_counter()
+        traced = Statements() if index in statements and index not in profile else None
         with FullCollections() as full:
             if index in profile:
                 profiler = cProfile.Profile()
@@ -301,14 +302,15 @@ def grow(bodies: list[bytes], profile: Sequence[int] = (), statements: Sequence[
                 print(f"batch {index}:")
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
-            elif index in statements:
-                with Statements() as traced:
+            elif traced is not None:
+                with traced:
                     outcome = assessment_run(run_id=RUN)
-                bar.close()
-                traced.show(index, time.perf_counter() - ingested)
             else:
                 outcome = assessment_run(run_id=RUN)
             assessed = time.perf_counter()
+        if traced is not None:  # printed after the batch's clock stopped
+            bar.close()
+            traced.show(index, assessed - ingested)
         lines = body.count(b"\n")
         if result.stored != lines or outcome != "stored":
             raise RuntimeError(f"batch {index}: {result.stored} of {lines} records stored, assessment {outcome}")
