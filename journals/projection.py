@@ -17,7 +17,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import BranchView, TurnDecision
 from journals.models import TURN_ASSESSED_FIELDS, Branch, Intent, JournalRecord, Phase, Run, Turn
 from journals.storable import storable
-from kernel.dialect import rows_update, values_insert, values_update
+from kernel.dialect import rows_update, values_insert, values_read, values_update
 
 _MAX_BRANCH = 2**31 - 1
 
@@ -33,12 +33,11 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
     keys = {td.turn: key for td in result.turns if (key := turn_key(td)) is not None}
     # Only what is compared or handed on is read: every field the picture sets is set below before it is
     # written, and a turn left unchanged is handed on for its pk, id and plan.
-    rows = Turn.objects.only(*_TURN_READ)
-    existing = {t.turn_id: t for t in rows.filter(run=run, turn_id__in=list(keys.values()))}
+    existing = _turns_read(run, list(keys.values()))
     missing = [Turn(run=run, turn_id=key, first_seq=0) for key in dict.fromkeys(keys.values()) if key not in existing]
     if missing:
         Turn.objects.bulk_create(missing, ignore_conflicts=True)
-        existing.update({t.turn_id: t for t in rows.filter(run=run, turn_id__in=[t.turn_id for t in missing])})
+        existing.update(_turns_read(run, [t.turn_id for t in missing]))
     now = timezone.now()
     cutoffs = _live_cutoffs(result.branches, result.live_branch)
     named = list(dict.fromkeys(keys.values()))
@@ -91,8 +90,18 @@ def turns_project(*, run: Run, result: EngineAssessment, last_seq: int) -> dict[
     return {engine_id: existing[key] for engine_id, key in keys.items()}
 
 
-# The Turn fields ``turns_project`` reads (with the pk).
-_TURN_READ = ("run", "turn_id", "plan", "assessed_digest")
+# The Turn fields ``turns_project`` reads, in the model's order of fields (``Turn.from_db`` takes them so).
+_TURN_READ = tuple(
+    f.attname for f in Turn._meta.concrete_fields if f.attname in ("id", "run_id", "turn_id", "plan", "assessed_digest")
+)
+
+
+def _turns_read(run: Run, turn_ids: list[str]) -> dict[str, Turn]:
+    """turn id -> the run's Turn of that id, with only ``_TURN_READ`` loaded (as ``only`` loads them)."""
+    rows = values_read(model=Turn, fields=_TURN_READ, where={"run": run.pk, "turn_id__in": turn_ids})
+    at = _TURN_READ.index("turn_id")
+    return {values[at]: Turn.from_db("default", _TURN_READ, values) for values in rows}
+
 
 _TURNS_NAMED_AT_MOST = 1000  # beyond this many turns, the run's live commits are counted whole
 
@@ -106,12 +115,16 @@ def _live_records(run: Run, turn_ids: list[str], last_seq: int, cutoffs: dict[in
     and the live ones picked here: a filter on the branches would have the database read every record of
     the live branch, a cost that grows with the run (benchmarks/bench_growth.py)."""
     for start in range(0, len(turn_ids), 1000):
-        rows = (
-            JournalRecord.objects.filter(
-                run=run, kind="phase_committed", turn__in=turn_ids[start : start + 1000], seq__lte=last_seq
-            )
-            .order_by("seq")
-            .values_list("pk", "branch", "lsn", "turn", "seq", "line")
+        rows = values_read(
+            model=JournalRecord,
+            fields=("pk", "branch", "lsn", "turn", "seq", "line"),
+            where={
+                "run": run.pk,
+                "kind": "phase_committed",
+                "turn__in": turn_ids[start : start + 1000],
+                "seq__lte": last_seq,
+            },
+            order_by=("seq",),
         )
         for pk, branch, lsn, turn, seq, line in rows:
             if turn is not None and _live(cutoffs, branch, lsn):
@@ -216,8 +229,11 @@ def _rows_sync(
     building an instance for each of a batch's new rows cost as much as writing them."""
     key, rest = fields[1], fields[2:]
     have: dict[tuple[int, Any], tuple[int, tuple[Any, ...]]] = {}
-    for start in range(0, len(turns), 1000):  # a whole fold changes every turn: its list goes in parts
-        rows = model.objects.filter(turn__in=turns[start : start + 1000]).values_list("pk", "turn_id", key, *rest)
+    turn_pks = [turn.pk for turn in turns]
+    for start in range(0, len(turn_pks), 1000):  # a whole fold changes every turn: its list goes in parts
+        rows = values_read(
+            model=model, fields=("pk", "turn", key, *rest), where={"turn__in": turn_pks[start : start + 1000]}
+        )
         have.update({(turn_pk, found): (pk, tuple(values)) for pk, turn_pk, found, *values in rows})
     create: list[tuple[Any, ...]] = []
     update: list[tuple[Any, tuple[Any, ...]]] = []

@@ -11,6 +11,8 @@ writes go through the ORM, which speaks both. What only PostgreSQL has goes thro
   table on PostgreSQL;
 - ``rows_insert`` / ``values_insert``: new rows whose ids nobody reads back, through COPY on PostgreSQL
   (from model instances, or from plain tuples of values);
+- ``values_read``: rows' values by key (a batch's turns' rows), a written statement bound on the server
+  on PostgreSQL;
 - ``fetched``: a query's rows streamed (a whole run's) or fetched at once (a batch's few).
 """
 
@@ -97,7 +99,7 @@ def _columns(model: type[models.Model], fields: Sequence[str]) -> list[models.Fi
     meta = model._meta
     columns: list[models.Field[Any, Any]] = []
     for name in fields:
-        found = meta.get_field(name)
+        found = meta.pk if name == "pk" else meta.get_field(name)
         if not isinstance(found, models.Field) or found.column is None:
             raise ValueError(f"{model.__name__}.{name} is not a column")
         columns.append(found)
@@ -310,3 +312,109 @@ def _column_types(connection: Any, table: str, columns: Sequence[str]) -> list[i
             known = {f.name: int(f.type_code) for f in connection.introspection.get_table_description(cursor, table)}
         _TYPES[key] = known
     return [known[c] for c in columns]
+
+
+# The lookups ``values_read`` takes, and their operators on PostgreSQL (``in``: ``= ANY`` of one array).
+_READ_LOOKUPS = {"exact": "=", "in": "= ANY", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def values_read(
+    *,
+    model: type[models.Model],
+    fields: Sequence[str],
+    where: dict[str, Any],
+    order_by: Sequence[str] = (),
+    limit: int | None = None,
+) -> list[tuple[Any, ...]]:
+    """The values of ``fields`` of ``model``'s rows that ``where`` names, as
+    ``model.objects.filter(**where).order_by(*order_by).values_list(*fields)[:limit]`` gives them: a read
+    of plain columns (``_HELD_AS``, ids and bytes) and JSON by key, such as a batch's turns' rows.
+    ``where``: a column (``name``, ``name__in``, ``__gt``, ``__gte``, ``__lt``, ``__lte``) and its value,
+    never None; each ``__in`` list holds the values themselves (a key's pk, not its instance).
+
+    On PostgreSQL it is a written statement, the same text whatever the values (a list goes as one array,
+    ``= ANY``), bound on the server in psycopg's binary format on a plain psycopg cursor of the same
+    connection and transaction, so that the server prepares it once per connection. Through the ORM a read
+    of a batch's hundred turns cost 6 to 8 ms (building and compiling the statement, binding each key,
+    making the rows); written, 1 to 4.5 ms. The six reads of a batch's assessment that use it took about 9%
+    off its time against the same floor (benchmarks/bench_growth.py, docs/perf/2026-12-07-written-reads.md).
+    Elsewhere (SQLite) it is the ORM's read."""
+    columns = _columns(model, fields)
+    kinds = [f.get_internal_type() for f in columns]
+    if any(kind not in _HELD_AS and kind not in _READ_AS_IS and kind != "JSONField" for kind in kinds):
+        raise ValueError(f"{model.__name__}: values_read reads plain columns and JSON only")
+    terms: list[tuple[models.Field[Any, Any], str, Any]] = []
+    for key, value in where.items():
+        name, _, lookup = key.partition("__")
+        if lookup not in ("", *_READ_LOOKUPS) or value is None:
+            raise ValueError(f"{model.__name__}: values_read cannot read {key}={value!r}")
+        field = _columns(model, [name])[0]
+        _plain_type(field)
+        terms.append((field, _READ_LOOKUPS[lookup or "exact"], value))
+    ordered = [(_columns(model, [name.lstrip("-")])[0], name.startswith("-")) for name in order_by]
+    connection = connections["default"]
+    if not on_postgresql(connection):
+        found = model._default_manager.filter(**where).order_by(*order_by).values_list(*fields)
+        return list(found if limit is None else found[:limit])
+    quote = connection.ops.quote_name
+    conditions = []
+    for field, operator, _ in terms:
+        kind = _READ_PARAM_TYPES[_plain_type(field)]
+        if operator == "= ANY":
+            conditions.append(f"{quote(str(field.column))} = ANY(%b::{kind}[])")
+        else:
+            conditions.append(f"{quote(str(field.column))} {operator} %b::{kind}")
+    # The model's own quoted columns and types; the values go as parameters.
+    sql = f"SELECT {', '.join(quote(str(f.column)) for f in columns)} FROM {quote(model._meta.db_table)}"  # noqa: S608
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    if ordered:
+        sql += " ORDER BY " + ", ".join(f"{quote(str(f.column))}{' DESC' if desc else ''}" for f, desc in ordered)
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    import psycopg  # PostgreSQL's only
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as raw:
+        raw.execute(sql, [list(value) if operator == "= ANY" else value for _, operator, value in terms])
+        rows = raw.fetchall()
+    # JSON arrives as its text (the loader Django gives the connection) and is decoded as the field decodes it.
+    decoded = [(i, f) for i, (f, kind) in enumerate(zip(columns, kinds, strict=True)) if kind == "JSONField"]
+    if not decoded:
+        return rows
+    read: list[tuple[Any, ...]] = []
+    for row in rows:
+        values = list(row)
+        for i, f in decoded:
+            values[i] = f.from_db_value(values[i], None, connection)  # type: ignore[attr-defined]
+        read.append(tuple(values))
+    return read
+
+
+# Column types ``values_read`` hands over as the driver reads them, besides the plain ones: an id, and
+# bytes (a journal record's line).
+_READ_AS_IS = frozenset({"AutoField", "BigAutoField", "BinaryField"})
+
+# The type each kind of column's parameter is bound as in ``values_read``: never a length-bounded type, whose
+# cast would cut a longer value short and match another row.
+_READ_PARAM_TYPES = {
+    "BigIntegerField": "bigint",
+    "BooleanField": "boolean",
+    "CharField": "text",
+    "IntegerField": "bigint",
+    "PositiveIntegerField": "bigint",
+    "SmallIntegerField": "bigint",
+    "TextField": "text",
+    "BigAutoField": "bigint",
+    "AutoField": "bigint",
+}
+
+
+def _plain_type(field: models.Field[Any, Any]) -> str:
+    """The field's internal type, a key's that of the column it names."""
+    while isinstance(field, models.ForeignKey):
+        field = field.target_field
+    kind = field.get_internal_type()
+    if kind not in _READ_PARAM_TYPES:
+        raise ValueError(f"{field.model.__name__}.{field.name}: values_read cannot take it in a condition")
+    return kind

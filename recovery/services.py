@@ -68,6 +68,7 @@ from recovery.state import (
     approval_refusal,
     engine_row,
     picture_rows,
+    picture_values,
     projected_assessment,
     state_seen_check,
     turn_facts,
@@ -584,8 +585,11 @@ _TurnRow = tuple[int, int, str, str | None, Any, Any, int | None, str | None]
 def _rows_changed(run: Run, rows: list[_TurnRow], turn_pks: list[int] | None = None) -> list[_TurnRow]:
     """The rows whose turn is new or whose picture differs from the turn's newest stored row (of the turns
     ``turn_pks`` only, when given: the rows are theirs)."""
-    stored = picture_rows(run_id=run.pk, turn_pks=turn_pks).values_list("turn_id", *_PICTURE)
-    before = {values[0]: tuple(values[1:]) for values in fetched(stored, stream=turn_pks is None)}
+    if turn_pks is None:
+        stored = fetched(picture_rows(run_id=run.pk).values_list("turn_id", *_PICTURE), stream=True)
+    else:
+        stored = picture_values(run_id=run.pk, turn_pks=turn_pks, fields=("turn", *_PICTURE))
+    before = {values[0]: tuple(values[1:]) for values in stored}
     return [row for row in rows if before.get(row[1]) != row[2:]]
 
 

@@ -42,7 +42,7 @@ from journals.models import (
     TurnState,
 )
 from journals.remedies import remedy_steps, remedy_text
-from kernel.dialect import fetched, rows_update, values_insert
+from kernel.dialect import fetched, rows_update, values_insert, values_read
 from kernel.errors import ServiceError
 from kernel.events import emit, sending_many, turn_blocked, turn_hold_changed
 from recovery.findings.selectors import run_integrity_finding
@@ -453,6 +453,26 @@ def picture_rows(
     or before it. An assessment writes rows only for the turns that changed (recovery.services), so the
     picture of every turn is one indexed read (``turnassessment_turn_latest``), whichever assessment last
     changed it. A turn without a row there is not in that assessment."""
+    newest = _newest_rows(run_id=run_id, through=through, turn_pks=turn_pks)
+    if turn_pks is None:
+        return TurnAssessment.objects.filter(pk__in=newest)
+    # A few turns' rows (a batch's): their ids are read first, then the rows by primary key. In one statement
+    # the planner joined the ids to the whole table read in full, a cost that grew with the run
+    # (benchmarks/bench_growth.py).
+    return TurnAssessment.objects.filter(pk__in=[pk for pk in newest if pk is not None])
+
+
+def picture_values(*, run_id: int, turn_pks: Iterable[int], fields: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``fields`` of the rows in force under the newest assessment of a few turns (a batch's; see
+    ``picture_rows``), as values: their ids read first, then the rows as a written statement
+    (``values_read``)."""
+    newest = _newest_rows(run_id=run_id, through=None, turn_pks=turn_pks)
+    return values_read(model=TurnAssessment, fields=fields, where={"pk__in": [pk for pk in newest if pk is not None]})
+
+
+def _newest_rows(*, run_id: int, through: int | None, turn_pks: Iterable[int] | None) -> QuerySet[Any, int | None]:
+    """The id of the newest row at or before the assessment ``through`` of each of the run's turns (all, or
+    ``turn_pks``); None for a turn with none."""
     latest = TurnAssessment.objects.filter(turn_id=OuterRef("pk"))
     if through is not None:
         latest = latest.filter(assessment_id__lte=through)
@@ -460,13 +480,7 @@ def picture_rows(
     if turn_pks is not None:
         turns = turns.filter(pk__in=list(turn_pks))
     newest = turns.order_by().annotate(row=Subquery(latest.order_by("-assessment_id").values("pk")[:1]))
-    if turn_pks is None:
-        return TurnAssessment.objects.filter(pk__in=newest.values("row"))
-    # A few turns' rows (a batch's): their ids are read first, then the rows by primary key. In one statement
-    # the planner joined the ids to the whole table read in full, a cost that grew with the run
-    # (benchmarks/bench_growth.py).
-    rows = [pk for pk in newest.values_list("row", flat=True) if pk is not None]
-    return TurnAssessment.objects.filter(pk__in=rows)
+    return newest.values_list("row", flat=True)
 
 
 def picture_row(*, turn: Turn, through: int | None) -> TurnAssessment | None:

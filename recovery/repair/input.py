@@ -14,6 +14,7 @@ from engine.types import Assessment as EngineAssessment
 from engine.types import Decision, TurnDecision
 from journals.models import JournalRecord, Turn
 from journals.storable import storable
+from kernel.dialect import values_read
 from recovery.repair.models import ACCEPT_PREFIX, REPAIR_QUARANTINED, JournalRepair
 
 if TYPE_CHECKING:
@@ -25,10 +26,12 @@ CHUNK = 5000
 def stored_lines(run_pk: int, after: int, through: int) -> Iterator[bytes]:
     """The stored records' bytes with after < seq <= through, in seq order, streamed in chunks."""
     while after < through:
-        rows = list(
-            JournalRecord.objects.filter(run_id=run_pk, seq__gt=after, seq__lte=through)
-            .order_by("seq")
-            .values_list("seq", "line")[:CHUNK]
+        rows = values_read(
+            model=JournalRecord,
+            fields=("seq", "line"),
+            where={"run": run_pk, "seq__gt": after, "seq__lte": through},
+            order_by=("seq",),
+            limit=CHUNK,
         )
         if not rows:
             return
@@ -84,8 +87,14 @@ def _held(turn: str, decision: TurnDecision | None) -> TurnDecision:
             decision, decision=Decision.BLOCKED, reason=REPAIR_QUARANTINED, resume_from=None, reason_line=None
         )
     return TurnDecision(
-        turn=turn, lineage=None, branch=0, decision=Decision.BLOCKED, resume_from=None, reason=REPAIR_QUARANTINED,
-        completed_phases=(), intents=(),
+        turn=turn,
+        lineage=None,
+        branch=0,
+        decision=Decision.BLOCKED,
+        resume_from=None,
+        reason=REPAIR_QUARANTINED,
+        completed_phases=(),
+        intents=(),
     )
 
 
