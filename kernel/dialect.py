@@ -330,7 +330,8 @@ def values_read(
     ``model.objects.filter(**where).order_by(*order_by).values_list(*fields)[:limit]`` gives them: a read
     of plain columns (``_HELD_AS``, ids and bytes) and JSON by key, such as a batch's turns' rows.
     ``where``: a column (``name``, ``name__in``, ``__gt``, ``__gte``, ``__lt``, ``__lte``) and its value,
-    never None; each ``__in`` list holds the values themselves (a key's pk, not its instance).
+    never None nor a model instance (a key's pk: the ORM would take its instance, the written statement
+    could not).
 
     On PostgreSQL it is a written statement, the same text whatever the values (a list goes as one array,
     ``= ANY``), bound on the server in psycopg's binary format on a plain psycopg cursor of the same
@@ -338,15 +339,19 @@ def values_read(
     of a batch's hundred turns cost 6 to 8 ms (building and compiling the statement, binding each key,
     making the rows); written, 1 to 4.5 ms. The six reads of a batch's assessment that use it took about 9%
     off its time against the same floor (benchmarks/bench_growth.py, docs/perf/2026-12-07-written-reads.md).
-    Elsewhere (SQLite) it is the ORM's read."""
+    Elsewhere (SQLite) it is the ORM's read. Django's execute wrappers do not see the written statement, as
+    they do not see ``values_insert``'s COPY."""
     columns = _columns(model, fields)
     kinds = [f.get_internal_type() for f in columns]
     if any(kind not in _HELD_AS and kind not in _READ_AS_IS and kind != "JSONField" for kind in kinds):
         raise ValueError(f"{model.__name__}: values_read reads plain columns and JSON only")
     terms: list[tuple[models.Field[Any, Any], str, Any]] = []
-    for key, value in where.items():
+    checked: dict[str, Any] = {}  # ``where`` with each list made once (a generator is read once)
+    for key, given in where.items():
         name, _, lookup = key.partition("__")
-        if lookup not in ("", *_READ_LOOKUPS) or value is None:
+        value = checked[key] = list(given) if lookup == "in" else given
+        listed = value if lookup == "in" else [value]
+        if lookup not in ("", *_READ_LOOKUPS) or any(v is None or isinstance(v, models.Model) for v in listed):
             raise ValueError(f"{model.__name__}: values_read cannot read {key}={value!r}")
         field = _columns(model, [name])[0]
         _plain_type(field)
@@ -354,7 +359,7 @@ def values_read(
     ordered = [(_columns(model, [name.lstrip("-")])[0], name.startswith("-")) for name in order_by]
     connection = connections["default"]
     if not on_postgresql(connection):
-        found = model._default_manager.filter(**where).order_by(*order_by).values_list(*fields)
+        found = model._default_manager.filter(**checked).order_by(*order_by).values_list(*fields)
         return list(found if limit is None else found[:limit])
     quote = connection.ops.quote_name
     conditions = []
@@ -376,7 +381,7 @@ def values_read(
 
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as raw:
-        raw.execute(sql, [list(value) if operator == "= ANY" else value for _, operator, value in terms])
+        raw.execute(sql, [value for _, _, value in terms])
         rows = raw.fetchall()
     # JSON arrives as its text (the loader Django gives the connection) and is decoded as the field decodes it.
     decoded = [(i, f) for i, (f, kind) in enumerate(zip(columns, kinds, strict=True)) if kind == "JSONField"]

@@ -108,6 +108,8 @@ def test_a_longer_value_never_matches_a_shorter_key(assessed):
         (Turn, ("turn_id",), {"turn_id__startswith": "t"}),
         (Turn, ("turn_id",), {"plan": "[]"}),  # a condition on a JSON column
         (Turn, ("turn_id",), {"run__run_id": "run-read"}),  # a join
+        (Turn, ("turn_id",), {"turn_id__in": ["t1", None]}),
+        (Phase, ("name",), {"turn__in": [Turn(pk=1)]}),  # an instance, not its pk
     ],
 )
 def test_what_it_cannot_read_is_refused_on_either_database(assessed, model, fields, where):
