@@ -1,9 +1,10 @@
 """The journal store on PostgreSQL (journals/store.py): ingest through COPY, and three reads as written
 statements.
 
-Everything else reads and writes through the ORM, on SQLite and PostgreSQL alike; this is the one module
-with SQL of PostgreSQL's own, for two speed targets measured in the same run as their floors (the figures
-that justify each, beside the ORM's, are in docs/perf/2026-12-02-dialect.md):
+Everything else the store does goes through the ORM, on SQLite and PostgreSQL alike, or through
+kernel/dialect.py's many-row writes and reads by key, which every domain shares; this is the store's one
+module with SQL of PostgreSQL's own, for two speed targets measured in the same run as their floors (the
+figures that justify each, beside the ORM's, are in docs/perf/2026-12-02-dialect.md):
 
 - ingest through the API at no less than 0.45 of raw COPY's records/s (benchmarks/bench_ingest.py,
   ``python -m benchmarks ingest``; the floor is a raw psycopg COPY of the same rows, one per batch);
