@@ -345,7 +345,7 @@ def values_read(
     kinds = [f.get_internal_type() for f in columns]
     if any(kind not in _HELD_AS and kind not in _READ_AS_IS and kind != "JSONField" for kind in kinds):
         raise ValueError(f"{model.__name__}: values_read reads plain columns and JSON only")
-    terms: list[tuple[models.Field[Any, Any], str, Any]] = []
+    terms: list[tuple[models.Field[Any, Any], str, Any, str]] = []  # field, operator, value, bound as
     checked: dict[str, Any] = {}  # ``where`` with each list made once (a generator is read once)
     for key, given in where.items():
         name, _, lookup = key.partition("__")
@@ -354,8 +354,7 @@ def values_read(
         if lookup not in ("", *_READ_LOOKUPS) or any(v is None or isinstance(v, models.Model) for v in listed):
             raise ValueError(f"{model.__name__}: values_read cannot read {key}={value!r}")
         field = _columns(model, [name])[0]
-        _plain_type(field)
-        terms.append((field, _READ_LOOKUPS[lookup or "exact"], value))
+        terms.append((field, _READ_LOOKUPS[lookup or "exact"], value, _READ_PARAM_TYPES[_plain_type(field)]))
     ordered = [(_columns(model, [name.lstrip("-")])[0], name.startswith("-")) for name in order_by]
     connection = connections["default"]
     if not on_postgresql(connection):
@@ -363,8 +362,7 @@ def values_read(
         return list(found if limit is None else found[:limit])
     quote = connection.ops.quote_name
     conditions = []
-    for field, operator, _ in terms:
-        kind = _READ_PARAM_TYPES[_plain_type(field)]
+    for field, operator, _, kind in terms:
         if operator == "= ANY":
             conditions.append(f"{quote(str(field.column))} = ANY(%b::{kind}[])")
         else:
@@ -381,7 +379,7 @@ def values_read(
 
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as raw:
-        raw.execute(sql, [value for _, _, value in terms])
+        raw.execute(sql, [value for _, _, value, _ in terms])
         rows = raw.fetchall()
     # JSON arrives as its text (the loader Django gives the connection) and is decoded as the field decodes it.
     decoded = [(i, f) for i, (f, kind) in enumerate(zip(columns, kinds, strict=True)) if kind == "JSONField"]

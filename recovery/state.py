@@ -459,7 +459,7 @@ def picture_rows(
     # A few turns' rows (a batch's): their ids are read first, then the rows by primary key. In one statement
     # the planner joined the ids to the whole table read in full, a cost that grew with the run
     # (benchmarks/bench_growth.py).
-    return TurnAssessment.objects.filter(pk__in=[pk for pk in newest if pk is not None])
+    return TurnAssessment.objects.filter(pk__in=_found(newest))
 
 
 def picture_values(*, run_id: int, turn_pks: Iterable[int], fields: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -467,7 +467,7 @@ def picture_values(*, run_id: int, turn_pks: Iterable[int], fields: Sequence[str
     ``picture_rows``), as values: their ids read first, then the rows as a written statement
     (``values_read``)."""
     newest = _newest_rows(run_id=run_id, through=None, turn_pks=turn_pks)
-    return values_read(model=TurnAssessment, fields=fields, where={"pk__in": [pk for pk in newest if pk is not None]})
+    return values_read(model=TurnAssessment, fields=fields, where={"pk__in": _found(newest)})
 
 
 def _newest_rows(*, run_id: int, through: int | None, turn_pks: Iterable[int] | None) -> QuerySet[Any, int | None]:
@@ -481,6 +481,11 @@ def _newest_rows(*, run_id: int, through: int | None, turn_pks: Iterable[int] | 
         turns = turns.filter(pk__in=list(turn_pks))
     newest = turns.order_by().annotate(row=Subquery(latest.order_by("-assessment_id").values("pk")[:1]))
     return newest.values_list("row", flat=True)
+
+
+def _found(newest: QuerySet[Any, int | None]) -> list[int]:
+    """The row ids ``_newest_rows`` read, without the turns that have none."""
+    return [pk for pk in newest if pk is not None]
 
 
 def picture_row(*, turn: Turn, through: int | None) -> TurnAssessment | None:
