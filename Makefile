@@ -55,8 +55,11 @@ test: $(ENGINE_BUILT)
 	  echo "SKIPPED: client-ts (the TypeScript client) was not tested: node and npm are not on PATH (install Node.js 20+)"; \
 	fi
 	# A throwaway var/ per run: tests that commit publish tasks to the filesystem broker, which must not
-	# leak into the var/ that `make run` serves from.
-	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
+	# leak into the var/ that `make run` serves from. The tests run on one worker per core, at most four
+	# (pytest-xdist; each worker has its own test database, var/ and Redis database: tests/worker_rooms.py),
+	# a file's tests on one worker; PYTEST_ARGS=-n0 runs them in one process.
+	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider -n auto --maxprocesses 4 \
+	  --dist loadfile $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
 
 bench: $(ENGINE_BUILT)
 	$(PY) -m benchmarks $(BENCH_ARGS)
