@@ -40,8 +40,10 @@ def test_lines_are_json_with_request_id_and_context(client, log_stream):
 def test_request_id_travels_into_the_task_and_its_log_lines():
     """A real publish and a real worker (in-memory broker): the worker's line for the task carries the
     publishing request's id and the task's own id."""
-    from celery import Celery
+    from celery import Celery, current_app
     from celery.contrib.testing.worker import start_worker
+
+    from loopx_site.celery import app as project_app
 
     app = Celery("ops-logging-test", broker="memory://", backend="cache+memory://")
     app.conf.task_always_eager = False
@@ -62,10 +64,17 @@ def test_request_id_travels_into_the_task_and_its_log_lines():
         seen.update(context.current())
         return "ok"
 
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-        with context.bind(request_id="req-into-task"):
-            result = log_something.delay()
-        assert result.get(timeout=20) == "ok"
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            with context.bind(request_id="req-into-task"):
+                result = log_something.delay()
+            assert result.get(timeout=20) == "ok"
+    finally:
+        # The worker made its app the process's current and default one; a service publishes through the
+        # current app, so the project's goes back in place for the tests that run after this one.
+        project_app.set_current()
+        project_app.set_default()
+    assert current_app._get_current_object() is project_app
     assert seen["request_id"] == "req-into-task" and seen["task_id"] == result.id
     task_logger.removeHandler(handler)
     lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
