@@ -56,10 +56,12 @@ test: $(ENGINE_BUILT)
 	fi
 	# A throwaway var/ per run: tests that commit publish tasks to the filesystem broker, which must not
 	# leak into the var/ that `make run` serves from. The tests run on one worker per core, at most four
-	# (pytest-xdist; each worker has its own test database, var/ and Redis database: tests/worker_rooms.py),
-	# a file's tests on one worker; PYTEST_ARGS=-n0 runs them in one process.
+	# (pytest-xdist; each worker has its own test database, var/ and Redis database: tests/worker_rooms.py).
+	# Each worker takes a stretch of the suite and, when done, takes tests from the end of another's, so
+	# each runs its tests in the suite's order: pytest-django's, the tests that empty the database after
+	# those that read what the migrations wrote. PYTEST_ARGS=-n0 runs them in one process.
 	d=$$(mktemp -d) && LOOPX_VAR_DIR=$$d $(PY) -m pytest -p no:cacheprovider -n auto --maxprocesses 4 \
-	  --dist loadfile $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
+	  --dist worksteal $(PYTEST_ARGS); rc=$$?; rm -rf $$d; exit $$rc
 
 bench: $(ENGINE_BUILT)
 	$(PY) -m benchmarks $(BENCH_ARGS)
