@@ -1,7 +1,7 @@
-"""Rooms of their own for the suite's parallel workers (pytest-xdist, `make test` runs two or more).
+"""Rooms of their own for the suite's parallel workers (pytest-xdist: `make test` runs one per core).
 
 Two workers must not share what a test fills and then reads back whole: the filesystem broker's folders
-and the other files under LOOPX_VAR_DIR, and the Redis database the broker and the gate's keys live in.
+and the other files under LOOPX_VAR_DIR, and the Redis database the broker's queues live in.
 Each worker gets its own: LOOPX_VAR_DIR/<worker>, and the Redis database REDIS_URL names, less the
 worker's number (gw0 keeps it, gw1 takes the one below it, and so on). The databases themselves are
 already apart: pytest-django gives each worker a test database of its own.
@@ -25,8 +25,8 @@ def _redis_for(url: str, index: int) -> str:
     number = base - index
     if number < 0:
         raise RuntimeError(
-            f"{index + 1} test workers need Redis databases {base} down to {number}: name a higher database in "
-            "REDIS_URL (for example /15) or run fewer workers (PYTEST_ARGS=-n2)"
+            f"test worker {index} would take Redis database {number}: name a higher database in REDIS_URL "
+            "(for example /15) or run fewer workers (PYTEST_ARGS=-n2)"
         )
     return urlunsplit(parts._replace(path=f"/{number}"))
 
