@@ -33,6 +33,8 @@ def _redis_for(url: str, index: int) -> str:
 
 def _rooms(worker: str) -> None:
     index = int(worker.removeprefix("gw"))
+    # Unset, var/ is the settings' default (BASE_DIR / "var"): the settings cannot be read here, they are
+    # what this sets up, so the checkout's var/ is named again.
     var = os.environ.get("LOOPX_VAR_DIR") or str(Path(__file__).resolve().parent.parent / "var")
     os.environ["LOOPX_VAR_DIR"] = str(Path(var) / worker)
     for name in ("REDIS_URL", "CELERY_BROKER_URL"):
