@@ -6,15 +6,19 @@
 
 Each benchmark prints its own figures (and its own "skipped: ..." line when a service it needs, such as
 PostgreSQL or Redis, is not configured). The exit code is the highest any of them returned; a benchmark
-that cannot even be imported is reported and counts as 1, and the others still run.
+that cannot even be imported, or that crashes, is reported and counts as 1, and the others still run.
+
+Each runs in a process of its own (``python -m benchmarks.bench_<name>``), as it does when run alone. A
+benchmark sets Django up on a database of its own and points the environment at its own broker and
+var/: in one shared process the first one's settings stayed (Django is set up once per process), so a
+later benchmark wrote to an earlier one's database and started workers on a broker already stopped.
 """
 
 from __future__ import annotations
 
-import importlib
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,27 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     worst = 0
     for name in names:
-        try:
-            module = importlib.import_module(f"benchmarks.bench_{name}")
-        except Exception:  # a broken benchmark must not stop the others
-            print(f"== {name}: cannot be imported", flush=True)
-            traceback.print_exc()
-            worst = max(worst, 1)
-            continue
-        entry = getattr(module, "main", None)
-        if not callable(entry):
-            continue  # a helper module (settings, URLs) that only shares the prefix
         print(f"== {name}", flush=True)
         started = time.perf_counter()
-        try:
-            code = entry(list(passed))
-        except SystemExit as exc:  # argparse and friends exit instead of returning
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-        print(f"== {name}: exit {code or 0} in {time.perf_counter() - started:.1f} s", flush=True)
-        worst = max(worst, int(code or 0))
+        code = subprocess.call([sys.executable, "-m", f"benchmarks.bench_{name}", *passed], cwd=HERE.parent)
+        print(f"== {name}: exit {code} in {time.perf_counter() - started:.1f} s", flush=True)
+        # A benchmark killed by a signal exits below 0: it counts as a failure, like a crash.
+        worst = max(worst, code if code >= 0 else 1)
     return worst
 
 
