@@ -3,7 +3,8 @@
     python -m benchmarks.bench_assessments            # 2,000 turns in 100 batches
     python -m benchmarks.bench_assessments --small    # 300 turns in 20 batches (seconds)
 
-Builds its own database (SQLite in a temporary directory, or DATABASE_URL when set). One run is sent batch
+Builds its own database (SQLite in a temporary directory; with a PostgreSQL DATABASE_URL, a scratch database
+beside the one it names, ``<name>_bench_assessments``, dropped at the end). One run is sent batch
 by batch through the ingest service, and after each batch the worker's service (``assessment_refresh``,
 as the task calls it) assesses it: from the run's fold snapshot, storing rows only for the turns that
 changed, compacting superseded assessments (no grace here). It prints, per tenth of the batches, the rows
@@ -19,6 +20,7 @@ import statistics
 import tempfile
 import time
 
+from benchmarks.bench_ingest import own_database
 from engine.writer import JournalWriter
 
 
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.small:
         args.turns, args.batches = 300, 20
 
-    with tempfile.TemporaryDirectory(prefix="loopx-bench-assessments-") as workdir:
+    with own_database("bench_assessments"), tempfile.TemporaryDirectory(prefix="loopx-bench-assessments-") as workdir:
         _setup_django(workdir)
         from django.core.management import call_command
 

@@ -32,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,28 @@ def scratch_database(url: str, suffix: str) -> str:
 
 def drop_database(url: str) -> None:
     _psql(url, f'DROP DATABASE IF EXISTS "{url.rpartition("/")[2]}" WITH (FORCE)')
+
+
+@contextmanager
+def own_database(suffix: str) -> Iterator[None]:
+    """With a PostgreSQL DATABASE_URL: DATABASE_URL names a fresh database beside it (``<name>_<suffix>``)
+    for the block, dropped after (the one named is never written to); otherwise nothing changes. For a
+    benchmark that sets Django up in its own process, before it does."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        yield
+        return
+    scratch = scratch_database(url, suffix)
+    os.environ["DATABASE_URL"] = scratch
+    try:
+        yield
+    finally:
+        os.environ["DATABASE_URL"] = url
+        if "django.db" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        drop_database(scratch)
 
 
 def manage_command(url: str, *args: str) -> str:

@@ -254,10 +254,12 @@ class TableFloor(FloorCopy):
 
         now = datetime.now(UTC)
         self.conn = psycopg.connect(url)
+        # A run with no record yet and never assessed: its status is running (run_status_compute).
         made = self.conn.execute(
-            "INSERT INTO journals_run (run_id, created_at, updated_at, record_count, last_seq, prefix_digest,"
-            " live_branch) VALUES ('copy-floor', %s, %s, 0, 0, %s, 0) RETURNING id",
-            [now, now, "0" * 64],
+            "INSERT INTO journals_run (run_id, created_at, updated_at, changed_at, record_count, last_seq,"
+            " prefix_digest, live_branch, status) VALUES ('copy-floor', %s, %s, %s, 0, 0, %s, 0, 'running')"
+            " RETURNING id",
+            [now, now, now, "0" * 64],
         ).fetchone()
         assert made is not None  # RETURNING id: one row
         self.conn.commit()
