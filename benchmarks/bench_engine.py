@@ -39,8 +39,7 @@ from engine.compiled import running as running_compiled
 from engine.writer import JournalWriter, fixed_clock
 
 REPO = Path(__file__).resolve().parents[1]
-# The var/ the settings name (LOOPX_VAR_DIR, else the checkout's): a test run's is its own.
-CACHE = Path(os.environ.get("LOOPX_VAR_DIR") or REPO / "var") / "bench"
+CACHE = REPO / "var" / "bench"
 GENERATOR_VERSION = "g3"  # bump when the generated journal changes
 TARGET_RATIO = 2.0
 TARGET_RSS_MB = 300.0

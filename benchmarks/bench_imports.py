@@ -37,8 +37,7 @@ from benchmarks.bench_engine import peak_rss_mb
 from recovery.imports.importers import effect_map_parse, history_import_file
 
 REPO = Path(__file__).resolve().parents[1]
-# The var/ the settings name (LOOPX_VAR_DIR, else the checkout's): a test run's is its own.
-CACHE = Path(os.environ.get("LOOPX_VAR_DIR") or REPO / "var") / "bench"
+CACHE = REPO / "var" / "bench"
 GENERATOR_VERSION = "g1"
 TARGET_RATIO = 3.0
 TARGET_RSS_MB = 200.0
