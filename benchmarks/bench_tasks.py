@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         # kombu's channels have queue_delete; its stubs' StdChannel leaves it out.
         app.connection_for_write().default_channel.queue_delete(queue)  # type: ignore[attr-defined]
 
+    # The workers' logs are kept only when a worker exited (the message above names them).
+    shutil.rmtree(logs, ignore_errors=True)
     print(f"throughput   {assessed / seconds:8.1f} assessments/s  ({assessed:,} runs in {seconds:.1f} s, "
           f"{args.workers} worker processes)")
     print(f"latency      ingest answer -> decision readable   {_ms(latencies)}   ({args.samples} runs)")

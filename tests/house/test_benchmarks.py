@@ -145,3 +145,7 @@ def test_a_benchmark_on_postgresql_runs_to_its_figures(
 def test_the_task_benchmark_runs_to_its_figures_on_redis(scratch_url: str) -> None:
     out = _bench("tasks", "--runs", "20", "--samples", "5", env={"DATABASE_URL": scratch_url})
     assert "floor noop" in out
+    # Its workers' logs go with it when every worker lasted.
+    queue = out.split(", queue ", 1)[1].split(",", 1)[0]
+    assert queue.startswith("bench_tasks_")
+    assert not (Path(os.environ.get("TMPDIR", "/tmp")) / queue).exists()  # noqa: S108  where the benchmark writes them
