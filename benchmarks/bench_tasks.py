@@ -33,6 +33,8 @@ from pathlib import Path
 
 from celery import shared_task
 
+from benchmarks.bench_ingest import scratch_database
+
 REPO = Path(__file__).resolve().parents[1]
 SKIP = "skipped: set REDIS_URL and DATABASE_URL"
 
@@ -43,22 +45,6 @@ def noop(url: str, key: str) -> None:
     import redis
 
     redis.Redis.from_url(url).rpush(key, b"1")
-
-
-def _psql(url: str, sql: str) -> None:
-    import psycopg
-
-    base, _, _ = url.rpartition("/")
-    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def _scratch(url: str) -> str:
-    base, _, name = url.partition("?")[0].rpartition("/")
-    scratch = f"{base}/{name}_bench_tasks"
-    _psql(scratch, f'DROP DATABASE IF EXISTS "{name}_bench_tasks" WITH (FORCE)')
-    _psql(scratch, f'CREATE DATABASE "{name}_bench_tasks"')
-    return scratch
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -107,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(SKIP)
         return 0
 
-    scratch = _scratch(database_url)
+    scratch = scratch_database(database_url, "bench_tasks")
     queue = f"bench_tasks_{os.getpid()}"
     env = {**os.environ, "DATABASE_URL": scratch, "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING",
            "DJANGO_SETTINGS_MODULE": "loopx_site.settings", "PYTHONUNBUFFERED": "1"}

@@ -91,13 +91,15 @@ def scratch_url(worker_id: str) -> Iterator[str]:
     databases beside it (``<name>_bench_...``) or in it; every database of that name is dropped after."""
     import psycopg
 
+    from benchmarks.bench_ingest import drop_database
+
     base = os.environ["DATABASE_URL"].partition("?")[0].rpartition("/")[0]
     name = f"loopx_smoke_{worker_id}"
     yield f"{base}/{name}"
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         left = [row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [name + "%"])]
-        for database in left:
-            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')  # a name made above, never input
+    for database in left:
+        drop_database(f"{base}/{database}")
 
 
 @pytest.fixture
